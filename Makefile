@@ -1,0 +1,32 @@
+# The two set-up commands of the README: `make run` and `make test`.
+# Both create the virtual environment on first use (Python 3.11+ and make only).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint soak bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/wardd run
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:randomly $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+soak: $(STAMP)
+	WARDD_SOAK_KILLS=$${KILLS:-200} $(BIN)/python -m pytest -q -m soak tests/soak
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,50 @@
+"""wardd.adapters: the acts' adapters and the contract between them and the daemon.
+
+Built in: ``echo`` (always present), ``file.append`` and ``cli`` (SPEC §6).
+Third-party adapters register in the ``wardd.adapters`` entry-point group and
+are built by `build_adapter` (see `wardd.adapters._registry`).
+
+How an adapter's ``call`` ends decides its attempt's outcome (SPEC §3.2.4): a
+returned value is succeeded, `DefiniteFailure` is failed (no effect), any
+other exception is unknown.
+"""
+
+from __future__ import annotations
+
+from ._base import (
+    DEFAULT_MAX_ARG_BYTES,
+    RECEIPT_ANSWERS,
+    ActRequest,
+    Adapter,
+    AdapterConfigError,
+    DefiniteFailure,
+    OutcomeUnknown,
+    Receipt,
+    ReceiptAnswer,
+    has_receipt,
+)
+from ._cli import CliAdapter, SecretFile
+from ._echo import EchoAdapter, echo_adapter
+from ._file_append import FileAppendAdapter
+from ._registry import ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter
+
+__all__ = [
+    "DEFAULT_MAX_ARG_BYTES",
+    "ENTRY_POINT_GROUP",
+    "RECEIPT_ANSWERS",
+    "ActRequest",
+    "Adapter",
+    "AdapterConfigError",
+    "CliAdapter",
+    "DefiniteFailure",
+    "EchoAdapter",
+    "EntryPointAdapter",
+    "FileAppendAdapter",
+    "OutcomeUnknown",
+    "Receipt",
+    "ReceiptAnswer",
+    "SecretFile",
+    "build_adapter",
+    "echo_adapter",
+    "has_receipt",
+]

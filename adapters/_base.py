@@ -1,0 +1,142 @@
+"""The adapter contract: requests, receipts, and how a call's fate is told (SPEC §3.2.4, §6).
+
+An adapter's ``call`` tells the daemon the fate of one attempt by how it ends:
+
+- it returns a value: the act **succeeded**, the value is its result;
+- it raises `DefiniteFailure`: the adapter *asserts that no effect happened*,
+  the attempt is **failed** (a retry may rebind future execution);
+- it raises anything else (or the daemon dies meanwhile): the attempt is
+  **unknown** until a receipt or a signed ``reconcile`` resolves it.
+
+So an adapter raises `DefiniteFailure` only when it can prove that nothing
+happened, and never puts a configured secret into an exception message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import attrs
+
+__all__ = [
+    "DEFAULT_MAX_ARG_BYTES",
+    "ActRequest",
+    "Adapter",
+    "AdapterConfigError",
+    "DefiniteFailure",
+    "OutcomeUnknown",
+    "Receipt",
+    "ReceiptAnswer",
+    "RECEIPT_ANSWERS",
+    "has_receipt",
+]
+
+#: The argument bound of an act whose table does not set ``max_arg_bytes``.
+DEFAULT_MAX_ARG_BYTES = 65536
+
+ReceiptAnswer = Literal["executed", "not_executed", "unknown"]
+RECEIPT_ANSWERS: frozenset[str] = frozenset({"executed", "not_executed", "unknown"})
+
+
+class DefiniteFailure(Exception):
+    """Raised by an adapter that asserts its act had no effect: the attempt is failed.
+
+    Raise it only with proof that nothing happened (the file could not be
+    opened, the program could not be spawned, the program exited with a code
+    its operator declared a no-effect exit). The message is recorded as the
+    attempt's error text: it must not contain a secret.
+    """
+
+
+class OutcomeUnknown(Exception):
+    """Raised by a built-in adapter when the act may or may not have had its effect.
+
+    The daemon maps every exception other than `DefiniteFailure` to an unknown
+    attempt; this class only names the case where a built-in adapter knows it
+    cannot tell (a write error after the write began, a non-zero exit, a
+    timeout). Its message never contains a configured secret.
+    """
+
+
+class AdapterConfigError(Exception):
+    """An act's table is not a valid adapter configuration.
+
+    ``key`` is the offending key relative to the act's table (``"argv"``,
+    ``"env.API_TOKEN"``); the config loader prefixes it with the act's dotted
+    path (``acts."tool.run".argv``). ``reason`` says what is wrong, in words
+    fit for one line of an operator's terminal.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+@attrs.frozen
+class ActRequest:
+    """One attempt's call of an act, as handed to `Adapter.call` on a worker thread."""
+
+    neuron: str
+    op: str
+    attempt: int
+    act: str
+    args: bytes
+
+    @property
+    def idempotency_key(self) -> str:
+        """``"<neuron>/<op>/<attempt>"`` (SPEC §3.4): unique across neurons, ops and attempts."""
+        return f"{self.neuron}/{self.op}/{self.attempt}"
+
+
+@attrs.frozen
+class Receipt:
+    """An executor receipt's answer about one idempotency key (SPEC §3.4).
+
+    ``value`` is the act's result for ``executed`` when the adapter can tell
+    it (the built-in ones cannot: null). ``detail`` is a short, secret-free
+    note on why the answer is ``unknown`` (for logs and evidence hints); it is
+    never a result.
+    """
+
+    answer: ReceiptAnswer = attrs.field(validator=attrs.validators.in_(RECEIPT_ANSWERS))
+    value: Any = None
+    detail: str | None = None
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """What the daemon needs from an act's adapter.
+
+    Optional members, looked up with ``getattr`` by the daemon:
+
+    - ``receipt(idempotency_key, claim_info=None) -> Receipt``: answers
+      whether the attempt with that key had its effect; never raises (a
+      failure to tell is ``Receipt("unknown")``). Use `has_receipt` to ask
+      whether an adapter offers one.
+    - ``claim_info() -> dict | None``: facts stored with the dispatch claim
+      and handed back to ``receipt`` (``file.append``: ``{"path": ...}``).
+    - ``kill_all() -> None``: SIGKILL every process group the adapter still
+      runs (``cli``); called by the daemon at shutdown after its grace.
+    """
+
+    tag: str
+    in_process: bool
+    max_arg_bytes: int
+
+    def call(self, request: ActRequest) -> Any:
+        """Run the act once for ``request``; see the module docstring for how its end is read."""
+        ...
+
+
+def has_receipt(adapter: object) -> bool:
+    """Whether ``adapter`` offers an executor receipt.
+
+    An adapter may say so with a ``receipt_supported`` attribute (the
+    built-in ``cli`` adapter has a ``receipt`` method but answers only when
+    ``receipt_argv`` is configured); otherwise a callable ``receipt`` counts.
+    """
+    supported = getattr(adapter, "receipt_supported", None)
+    if isinstance(supported, bool):
+        return supported
+    return callable(getattr(adapter, "receipt", None))

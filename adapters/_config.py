@@ -1,0 +1,90 @@
+"""Checks shared by the built-in adapters' table parsers.
+
+Each function takes the act's table (already parsed TOML) and a key, and
+either returns the checked value or raises `AdapterConfigError` naming the key
+relative to the table and why. TOML booleans are never accepted as integers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._base import DEFAULT_MAX_ARG_BYTES, AdapterConfigError
+
+
+def refuse_unknown_keys(table: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    """Refuse the first key (in sorted order) that the adapter does not know."""
+    known = set(allowed)
+    for key in sorted(table):
+        if key not in known:
+            raise AdapterConfigError(str(key), "unknown key")
+
+
+def is_int(value: object) -> bool:
+    """True for an integer that is not a bool (TOML ``true`` is not ``1``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def max_arg_bytes(table: Mapping[str, Any], *, max_frame: int) -> int:
+    """``max_arg_bytes``: an integer from 1 to ``max_frame`` (no larger args can arrive)."""
+    value = table.get("max_arg_bytes", DEFAULT_MAX_ARG_BYTES)
+    if not is_int(value):
+        raise AdapterConfigError("max_arg_bytes", "must be an integer")
+    if not 1 <= value <= max_frame:
+        raise AdapterConfigError(
+            "max_arg_bytes", f"must be between 1 and max_frame ({max_frame}), got {value}"
+        )
+    return int(value)
+
+
+def text(value: object, key: str, *, what: str = "a string") -> str:
+    """A non-empty string without NUL bytes (which no path, argument or variable may hold)."""
+    if not isinstance(value, str):
+        raise AdapterConfigError(key, f"must be {what}")
+    if not value:
+        raise AdapterConfigError(key, "must not be empty")
+    if "\0" in value:
+        raise AdapterConfigError(key, "must not contain a NUL character")
+    return value
+
+
+def absolute_path(value: object, key: str) -> str:
+    """An absolute path string, kept as written (the receipt compares it as text)."""
+    path = text(value, key, what="an absolute path string")
+    if not os.path.isabs(path):
+        raise AdapterConfigError(key, f"must be an absolute path, got {path!r}")
+    return path
+
+
+def argv(value: object, key: str) -> tuple[str, ...]:
+    """A non-empty list of non-empty strings."""
+    if not isinstance(value, list) or not value:
+        raise AdapterConfigError(key, "must be a non-empty list of strings")
+    return tuple(text(item, f"{key}[{i}]") for i, item in enumerate(value))
+
+
+def exit_codes(value: object, key: str) -> frozenset[int]:
+    """A list of exit codes 1-255 (0 is success, never a no-effect exit)."""
+    if not isinstance(value, list):
+        raise AdapterConfigError(key, "must be a list of integers")
+    codes = set()
+    for i, item in enumerate(value):
+        if not is_int(item) or not 0 <= item <= 255:
+            raise AdapterConfigError(f"{key}[{i}]", "must be an integer from 1 to 255")
+        if item == 0:
+            raise AdapterConfigError(f"{key}[{i}]", "0 is success and cannot be a no-effect exit")
+        codes.add(int(item))
+    return frozenset(codes)
+
+
+def positive_seconds(value: object, key: str) -> float:
+    """A finite number of seconds above zero."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AdapterConfigError(key, "must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise AdapterConfigError(key, f"must be a positive, finite number, got {value}")
+    return seconds

@@ -1,0 +1,180 @@
+"""`build_adapter`: from an act's TOML table to an adapter (SPEC §6).
+
+``adapter = "file.append"`` and ``adapter = "cli"`` are built in. Any other
+name is looked up in the ``wardd.adapters`` entry-point group
+(``importlib.metadata.entry_points``); the loaded object (a class, or any
+callable returning an adapter) is called with the table's other keys as
+keyword arguments, without ``adapter`` and ``max_arg_bytes``. The result is
+wrapped in an `EntryPointAdapter`, which gives it the act's tag, the act's
+``max_arg_bytes`` (the table's, else the object's own, else 65536) and
+``in_process`` (the object's own, else False: only an adapter that declares
+it gets automatic ``not_executed`` receipts), and which calls its
+``receipt`` with or without ``claim_info`` as its signature allows.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import _config
+from ._base import (
+    DEFAULT_MAX_ARG_BYTES,
+    ActRequest,
+    Adapter,
+    AdapterConfigError,
+    Receipt,
+)
+from ._cli import CliAdapter
+from ._file_append import FileAppendAdapter
+
+ENTRY_POINT_GROUP = "wardd.adapters"
+
+_BUILT_IN: dict[str, Callable[..., Adapter]] = {
+    "cli": CliAdapter.from_table,
+    "file.append": FileAppendAdapter.from_table,
+}
+
+
+def build_adapter(tag: str, table: Mapping[str, Any], *, max_frame: int) -> Adapter:
+    """Build the adapter of act ``tag`` from its ``[acts."<tag>"]`` table.
+
+    Raises `AdapterConfigError` with the offending key (relative to the table)
+    and the reason. ``max_frame`` is the daemon's frame bound; the ``cli``
+    adapter keeps at most ``max_frame - 65536`` bytes of stdout.
+    """
+    if max_frame <= 65536:
+        raise ValueError(f"max_frame must exceed 65536, got {max_frame}")
+    if "adapter" not in table:
+        raise AdapterConfigError("adapter", f"missing ({_known_names()})")
+    name = table["adapter"]
+    if not isinstance(name, str):
+        raise AdapterConfigError("adapter", "must be a string")
+    build = _BUILT_IN.get(name)
+    if build is not None:
+        return build(tag, table, max_frame=max_frame)
+    return _from_entry_point(tag, name, table, max_frame=max_frame)
+
+
+def _entry_points() -> importlib.metadata.EntryPoints:
+    return importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+
+
+def _known_names() -> str:
+    built_in = ", ".join(sorted(_BUILT_IN))
+    plugged = ", ".join(sorted({ep.name for ep in _entry_points()})) or "none"
+    return f"built-in: {built_in}; entry points: {plugged}"
+
+
+def _from_entry_point(
+    tag: str, name: str, table: Mapping[str, Any], *, max_frame: int
+) -> EntryPointAdapter:
+    found = {(ep.value, ep.name) for ep in _entry_points() if ep.name == name}
+    if not found:
+        raise AdapterConfigError("adapter", f"unknown adapter {name!r} ({_known_names()})")
+    if len(found) > 1:
+        values = ", ".join(sorted(value for value, _ in found))
+        raise AdapterConfigError("adapter", f"adapter {name!r} is ambiguous: {values}")
+    (entry,) = (ep for ep in _entry_points() if ep.name == name)
+    try:
+        factory = entry.load()
+    except Exception as exc:
+        raise AdapterConfigError(
+            "adapter", f"cannot load entry point {name!r} ({entry.value}): {exc!r}"
+        ) from exc
+    kwargs = {k: v for k, v in table.items() if k not in ("adapter", "max_arg_bytes")}
+    try:
+        inner = factory(**kwargs)
+    except AdapterConfigError:
+        raise
+    except Exception as exc:
+        raise AdapterConfigError(
+            "adapter", f"entry point {name!r} refused its table: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not callable(getattr(inner, "call", None)):
+        raise AdapterConfigError("adapter", f"entry point {name!r} made an object without call()")
+    if "max_arg_bytes" in table:
+        bound = _config.max_arg_bytes(table, max_frame=max_frame)
+    else:
+        bound = getattr(inner, "max_arg_bytes", DEFAULT_MAX_ARG_BYTES)
+        if not _config.is_int(bound) or not 1 <= bound <= max_frame:
+            raise AdapterConfigError(
+                "max_arg_bytes", f"entry point {name!r} declares an invalid bound {bound!r}"
+            )
+    return EntryPointAdapter(tag, inner, int(bound))
+
+
+class EntryPointAdapter:
+    """A third-party adapter, given the act's tag and bound (see the module docstring)."""
+
+    def __init__(self, tag: str, inner: Any, max_arg_bytes: int) -> None:
+        self.tag = tag
+        self.inner = inner
+        self.max_arg_bytes = max_arg_bytes
+        self.in_process = getattr(inner, "in_process", False) is True
+        receipt = getattr(inner, "receipt", None)
+        self._receipt: Callable[..., Any] | None = receipt if callable(receipt) else None
+        self._receipt_takes_claim = self._receipt is not None and _accepts_two(self._receipt)
+        try:  # let the object know its act, when it allows it
+            inner.tag = tag
+        except (AttributeError, TypeError):
+            pass
+
+    @property
+    def receipt_supported(self) -> bool:
+        """True when the wrapped object has a ``receipt`` method."""
+        return self._receipt is not None
+
+    def call(self, request: ActRequest) -> Any:
+        """The wrapped object's ``call``; its exceptions pass through unchanged."""
+        return self.inner.call(request)
+
+    def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
+        """The wrapped receipt, its answer normalised; never raises."""
+        if self._receipt is None:
+            return Receipt("unknown", detail="the adapter has no receipt")
+        try:
+            if self._receipt_takes_claim:
+                answer = self._receipt(idempotency_key, claim_info)
+            else:
+                answer = self._receipt(idempotency_key)
+        except Exception as exc:
+            return Receipt("unknown", detail=f"receipt raised {type(exc).__name__}")
+        return _normalise(answer)
+
+    def claim_info(self) -> dict[str, Any] | None:
+        """The wrapped object's ``claim_info()``, if it has one."""
+        method = getattr(self.inner, "claim_info", None)
+        return method() if callable(method) else None
+
+    def kill_all(self) -> None:
+        """The wrapped object's ``kill_all()``, if it has one."""
+        method = getattr(self.inner, "kill_all", None)
+        if callable(method):
+            method()
+
+
+def _accepts_two(method: Callable[..., Any]) -> bool:
+    try:
+        inspect.signature(method).bind("key", None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect (a builtin): call with the key only
+        return False
+    return True
+
+
+def _normalise(answer: object) -> Receipt:
+    if isinstance(answer, Receipt):
+        return answer
+    if isinstance(answer, str) and answer in ("executed", "not_executed", "unknown"):
+        return Receipt(answer)  # type: ignore[arg-type]
+    if (
+        isinstance(answer, tuple)
+        and len(answer) == 2
+        and answer[0] in ("executed", "not_executed", "unknown")
+    ):
+        return Receipt(answer[0], answer[1])
+    return Receipt("unknown", detail="the adapter's receipt gave no recognised answer")

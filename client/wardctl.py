@@ -1,0 +1,698 @@
+"""wardctl: the operator's command line for wardd (SPEC §1, §4).
+
+Exit status: 0 when the command did what it says; 1 when the daemon refused
+(``error: <code>: <message>`` on stderr) or the daemon, socket or key could
+not be used, and when `invoke` ran an attempt whose outcome is not
+`succeeded`; 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from wardd.protocol import WarddError
+
+from ._errors import ClientError, ConnectionClosed, KeyFileError
+from ._neuron import Neuron
+from ._paths import default_key_path, default_socket_path
+from ._render import duration, human_size, scalar, tree, write_json
+from ._session import NO_VALUE, Session
+from ._sync import Client
+
+__all__ = ["build_parser", "main"]
+
+PROG_STATES = ("active", "paused", "retired", "archived")
+OP_STATES = ("pending", "prepared", "running", "unknown", "retained", "consumed", "cancelled")
+ATTEMPT_LIST_STATES = ("unknown", "running", "prepared")
+DEFAULT_STEP_LIMIT = 1_000_000
+# Reads are bounded by default. Writes wait without limit unless --timeout
+# says otherwise: they may legitimately take long (`invoke` runs an adapter;
+# guarded writes wait for the neuron's adapter calls in progress, SPEC §3.1;
+# `reconcile` and `receipts` wait for receipt checks), and a write that
+# timed out leaves the operator unsure whether it was applied.
+DEFAULT_READ_TIMEOUT = 30.0
+
+
+class _Failed(Exception):
+    """A command that cannot go on; the message is printed after ``error: ``."""
+
+
+# --------------------------------------------------------------------------------
+# the parser
+
+
+def _common_options(defaults: bool) -> argparse.ArgumentParser:
+    """Global options, accepted before and after the command.
+
+    After the command their default is SUPPRESS, so an option given before
+    it is not overwritten by the subcommand's default.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    unset: Any = None if defaults else argparse.SUPPRESS
+    parser.add_argument(
+        "--socket",
+        metavar="PATH",
+        default=unset,
+        help="daemon socket (default: $WARDD_SOCKET or $XDG_RUNTIME_DIR/wardd/wardd.sock)",
+    )
+    parser.add_argument(
+        "--key",
+        metavar="PATH",
+        default=unset,
+        help="neuron key file (default: $WARDD_KEY or $XDG_CONFIG_HOME/wardd/neuron.key)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=False if defaults else argparse.SUPPRESS,
+        help='print the result as JSON (byte strings as {"hex": ...})',
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
+        default=unset,
+        help=f"wait at most this long for each reply (default: {DEFAULT_READ_TIMEOUT:g} "
+        "for reads; no limit for writes, which may wait for adapter calls)",
+    )
+    return parser
+
+
+def _neuron_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--neuron",
+        metavar="HEX",
+        help="read another neuron's records (default: the neuron of --key)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole `wardctl` command line."""
+    parser = argparse.ArgumentParser(
+        prog="wardctl",
+        description="Operate a wardd daemon: inspect it, and sign requests as a neuron.",
+        epilog="Exit status: 0 ok, 1 refused by wardd or unable to reach it "
+        "(invoke: also when the attempt did not succeed), 2 usage error.",
+        parents=[_common_options(True)],
+    )
+    common = _common_options(False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(
+        name: str, handler: Callable[[_Context], int], help: str, *, read: bool = False, **kw: Any
+    ) -> Any:
+        sub = commands.add_parser(name, parents=[common], help=help, description=help, **kw)
+        sub.set_defaults(handler=handler, parser=sub, read_only=read)
+        return sub
+
+    sub = add("keygen", _keygen, "create a neuron key file and print the neuron id")
+    sub.add_argument("--force", action="store_true", help="replace an existing key file")
+
+    add("status", _status, "summarize the daemon's state", read=True)
+    add("workers", _workers, "list the workers and their descriptors", read=True)
+    _neuron_option(
+        add("neuron", _neuron, "show the neuron's root (epoch, placement, grants)", read=True)
+    )
+    add("register", _register, "register the neuron")
+    sub = add("bind", _bind, "bind the placement to a worker's current descriptor")
+    sub.add_argument("--worker", default="w0", help="worker id (default: w0)")
+    add("release", _release, "release the placement")
+
+    sub = add("epoch", _missing_sub, "epoch commands")
+    epoch = sub.add_subparsers(dest="epoch_command", metavar="COMMAND", required=True)
+    sub = epoch.add_parser(
+        "advance",
+        parents=[common],
+        help="advance the neuron's epoch (retires requests signed before it)",
+        description="Advance the neuron's epoch: prepared attempts are voided and "
+        "results of older epochs need `rebind` before `consume`.",
+    )
+    sub.set_defaults(handler=_epoch_advance, parser=sub, read_only=False)
+
+    sub = add(
+        "grant",
+        _grant,
+        "set the grant of a prog: the acts it may use (revokes the others)",
+        epilog="With --disable and no ACT the prog's current acts are kept.",
+    )
+    sub.add_argument("prog", metavar="PROG")
+    sub.add_argument("acts", metavar="ACT", nargs="*", help="act tags to grant")
+    sub.add_argument("--disable", action="store_true", help="disable the grant")
+
+    sub = add("prog", _missing_sub, "prog commands")
+    prog = sub.add_subparsers(dest="prog_command", metavar="COMMAND", required=True)
+    sub = prog.add_parser("create", parents=[common], help="create a prog")
+    sub.set_defaults(handler=_prog_create, parser=sub, read_only=False)
+    sub.add_argument("prog", metavar="PROG")
+    sub.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEP_LIMIT,
+        metavar="N",
+        help=f"step limit (default: {DEFAULT_STEP_LIMIT})",
+    )
+    sub = prog.add_parser(
+        "state",
+        parents=[common],
+        help="change a prog's state",
+        description="active <-> paused, active|paused -> retired, retired -> archived.",
+    )
+    sub.set_defaults(handler=_prog_state, parser=sub, read_only=False)
+    sub.add_argument("prog", metavar="PROG")
+    sub.add_argument("state", metavar="STATE", choices=PROG_STATES, help="|".join(PROG_STATES))
+    sub.add_argument(
+        "--expected",
+        metavar="STATE",
+        choices=PROG_STATES,
+        help="expected current state (default: read it first)",
+    )
+    sub = prog.add_parser("show", parents=[common], help="show a prog")
+    sub.set_defaults(handler=_prog_show, parser=sub, read_only=True)
+    sub.add_argument("prog", metavar="PROG")
+    _neuron_option(sub)
+
+    sub = add("submit", _submit, "submit an operation")
+    sub.add_argument("prog", metavar="PROG")
+    sub.add_argument("op", metavar="OP", help="the op id (idempotency key)")
+    sub.add_argument("act", metavar="ACT")
+    given = sub.add_mutually_exclusive_group()
+    given.add_argument("--args", metavar="TEXT", help="args as UTF-8 text")
+    given.add_argument("--args-hex", metavar="HEX", help="args as hex digits")
+    given.add_argument("--args-file", metavar="PATH", help="args from a file ('-': stdin)")
+
+    sub = add(
+        "invoke",
+        _invoke,
+        "prepare and execute the op's next attempt",
+        epilog="Exit status 1 when the attempt failed or its outcome is unknown.",
+    )
+    sub.add_argument("op", metavar="OP")
+    sub.add_argument(
+        "--attempt", type=int, metavar="N", help="attempt number (default: 1 + attempts so far)"
+    )
+
+    sub = add("op", _missing_sub, "operation commands")
+    op = sub.add_subparsers(dest="op_command", metavar="COMMAND", required=True)
+    sub = op.add_parser("show", parents=[common], help="show an operation and its attempts")
+    sub.set_defaults(handler=_op_show, parser=sub, read_only=True)
+    sub.add_argument("op", metavar="OP")
+    _neuron_option(sub)
+
+    sub = add("ops", _ops, "list operations (with --state unknown: and their evidence)", read=True)
+    sub.add_argument("--state", choices=OP_STATES, help="|".join(OP_STATES))
+    sub.add_argument("--prog", metavar="PROG")
+    _neuron_option(sub)
+
+    sub = add("attempts", _attempts, "list attempts in one state across all neurons", read=True)
+    sub.add_argument("--state", required=True, choices=ATTEMPT_LIST_STATES)
+
+    sub = add("history", _history, "show the event records of an operation", read=True)
+    sub.add_argument("op", metavar="OP")
+    _neuron_option(sub)
+
+    sub = add("reconcile", _reconcile, "record the definite outcome of an unknown attempt")
+    sub.add_argument("op", metavar="OP")
+    sub.add_argument("attempt", metavar="ATTEMPT", type=int)
+    status = sub.add_mutually_exclusive_group(required=True)
+    status.add_argument("--succeeded", dest="status", action="store_const", const="succeeded")
+    status.add_argument("--failed", dest="status", action="store_const", const="failed")
+    status.add_argument("--not-executed", dest="status", action="store_const", const="not_executed")
+    value = sub.add_mutually_exclusive_group()
+    value.add_argument("--value", metavar="TEXT", help="the outcome's value, as text")
+    value.add_argument("--value-hex", metavar="HEX", help="the outcome's value, as bytes")
+
+    sub = add("cancel", _cancel, "cancel an operation (executes nothing)")
+    sub.add_argument("op", metavar="OP")
+    sub = add("consume", _consume, "take an operation's retained result")
+    sub.add_argument("op", metavar="OP")
+    sub = add("rebind", _rebind, "re-attach a retained result to the current epoch")
+    sub.add_argument("op", metavar="OP")
+    add("receipts", _receipts, "run the receipts of the neuron's unknown attempts")
+    sub = add(
+        "manual-take",
+        _manual_take,
+        "take an operation by hand: an unfenced attempt, unknown until reconciled",
+    )
+    sub.add_argument("op", metavar="OP")
+    sub.add_argument(
+        "--attempt", type=int, metavar="N", help="attempt number (default: 1 + attempts so far)"
+    )
+    return parser
+
+
+# --------------------------------------------------------------------------------
+# running a command
+
+
+class _Context:
+    """What a command handler needs: its arguments, and the lazily opened parts."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.json: bool = args.json
+        self._client: Client | None = None
+        self._neuron: Neuron | None = None
+        self._session: Session | None = None
+
+    @property
+    def key_path(self) -> str:
+        return self.args.key or default_key_path()
+
+    @property
+    def socket_path(self) -> str:
+        return self.args.socket or default_socket_path()
+
+    def client(self) -> Client:
+        if self._client is None:
+            timeout = self.args.timeout
+            if timeout is None and self.args.read_only:
+                timeout = DEFAULT_READ_TIMEOUT
+            try:
+                self._client = Client(self.socket_path, timeout=timeout, client_name="wardctl")
+            except (OSError, ConnectionClosed) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise _Failed(f"cannot reach wardd at {self.socket_path}: {why}") from exc
+        return self._client
+
+    def neuron(self) -> Neuron:
+        if self._neuron is None:
+            self._neuron = Neuron.load(self.key_path)
+        return self._neuron
+
+    def neuron_id(self) -> str:
+        """The neuron whose records a read is about: --neuron, else the key's."""
+        explicit = getattr(self.args, "neuron", None)
+        return explicit.lower() if explicit else self.neuron().id
+
+    def session(self) -> Session:
+        if self._session is None:
+            self._session = Session(self.client(), self.neuron())
+        return self._session
+
+    def read(self, method: str, **params: Any) -> Any:
+        return self.client().call(method, params)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run wardctl with `argv` (default: the process's); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    ctx = _Context(args)
+    try:
+        return int(args.handler(ctx))
+    except SystemExit as exc:  # parser.error() from a handler
+        return exc.code if isinstance(exc.code, int) else 2
+    except WarddError as exc:
+        return _report_refusal(ctx, exc)
+    except TimeoutError:
+        return _report(
+            ctx, "timed out waiting for wardd; the request may still be applied (read it back)"
+        )
+    except (_Failed, KeyFileError, ClientError) as exc:
+        return _report(ctx, str(exc))
+    except FileExistsError as exc:
+        return _report(ctx, f"{exc.args[0] if exc.args else exc}")
+    except KeyboardInterrupt:
+        print("wardctl: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        ctx.close()
+
+
+def _report(ctx: _Context, message: str) -> int:
+    if ctx.json:
+        write_json({"error": {"message": message}})
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def _report_refusal(ctx: _Context, exc: WarddError) -> int:
+    if ctx.json:
+        write_json({"error": exc.to_wire()})
+    print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+    if exc.data:
+        for key, value in exc.data.items():
+            print(f"  {key}: {scalar(value)}", file=sys.stderr)
+    return 1
+
+
+def _out(ctx: _Context, result: Any, text: str | Sequence[str]) -> int:
+    """Print `result` as JSON with --json, else the readable `text`."""
+    if ctx.json:
+        write_json(result)
+    else:
+        print(text if isinstance(text, str) else "\n".join(text))
+    return 0
+
+
+def _missing_sub(ctx: _Context) -> int:  # pragma: no cover - argparse requires one
+    ctx.args.parser.error("a command is required")
+    return 2
+
+
+def _already(result: Mapping[str, Any]) -> str:
+    return " (already)" if result.get("already") else ""
+
+
+# --------------------------------------------------------------------------------
+# commands: local, and unsigned reads
+
+
+def _keygen(ctx: _Context) -> int:
+    path = ctx.key_path
+    if os.path.lexists(path) and not ctx.args.force:
+        raise _Failed(f"key file {path} already exists (use --force to replace it)")
+    neuron = Neuron.generate()
+    neuron.save(path, overwrite=ctx.args.force)
+    return _out(ctx, {"neuron": neuron.id, "path": path}, neuron.id)
+
+
+def _status(ctx: _Context) -> int:
+    status = ctx.read("status")
+    return _out(ctx, status, _status_lines(status))
+
+
+def _status_lines(s: Mapping[str, Any]) -> list[str]:
+    lines = [f"wardd {s.get('version', '?')} (protocol {s.get('protocol', '?')})"]
+    lines.append(f"boot:        {s.get('boot', '?')}")
+    lines.append(f"network:     {s.get('network', '?')}")
+    uptime = s.get("uptime")
+    up = f" (up {duration(uptime)})" if isinstance(uptime, (int, float)) else ""
+    lines.append(f"started:     {s.get('started_at', '?')}{up}")
+    db = s.get("db") or {}
+    size = db.get("size")
+    size_text = human_size(size) if isinstance(size, int) else "?"
+    lines.append(
+        f"database:    {db.get('path', '?')} (schema {db.get('schema_version', '?')}, {size_text})"
+    )
+    lines.append("workers:")
+    for w in s.get("workers") or []:
+        counts = w.get("counts") or {}
+        busy = w.get("busy_op")
+        doing = (
+            f"busy: {_short(busy.get('neuron'))}/{busy.get('op')} attempt {busy.get('attempt')}"
+            if busy
+            else "idle"
+        )
+        tally = "  ".join(f"{k} {counts.get(k, 0)}" for k in ("succeeded", "failed", "unknown"))
+        lines.append(
+            f"  {w.get('id', '?'):<4} {doing:<40} {tally}  digest {_short(w.get('digest'))}"
+        )
+    ops = s.get("operations") or {}
+    by_state = ", ".join(f"{k} {v}" for k, v in ops.items() if v) or "none"
+    lines.append(f"operations:  {by_state}")
+    lines.append(f"unknown attempts: {s.get('unknown_attempts', '?')}")
+    lines.append(f"receipts pending: {s.get('receipts_pending', '?')}")
+    writer = s.get("writer") or {}
+    mean = writer.get("mean_batch")
+    mean_text = f"{mean:.2f}" if isinstance(mean, (int, float)) else "?"
+    lines.append(
+        f"writer:      backlog {writer.get('backlog', '?')}, batches {writer.get('batches', '?')}, "
+        f"mean batch {mean_text}, max batch {writer.get('max_batch', '?')}"
+    )
+    lines.append(f"connections: {s.get('connections', '?')}")
+    return lines
+
+
+def _short(value: Any, n: int = 12) -> str:
+    return str(value)[:n] if value else "-"
+
+
+def _workers(ctx: _Context) -> int:
+    workers = ctx.read("list_workers")["workers"]
+    lines = []
+    for w in workers:
+        d = w.get("descriptor") or {}
+        executor = d.get("executor") or {}
+        acts = ", ".join(d.get("acts") or []) or "-"
+        lines.append(
+            f"{w.get('worker')}  boot {_short(executor.get('boot'))}  "
+            f"digest {w.get('digest')}\n    acts: {acts}  (max args {d.get('max_arg_bytes')} B)"
+        )
+    return _out(ctx, workers, lines or ["no workers"])
+
+
+def _neuron(ctx: _Context) -> int:
+    root = ctx.read("get_neuron", neuron=ctx.neuron_id())
+    return _out(ctx, root, tree(root))
+
+
+def _prog_show(ctx: _Context) -> int:
+    prog = ctx.read("get_prog", neuron=ctx.neuron_id(), prog=ctx.args.prog)
+    return _out(ctx, prog, tree(prog))
+
+
+def _op_show(ctx: _Context) -> int:
+    op = ctx.read("get_operation", neuron=ctx.neuron_id(), op=ctx.args.op)
+    return _out(ctx, op, tree(op))
+
+
+def _pages(ctx: _Context, method: str, key: str, **params: Any) -> list[Any]:
+    items: list[Any] = []
+    after: Any = None
+    while True:
+        page_params = dict(params, limit=1000)
+        if after is not None:
+            page_params["after"] = after
+        page = ctx.client().call(method, page_params)
+        items.extend(page.get(key) or [])
+        following = page.get("next")
+        if following is None or following == after:
+            return items
+        after = following
+
+
+def _ops(ctx: _Context) -> int:
+    params: dict[str, Any] = {"neuron": ctx.neuron_id()}
+    if ctx.args.state:
+        params["state"] = ctx.args.state
+    if ctx.args.prog:
+        params["prog"] = ctx.args.prog
+    ops = _pages(ctx, "list_operations", "operations", **params)
+    if ctx.args.state == "unknown":
+        return _unknown_ops(ctx, params["neuron"], ops)
+    lines = [
+        f"{o.get('op')}  prog {o.get('prog')}  act {o.get('act')}  {o.get('state')}  "
+        f"attempts {o.get('attempts')}"
+        for o in ops
+    ]
+    return _out(ctx, ops, lines or ["no operations"])
+
+
+def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
+    """Each op with an unknown attempt, and that attempt's evidence (SPEC §3.6)."""
+    full = [ctx.read("get_operation", neuron=neuron, op=o["op"]) for o in ops]
+    if ctx.json:
+        write_json(full)
+        return 0
+    lines: list[str] = []
+    for op in full:
+        lines.append(
+            f"{op.get('op')}  prog {op.get('prog')}  act {op.get('act')}  {op.get('state')}"
+        )
+        for a in op.get("attempts") or []:
+            if a.get("state") != "unknown":
+                continue
+            lines.append(
+                f"  attempt {a.get('attempt')} ({a.get('kind')}): unknown, "
+                f"claimed {scalar(a.get('claimed'))}, boot {_short(a.get('boot'))}"
+            )
+            evidence = a.get("evidence")
+            if evidence:
+                lines.append("    evidence:")
+                lines.extend(tree(evidence, 3))
+    print("\n".join(lines) if lines else "no unknown operations")
+    return 0
+
+
+def _attempts(ctx: _Context) -> int:
+    attempts = _pages(ctx, "list_attempts", "attempts", state=ctx.args.state)
+    lines: list[str] = []
+    for a in attempts:
+        lines.append(
+            f"{_short(a.get('neuron'), 16)}  {a.get('op')} attempt {a.get('attempt')}  "
+            f"prog {a.get('prog')}  act {a.get('act')}  {a.get('kind')} {a.get('state')}  "
+            f"claimed {scalar(a.get('claimed'))}  boot {_short(a.get('boot'))}"
+        )
+        if a.get("evidence"):
+            lines.append("    evidence:")
+            lines.extend(tree(a["evidence"], 3))
+    return _out(ctx, attempts, lines or [f"no {ctx.args.state} attempts"])
+
+
+def _history(ctx: _Context) -> int:
+    records = _pages(ctx, "history", "records", neuron=ctx.neuron_id(), op=ctx.args.op)
+    lines = []
+    for r in records:
+        attempt = f" attempt {r['attempt']}" if r.get("attempt") is not None else ""
+        lines.append(f"{r.get('seq')}  {r.get('at')}  {r.get('kind')}{attempt}")
+        if r.get("data"):
+            lines.extend(tree(r["data"], 2))
+    return _out(ctx, records, lines or ["no records"])
+
+
+# --------------------------------------------------------------------------------
+# commands: signed
+
+
+def _register(ctx: _Context) -> int:
+    result = ctx.session().register()
+    text = (
+        f"neuron {result.get('neuron')} registered, epoch {result.get('epoch')}{_already(result)}"
+    )
+    return _out(ctx, result, text)
+
+
+def _bind(ctx: _Context) -> int:
+    result = ctx.session().bind(ctx.args.worker)
+    gen = result.get("placement_generation")
+    return _out(ctx, result, f"bound to {ctx.args.worker} (placement generation {gen})")
+
+
+def _release(ctx: _Context) -> int:
+    result = ctx.session().release()
+    gen = result.get("placement_generation")
+    return _out(ctx, result, f"placement released (placement generation {gen})")
+
+
+def _epoch_advance(ctx: _Context) -> int:
+    result = ctx.session().advance_epoch()
+    return _out(ctx, result, f"epoch {result.get('epoch')}")
+
+
+def _grant(ctx: _Context) -> int:
+    args = ctx.args
+    if not args.acts and not args.disable:
+        args.parser.error("name at least one ACT, or use --disable")
+    acts = args.acts if args.acts else None  # --disable alone keeps the current acts
+    result = ctx.session().grant(args.prog, acts, enabled=not args.disable)
+    granted = ", ".join(sorted(set(args.acts))) if args.acts else "current acts kept"
+    state = "disabled" if args.disable else "enabled"
+    text = (
+        f"grant for {args.prog}: {granted}, {state} (policy version "
+        f"{result.get('policy_version')}; voided {result.get('voided', 0)} prepared attempts)"
+    )
+    return _out(ctx, result, text)
+
+
+def _prog_create(ctx: _Context) -> int:
+    if ctx.args.steps < 0:
+        ctx.args.parser.error("--steps must be 0 or more")
+    result = ctx.session().create_prog(ctx.args.prog, ctx.args.steps)
+    return _out(ctx, result, f"prog {result.get('prog')} created{_already(result)}")
+
+
+def _prog_state(ctx: _Context) -> int:
+    result = ctx.session().set_prog_state(
+        ctx.args.prog, ctx.args.state, expected_state=ctx.args.expected
+    )
+    return _out(ctx, result, f"prog {result.get('prog')}: {result.get('state')}")
+
+
+def _read_args(ctx: _Context) -> bytes:
+    a = ctx.args
+    if a.args is not None:
+        return bytes(a.args.encode("utf-8"))
+    if a.args_hex is not None:
+        try:
+            return bytes.fromhex(a.args_hex)
+        except ValueError:
+            a.parser.error("--args-hex needs an even number of hex digits")
+    if a.args_file is not None:
+        if a.args_file == "-":
+            return bytes(sys.stdin.buffer.read())
+        try:
+            with open(a.args_file, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise _Failed(f"cannot read {a.args_file}: {exc.strerror or exc}") from exc
+    return b""
+
+
+def _submit(ctx: _Context) -> int:
+    args = _read_args(ctx)
+    result = ctx.session().submit(ctx.args.prog, ctx.args.op, ctx.args.act, args)
+    return _out(ctx, result, f"op {result.get('op')}: {result.get('state')}{_already(result)}")
+
+
+def _invoke(ctx: _Context) -> int:
+    result = ctx.session().invoke(ctx.args.op, expected_attempt=ctx.args.attempt)
+    status = result.get("status")
+    lines = [f"op {result.get('op')} attempt {result.get('attempt')}: {status}"]
+    if "result" in result:
+        lines.extend(tree({"result": result["result"]}))
+    if result.get("error") is not None:
+        lines.append(f"error: {scalar(result['error'])}")
+    if status == "unknown":
+        lines.append(
+            "the outcome is unknown: resolve it with a receipt (wardctl receipts) or "
+            "wardctl reconcile"
+        )
+    _out(ctx, result, lines)
+    return 0 if status == "succeeded" else 1
+
+
+def _reconcile(ctx: _Context) -> int:
+    a = ctx.args
+    value: Any = NO_VALUE
+    if a.value is not None:
+        value = a.value
+    elif a.value_hex is not None:
+        try:
+            value = bytes.fromhex(a.value_hex)
+        except ValueError:
+            a.parser.error("--value-hex needs an even number of hex digits")
+    result = ctx.session().reconcile(a.op, a.attempt, a.status, value)
+    text = f"op {result.get('op')} attempt {result.get('attempt')}: {result.get('status')}"
+    return _out(ctx, result, text + _already(result))
+
+
+def _cancel(ctx: _Context) -> int:
+    result = ctx.session().cancel(ctx.args.op)
+    return _out(ctx, result, f"op {result.get('op')}: {result.get('state')}{_already(result)}")
+
+
+def _consume(ctx: _Context) -> int:
+    result = ctx.session().consume(ctx.args.op)
+    lines = [f"op {result.get('op')} consumed (attempt {result.get('attempt')})"]
+    lines.extend(tree({"result": result.get("result")}))
+    return _out(ctx, result, lines)
+
+
+def _rebind(ctx: _Context) -> int:
+    result = ctx.session().rebind(ctx.args.op)
+    text = f"op {result.get('op')} bound to epoch {result.get('epoch')}{_already(result)}"
+    return _out(ctx, result, text)
+
+
+def _receipts(ctx: _Context) -> int:
+    result = ctx.session().check_receipts()
+    text = f"checked {result.get('checked')}, resolved {result.get('resolved')}"
+    return _out(ctx, result, text)
+
+
+def _manual_take(ctx: _Context) -> int:
+    result = ctx.session().manual_take(ctx.args.op, expected_attempt=ctx.args.attempt)
+    attempt = result.get("attempt") or {}
+    n = attempt.get("attempt")
+    lines = [
+        f"op {attempt.get('op')}: manual attempt {n} taken (epoch {attempt.get('epoch')})",
+        "it is NOT fenced and stays unknown until reconciled:",
+        f"  wardctl reconcile {attempt.get('op')} {n} --succeeded|--failed|--not-executed",
+    ]
+    return _out(ctx, result, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

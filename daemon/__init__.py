@@ -1,0 +1,1 @@
+"""wardd.daemon."""

@@ -1,0 +1,67 @@
+"""The exclusive owner lock (SPEC §2).
+
+One writer per database: ``flock(LOCK_EX | LOCK_NB)`` on a lock file beside
+the database's *resolved* path (``realpath``, so a symlink or another
+spelling of the path cannot make a second writer) and on the database file
+itself (so a hard link cannot either). Both descriptors stay open for the
+daemon's lifetime; closing them releases the lock. SQLite's own locks are
+POSIX ``fcntl`` locks, which are independent of ``flock`` on Linux.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+__all__ = ["LockHeld", "OwnerLock"]
+
+
+class LockHeld(Exception):
+    """Another process owns the database."""
+
+
+class OwnerLock:
+    def __init__(self, database: Path) -> None:
+        self.database = Path(os.path.realpath(database))
+        self.lock_path = self.database.with_name(self.database.name + ".lock")
+        self._fds: list[int] = []
+
+    def acquire(self) -> None:
+        self.database.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f" by pid {holder}" if holder else ""
+            raise LockHeld(
+                f"database {self.database} is in use: lock {self.lock_path} is held{who}"
+            ) from None
+        self._fds.append(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        dbfd = os.open(self.database, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(dbfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(dbfd)
+            self.release()
+            raise LockHeld(
+                f"database {self.database} is in use: it is locked by another process "
+                "(a hard link or another lock file)"
+            ) from None
+        self._fds.append(dbfd)
+
+    def release(self) -> None:
+        while self._fds:
+            os.close(self._fds.pop())
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode().strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,93 @@
+"""Record helpers shared by the writer units: time, CBOR columns, events,
+and the op-state projection (SPEC §2, §3.3).
+
+Everything here runs inside a writer unit (one SAVEPOINT of a batch) or on
+a reader connection; nothing here knows about trio or sockets.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sqlite3
+from typing import Any
+
+import cbor2
+
+__all__ = [
+    "ATTEMPT_OPEN", "append_event", "dec", "enc", "now", "refresh_op_state",
+]
+
+# attempt states that block a new prepare, in the order prepare reports them
+ATTEMPT_OPEN = ("prepared", "running")
+
+
+def now() -> str:
+    """RFC 3339 UTC with milliseconds."""
+    t = datetime.datetime.now(datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def enc(value: Any) -> bytes:
+    return cbor2.dumps(value)
+
+
+def dec(blob: bytes | None) -> Any:
+    return None if blob is None else cbor2.loads(blob)
+
+
+def append_event(
+    conn: sqlite3.Connection,
+    kind: str,
+    neuron_id: int,
+    *,
+    op_id: int | None = None,
+    attempt: int | None = None,
+    data: dict[str, Any] | None = None,
+    at: str | None = None,
+) -> int:
+    """Append one event record; ``follows`` is the op's previous record
+    (null for its first and for per-neuron records)."""
+    follows = None
+    if op_id is not None:
+        (follows,) = conn.execute(
+            "SELECT last_seq FROM operations WHERE id = ?", (op_id,)
+        ).fetchone()
+    cur = conn.execute(
+        "INSERT INTO events(at, kind, neuron_id, op_id, attempt, follows, data)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (at or now(), kind, neuron_id, op_id, attempt, follows,
+         None if data is None else enc(data)),
+    )
+    seq = cur.lastrowid
+    assert seq is not None
+    if op_id is not None:
+        conn.execute("UPDATE operations SET last_seq = ? WHERE id = ?", (seq, op_id))
+    return seq
+
+
+def derive_op_state(cancelled: bool, consumed: bool, latest: str | None) -> str:
+    """SPEC §3.3: the op state follows its latest attempt; cancelled and
+    consumed are terminal and override it."""
+    if cancelled:
+        return "cancelled"
+    if consumed:
+        return "consumed"
+    if latest is None or latest in ("void", "failed", "not_executed"):
+        return "pending"
+    if latest == "succeeded":
+        return "retained"
+    return latest  # prepared, running, unknown
+
+
+def refresh_op_state(conn: sqlite3.Connection, op_id: int) -> str:
+    row = conn.execute(
+        "SELECT o.state, o.cancelled,"
+        " (SELECT a.state FROM attempts a WHERE a.op_id = o.id ORDER BY a.attempt DESC LIMIT 1)"
+        " FROM operations o WHERE o.id = ?",
+        (op_id,),
+    ).fetchone()
+    state, cancelled, latest = row
+    new = derive_op_state(bool(cancelled), state == "consumed", latest)
+    if new != state:
+        conn.execute("UPDATE operations SET state = ? WHERE id = ?", (new, op_id))
+    return new

@@ -1,0 +1,181 @@
+"""Database schema and migrations by ``PRAGMA user_version`` (SPEC §2, §3.6).
+
+Integer rowid keys everywhere, client-chosen ids (neuron, prog, op) in
+secondary unique indexes (PERF-NOTES: random text primary keys cost ~4×).
+
+An attempt's *binding* (kind, epoch, policy version, placement generation,
+descriptor, digest, worker, boot, time) is immutable: a trigger refuses any
+UPDATE of those columns. Its state, reason and evidence are projections of
+the append-only ``events`` log, kept beside it for reads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 1
+
+_V1 = """
+CREATE TABLE boots(
+    id INTEGER PRIMARY KEY,
+    boot_id TEXT NOT NULL UNIQUE,
+    started_at TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    version TEXT NOT NULL,
+    stopped_at TEXT,
+    clean INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE neurons(
+    id INTEGER PRIMARY KEY,
+    neuron TEXT NOT NULL UNIQUE,
+    epoch INTEGER NOT NULL,
+    policy_version INTEGER NOT NULL,
+    placement_generation INTEGER NOT NULL,
+    placement BLOB,
+    placement_digest TEXT,
+    created_at TEXT NOT NULL,
+    last_seq INTEGER
+);
+CREATE TABLE progs(
+    id INTEGER PRIMARY KEY,
+    neuron_id INTEGER NOT NULL REFERENCES neurons(id),
+    prog TEXT NOT NULL,
+    state TEXT NOT NULL,
+    step_limit INTEGER NOT NULL,
+    steps_used INTEGER NOT NULL DEFAULT 0,
+    steps_reserved INTEGER NOT NULL DEFAULT 0,
+    exhausted INTEGER NOT NULL DEFAULT 0,
+    grant_acts BLOB,
+    grant_enabled INTEGER,
+    UNIQUE(neuron_id, prog)
+);
+CREATE TABLE reservations(
+    id INTEGER PRIMARY KEY,
+    prog_id INTEGER NOT NULL REFERENCES progs(id),
+    reservation TEXT NOT NULL,
+    steps INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    settled INTEGER,
+    UNIQUE(prog_id, reservation)
+);
+CREATE TABLE operations(
+    id INTEGER PRIMARY KEY,
+    neuron_id INTEGER NOT NULL REFERENCES neurons(id),
+    op TEXT NOT NULL,
+    prog_id INTEGER NOT NULL REFERENCES progs(id),
+    act TEXT NOT NULL,
+    args BLOB NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    cancelled INTEGER NOT NULL DEFAULT 0,
+    result_epoch INTEGER,
+    last_seq INTEGER,
+    UNIQUE(neuron_id, op)
+);
+CREATE INDEX operations_state ON operations(neuron_id, state, id);
+CREATE INDEX operations_prog ON operations(prog_id, state);
+CREATE TABLE attempts(
+    id INTEGER PRIMARY KEY,
+    op_id INTEGER NOT NULL REFERENCES operations(id),
+    attempt INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    policy_version INTEGER NOT NULL,
+    placement_generation INTEGER,
+    descriptor BLOB,
+    digest TEXT,
+    worker TEXT,
+    boot TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    evidence BLOB,
+    UNIQUE(op_id, attempt)
+);
+CREATE INDEX attempts_state ON attempts(state, id);
+CREATE TRIGGER attempts_binding_immutable
+BEFORE UPDATE OF op_id, attempt, kind, epoch, policy_version, placement_generation,
+                 descriptor, digest, worker, boot, created_at ON attempts
+BEGIN
+    SELECT RAISE(ABORT, 'an attempt binding is immutable');
+END;
+CREATE TABLE claims(
+    attempt_id INTEGER PRIMARY KEY REFERENCES attempts(id),
+    placement_generation INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    boot TEXT NOT NULL,
+    claim_info BLOB,
+    at TEXT NOT NULL
+);
+CREATE TABLE outcomes(
+    attempt_id INTEGER PRIMARY KEY REFERENCES attempts(id),
+    status TEXT NOT NULL,
+    value BLOB,
+    error TEXT,
+    source TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE TABLE events(
+    seq INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    neuron_id INTEGER NOT NULL,
+    op_id INTEGER,
+    attempt INTEGER,
+    follows INTEGER,
+    data BLOB
+);
+CREATE INDEX events_op ON events(op_id, seq) WHERE op_id IS NOT NULL;
+CREATE TRIGGER events_append_only BEFORE UPDATE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'event records are append-only');
+END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'event records are append-only');
+END;
+"""
+
+# version -> the script that brings a database at version-1 to version.
+_SCRIPTS: dict[int, str] = {1: _V1}
+
+
+class SchemaTooNew(Exception):
+    pass
+
+
+def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Bring the database to :data:`SCHEMA_VERSION`; returns (from, to).
+
+    Runs under the owner lock, before recovery (SPEC §3.6). Each step runs in
+    its own transaction together with the ``user_version`` bump."""
+    (current,) = conn.execute("PRAGMA user_version").fetchone()
+    if current > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"database schema version {current} is newer than this wardd ({SCHEMA_VERSION})"
+        )
+    start = current
+    while current < SCHEMA_VERSION:
+        target = current + 1
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # executescript commits first; run statements one by one instead.
+            _run_script(conn, target)
+            conn.execute(f"PRAGMA user_version = {target}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        current = target
+    return start, current
+
+
+def _run_script(conn: sqlite3.Connection, version: int) -> None:
+    script = _SCRIPTS[version]
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            conn.execute(buf)
+            buf = ""

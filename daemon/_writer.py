@@ -1,0 +1,227 @@
+"""The writer thread: the only connection that writes, with group commit.
+
+Every write of the daemon is a *unit*: a function ``unit(conn) -> value``
+run inside its own SAVEPOINT of a batch transaction. The writer drains its
+queue, runs every queued unit in one ``BEGIN IMMEDIATE … COMMIT`` (group
+commit: one fsync for the batch, PERF-NOTES), and only after the COMMIT
+resolves each unit's future (SPEC §3.2.3: every write replies only after
+its records are committed).
+
+A unit refuses by *raising* a :class:`WarddError` (its savepoint is rolled
+back: a refused request changes nothing) or by *returning* one (its writes
+are kept and the error is then raised to the caller: ``token_void`` durably
+voids its attempt). Any other exception rolls the unit back and becomes
+``internal``.
+
+If a COMMIT fails, every unit of the batch fails with ``internal``
+(``data.reason: commit_failed``). A batch that held a *critical* unit (an
+adapter outcome) makes the writer fail-stop: it refuses every later unit
+and calls ``on_fatal`` so the daemon exits non-zero (SPEC §3.2.3).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import structlog
+import trio
+
+from wardd.protocol import Internal, WarddError
+
+__all__ = ["Writer", "connect"]
+
+log = structlog.get_logger("wardd.writer")
+T = TypeVar("T")
+Unit = Callable[[sqlite3.Connection], Any]
+MAX_BATCH = 512
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
+    if readonly:
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+@attrs.define(eq=False)
+class _Job:
+    unit: Unit
+    critical: bool
+    future: concurrent.futures.Future[Any]
+
+
+class _Stop:
+    pass
+
+
+@attrs.define
+class WriterStats:
+    batches: int = 0
+    units: int = 0
+    max_batch: int = 0
+
+
+class Writer:
+    """Owns the write connection on one named thread."""
+
+    def __init__(self, conn: sqlite3.Connection, on_fatal: Callable[[str], None]) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        self._on_fatal = on_fatal
+        self._thread = threading.Thread(target=self._run, name="wardd-writer", daemon=True)
+        self.stats = WriterStats()
+        self.fatal: str | None = None
+        self._backlog = 0
+        self._lock = threading.Lock()
+
+    @property
+    def backlog(self) -> int:
+        return self._backlog
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._queue.put(_Stop())
+        self._thread.join()
+
+    # -- submitting -----------------------------------------------------------
+
+    def submit(self, unit: Unit, *, critical: bool = False) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self.fatal is not None:
+            fut.set_exception(Internal("the daemon stopped taking writes", {"reason": "fail_stop"}))
+            return fut
+        with self._lock:
+            self._backlog += 1
+        self._queue.put(_Job(unit, critical, fut))
+        return fut
+
+    def call(self, unit: Unit, *, critical: bool = False) -> Any:
+        """Run ``unit`` and wait for its COMMIT (from a worker thread)."""
+        return _unwrap(self.submit(unit, critical=critical).result())
+
+    async def run(self, unit: Unit, *, critical: bool = False) -> Any:
+        """Run ``unit`` and wait for its COMMIT (from the trio loop).
+
+        The wait is shielded: once submitted a unit is applied whether or not
+        the caller is still interested (SPEC §3.1: a request's effect does
+        not depend on its connection staying open)."""
+        fut = self.submit(unit, critical=critical)
+        done = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def wake(_: object) -> None:
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        fut.add_done_callback(wake)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        return _unwrap(fut.result())
+
+    # -- the thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if isinstance(first, _Stop):
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(nxt, _Stop):
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._run_batch(batch)
+            if stop:
+                return
+
+    def _run_batch(self, batch: list[_Job]) -> None:
+        conn = self._conn
+        results: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._fail_batch(batch, exc)
+            return
+        for job in batch:
+            if self.fatal is not None:
+                results.append((False, Internal("the daemon stopped taking writes")))
+                continue
+            conn.execute("SAVEPOINT unit")
+            try:
+                value = job.unit(conn)
+            except WarddError as err:
+                conn.execute("ROLLBACK TO unit")
+                conn.execute("RELEASE unit")
+                results.append((False, err))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a bug or an I/O error in one unit
+                conn.execute("ROLLBACK TO unit")
+                conn.execute("RELEASE unit")
+                log.error("unit_failed", error=repr(exc), exc_info=True)
+                results.append((False, Internal("a write failed", {"reason": "unit_failed"})))
+                continue
+            conn.execute("RELEASE unit")
+            results.append((True, value))
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._fail_batch(batch, exc)
+            return
+        n = len(batch)
+        with self._lock:
+            self._backlog -= n
+        self.stats.batches += 1
+        self.stats.units += n
+        self.stats.max_batch = max(self.stats.max_batch, n)
+        for job, (ok, value) in zip(batch, results, strict=True):
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)
+
+    def _fail_batch(self, batch: list[_Job], exc: BaseException) -> None:
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        log.error("commit_failed", error=str(exc), units=len(batch))
+        with self._lock:
+            self._backlog -= len(batch)
+        critical = any(job.critical for job in batch)
+        if critical and self.fatal is None:
+            self.fatal = f"an outcome could not be stored: {exc}"
+            self._on_fatal(self.fatal)
+        for job in batch:
+            job.future.set_exception(
+                Internal("the write could not be committed", {"reason": "commit_failed"})
+            )
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, WarddError):
+        raise value
+    return value

@@ -1,0 +1,458 @@
+"""The daemon: wiring of store, writer, guards, workers, tokens and server.
+
+A request's way: bytes → :mod:`wardd.protocol` → :mod:`.server` → a handler
+here → a writer unit (:mod:`._units`, :mod:`._units_mgmt`) → for
+``execute``/``invoke`` the worker (:mod:`.workers`) → the adapter → the
+outcome unit. Handlers check params first (``bad_request``), then the
+signature (SPEC §4), then hand the decision to a unit.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.metadata
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from wardd.adapters import Adapter, build_adapter, echo_adapter
+from wardd.protocol import (
+    PROTOCOL_VERSION,
+    Internal,
+    Request,
+    UnknownMethod,
+    UnknownNeuron,
+    Unauthenticated,
+    WarddError,
+    WrongNetwork,
+    canonical_digest,
+    verify,
+)
+
+from . import _units
+from . import _units_mgmt as mgmt
+from ._activation import listen_fds
+from ._lock import OwnerLock
+from ._notify import Notifier, scrub_environment, watchdog_interval
+from ._params import SIGNED, UNSIGNED, check_params
+from ._reads import Reads
+from ._records import now
+from ._schema import SCHEMA_VERSION, migrate
+from ._writer import Writer, connect
+from .config import Config
+from .descriptors import build_descriptors, check_descriptor, device_id
+from .guard import GuardTable
+from .recovery import Recovery
+from .server import Connection, Server, bind_unix
+from .tokens import TokenRegistry
+from .workers import Dispatch, WorkerPool
+
+__all__ = ["Daemon", "VERSION"]
+
+log = structlog.get_logger("wardd")
+VERSION = importlib.metadata.version("wardd")
+SignedHandler = Callable[[Connection, str, dict[str, Any]], Awaitable[Any]]
+EXIT_FAIL_STOP = 70
+
+
+class Daemon:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.boot = secrets.token_hex(16)
+        self.started_at = now()
+        self._t0 = time.monotonic()
+        self.lock = OwnerLock(config.database)
+        self.db_path = self.lock.database
+        self.guards = GuardTable()
+        self.tokens = TokenRegistry()
+        self._expiry: collections.deque[tuple[float, bytes]] = collections.deque()
+        self._expiry_wake = trio.Event()
+        self.recovered = trio.Event()
+        self.fatal: str | None = None
+        self.adapters: dict[str, Adapter] = {"echo": echo_adapter()}
+        for act in config.acts:
+            self.adapters[act.tag] = build_adapter(act.tag, act.table, max_frame=config.max_frame)
+        self.act_bounds = {tag: a.max_arg_bytes for tag, a in self.adapters.items()}
+        self._signed: dict[str, SignedHandler] = {}
+        self._unsigned: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[Any]]] = {}
+        self._register_handlers()
+
+    # -- start-up -----------------------------------------------------------------
+
+    def open_store(self) -> None:
+        """Take the owner lock, migrate, record this boot (before serving)."""
+        self.lock.acquire()
+        wconn = connect(self.db_path)
+        wconn.row_factory = sqlite3.Row
+        self.schema_from, _ = migrate(wconn)
+        wconn.execute(
+            "INSERT INTO boots(boot_id, started_at, pid, version) VALUES (?,?,?,?)",
+            (self.boot, self.started_at, os.getpid(), VERSION))
+        self.writer = Writer(wconn, self._on_fatal)
+        self.reads = Reads(connect(self.db_path), self.config.max_frame)
+        self.device = device_id(self.db_path)
+        self.descriptors = build_descriptors(
+            workers=self.config.workers, network=self.config.network, version=VERSION,
+            device=self.device, boot=self.boot, act_bounds=self.act_bounds)
+        self.digests = [canonical_digest(d) for d in self.descriptors]
+        self.ctx = _units.BootContext(
+            boot=self.boot, network=self.config.network,
+            advertised=dict(zip(self.digests, self.descriptors, strict=True)),
+            act_bounds=self.act_bounds)
+        self.pool = WorkerPool(self.config.workers, guards=self.guards, writer=self.writer,
+                               adapters=self.adapters, boot=self.boot)
+        self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
+
+    def _on_fatal(self, why: str) -> None:
+        # Called on the writer thread: SPEC §3.2.3 fail-stop.
+        self.fatal = why
+        log.critical("fail_stop", reason=why)
+        self._trio_token.run_sync_soon(self._stop_event.set)
+
+    def _listener(self) -> socket.socket:
+        fds = listen_fds()
+        if fds:
+            return fds[0]
+        path = self.config.socket
+        if self.config.socket_is_default:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(path.parent, 0o700)
+        return bind_unix(str(path))
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (0) or a fail-stop (non-zero)."""
+        self._trio_token = trio.lowlevel.current_trio_token()
+        self._stop_event = trio.Event()
+        notifier = Notifier.from_env()
+        wd = watchdog_interval(os.environ)
+        lsock = self._listener()  # reads LISTEN_FDS before the scrub
+        scrub_environment(os.environ)  # no child ever inherits NOTIFY_SOCKET or LISTEN_*
+        self.writer.start()
+        self.pool.start()
+        listener = trio.socket.from_stdlib_socket(lsock)
+        uids = {os.getuid(), *self.config.allowed_uids}
+        self.server = Server(
+            handle=self.handle, hello=self._hello, allowed_uids=uids,
+            max_frame=self.config.max_frame, max_connections=self.config.max_connections,
+            max_in_flight=self.config.max_in_flight, on_close=self._connection_closed)
+        log.info("starting", boot=self.boot, version=VERSION, network=self.config.network,
+                 socket=str(self.config.socket), database=str(self.db_path),
+                 workers=self.config.workers, schema_from=self.schema_from,
+                 schema=SCHEMA_VERSION)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as requests:
+                if wd:  # kept alive through the shutdown grace
+                    requests.start_soon(self._watchdog, notifier, wd)
+                async with trio.open_nursery() as services:
+                    services.start_soon(self.server.serve, listener, requests)
+                    services.start_soon(self._expire_tokens)
+                    services.start_soon(self._watch_signals, signals)
+                    await self.recovery.at_start()
+                    self.recovered.set()
+                    services.start_soon(self.recovery.background_receipts)
+                    notifier.ready()
+                    log.info("ready", boot=self.boot)
+                    await self._stop_event.wait()
+                    notifier.stopping()
+                    log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
+                    services.cancel_scope.cancel()
+                lsock.close()
+                await self._shutdown()
+                requests.cancel_scope.cancel()
+        if self.fatal is None:
+            await self._mark_clean_stop()
+        self.writer.stop()
+        self.lock.release()
+        log.info("stopped", boot=self.boot, clean=self.fatal is None)
+        return 0 if self.fatal is None else EXIT_FAIL_STOP
+
+    async def _watch_signals(self, signals: Any) -> None:
+        async for sig in signals:
+            log.info("signal", signal=signal.Signals(sig).name)
+            self._stop_event.set()
+            return
+
+    async def _watchdog(self, notifier: Notifier, interval: float) -> None:
+        while True:
+            notifier.watchdog()
+            await trio.sleep(interval)
+
+    async def _shutdown(self) -> None:
+        """SPEC §3.6: void unconsumed tokens and unclaimed dispatches, wait up
+        to the grace for calls in progress, then kill `cli` process groups."""
+        for ref in self.tokens.void_all("shutdown"):
+            await self._void(ref.attempt_id, "shutdown")
+        finished = await trio.to_thread.run_sync(self.pool.stop, self.config.shutdown_grace_s)
+        if not finished:
+            log.warning("shutdown_grace_passed", busy=[
+                {"op": s.busy.op, "attempt": s.busy.attempt}
+                for s in self.pool.states if s.busy])
+        for adapter in self.adapters.values():
+            kill = getattr(adapter, "kill_all", None)
+            if callable(kill):
+                kill()
+
+    async def _mark_clean_stop(self) -> None:
+        def unit(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE boots SET stopped_at = ?, clean = 1 WHERE boot_id = ?",
+                         (now(), self.boot))
+        try:
+            await self.writer.run(unit)
+        except WarddError as err:
+            log.error("stop_record_failed", error=err.message)
+
+    # -- tokens ---------------------------------------------------------------------
+
+    async def _void(self, attempt_id: int, reason: str) -> None:
+        try:
+            await self.writer.run(_units.void(attempt_id, reason))
+        except WarddError as err:
+            log.error("void_failed", reason=reason, error=err.message)
+
+    def _connection_closed(self, conn: Connection) -> None:
+        refs = self.tokens.drop_connection(conn.id)
+        if refs and self.server.requests is not None:
+            for ref in refs:
+                self.server.requests.start_soon(self._void, ref.attempt_id, "token_dropped")
+
+    async def _expire_tokens(self) -> None:
+        while True:
+            if not self._expiry:
+                self._expiry_wake = trio.Event()
+                await self._expiry_wake.wait()
+                continue
+            deadline, handle = self._expiry[0]
+            await trio.sleep_until(deadline)
+            self._expiry.popleft()
+            ref = self.tokens.expire(handle)
+            if ref is not None:
+                await self._void(ref.attempt_id, "token_expired")
+
+    # -- dispatch -------------------------------------------------------------------
+
+    def _hello(self) -> dict[str, Any]:
+        return {"protocol": PROTOCOL_VERSION, "daemon": f"wardd {VERSION}", "boot": self.boot,
+                "network": self.config.network, "max_frame": self.config.max_frame}
+
+    async def handle(self, conn: Connection, req: Request) -> Any:
+        method, params = req.method, req.params
+        if method in self._signed:
+            check_params(method, params, signed=True)
+            neuron = self._authenticate(method, params)
+            if method != "status":
+                await self.recovered.wait()
+            return await self._signed[method](conn, neuron, params)
+        if method in self._unsigned:
+            check_params(method, params, signed=False)
+            if method not in ("status", "list_workers"):
+                await self.recovered.wait()
+            return await self._unsigned[method](conn, params)
+        if method == "hello":
+            raise UnknownMethod("hello was already done on this connection")
+        raise UnknownMethod(f"no method {method!r}")
+
+    def _authenticate(self, method: str, params: dict[str, Any]) -> str:
+        """SPEC §4: network, then signature against our network, then registration."""
+        network = params.get("network")
+        if network is not None and network != self.config.network:
+            raise WrongNetwork(f"this daemon serves network {self.config.network!r}",
+                               {"network": self.config.network})
+        neuron = params["neuron"]
+        if not verify(neuron, params["sig"], self.config.network, method, params):
+            raise Unauthenticated("the signature does not verify")
+        if method != "register_neuron":
+            row = self.reads.conn.execute(
+                "SELECT 1 FROM neurons WHERE neuron = ?", (neuron,)).fetchone()
+            if row is None:
+                raise UnknownNeuron("neuron is not registered")
+        return str(neuron)
+
+    async def _exclusive(self, neuron: str, unit: _units.Unit) -> Any:
+        """Run a write holding the neuron's ward guard exclusively (SPEC §3.1)."""
+        await trio.to_thread.run_sync(self.guards.acquire_exclusive, neuron)
+        try:
+            return await self.writer.run(unit)
+        finally:
+            self.guards.release_exclusive(neuron)
+
+    async def _dispatch(self, worker: str, d: Dispatch) -> Any:
+        done = trio.Event()
+        box: list[Any] = []
+        token = self._trio_token
+
+        def reply(result: Any, error: WarddError | None) -> None:
+            box.append((result, error))
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        d.reply = reply
+        self.pool.submit(worker, d)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        result, error = box[0]
+        if error is not None:
+            raise error
+        return result
+
+    # -- handlers -------------------------------------------------------------------
+
+    def _register_handlers(self) -> None:
+        s, u = self._signed, self._unsigned
+        s["register_neuron"] = lambda c, n, p: self.writer.run(mgmt.register_neuron(n))
+        s["bind_placement"] = self._bind_placement
+        s["release_placement"] = lambda c, n, p: self._exclusive(
+            n, mgmt.bind_placement(n, p["expected_generation"], None, None))
+        s["advance_epoch"] = lambda c, n, p: self._exclusive(
+            n, mgmt.advance_epoch(n, p["expected_epoch"]))
+        s["set_grant"] = lambda c, n, p: self._exclusive(n, mgmt.set_grant(
+            n, p["prog"], p["acts"], p["enabled"], p["expected_policy_version"]))
+        s["create_prog"] = lambda c, n, p: self.writer.run(
+            mgmt.create_prog(n, p["prog"], p["step_limit"]))
+        s["set_prog_state"] = lambda c, n, p: self._exclusive(n, mgmt.set_prog_state(
+            n, p["prog"], p["expected_state"], p["state"]))
+        s["submit"] = lambda c, n, p: self.writer.run(mgmt.submit(
+            n, p["prog"], p["op"], p["act"], p["args"], self.act_bounds))
+        s["prepare"] = self._prepare
+        s["invoke"] = self._invoke
+        s["manual_take"] = self._manual_take
+        s["reconcile"] = self._reconcile
+        s["cancel"] = lambda c, n, p: self.writer.run(mgmt.cancel(n, p["op"]))
+        s["consume"] = lambda c, n, p: self.writer.run(mgmt.consume(n, p["op"]))
+        s["rebind"] = lambda c, n, p: self.writer.run(
+            mgmt.rebind(n, p["op"], p.get("expected_epoch")))
+        s["reserve_steps"] = lambda c, n, p: self.writer.run(mgmt.reserve_steps(
+            n, p["prog"], p["reservation"], p["steps"]))
+        s["settle_steps"] = lambda c, n, p: self.writer.run(mgmt.settle_steps(
+            n, p["prog"], p["reservation"], p["steps"]))
+        s["recover_reservations"] = lambda c, n, p: self.writer.run(
+            mgmt.recover_reservations(n, p["prog"]))
+        s["check_receipts"] = lambda c, n, p: self.recovery.check_receipts(n)
+        u["status"] = self._status
+        u["list_workers"] = self._list_workers
+        u["execute"] = self._execute
+        r = self._read
+        u["get_neuron"] = r(lambda p: self.reads.get_neuron(p["neuron"]))
+        u["get_prog"] = r(lambda p: self.reads.get_prog(p["neuron"], p["prog"]))
+        u["get_operation"] = r(lambda p: self.reads.get_operation(p["neuron"], p["op"]))
+        u["list_operations"] = r(lambda p: self.reads.list_operations(
+            p["neuron"], p.get("state"), p.get("prog"), p.get("after"), p.get("limit", 100)))
+        u["history"] = r(lambda p: self.reads.history(
+            p["neuron"], p["op"], p.get("after"), p.get("limit", 100)))
+        u["list_attempts"] = r(lambda p: self.reads.list_attempts(
+            p["state"], p.get("after"), p.get("limit", 100)))
+        assert set(s) == set(SIGNED) and set(u) == set(UNSIGNED)
+
+    @staticmethod
+    def _read(fn: Callable[[dict[str, Any]], Any]) -> Callable[..., Awaitable[Any]]:
+        async def handler(conn: Connection, params: dict[str, Any]) -> Any:
+            return fn(params)
+        return handler
+
+    async def _bind_placement(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        admitted = check_descriptor(p["descriptor"], self.descriptors)
+        return await self._exclusive(neuron, mgmt.bind_placement(
+            neuron, p["expected_generation"], admitted, canonical_digest(admitted)))
+
+    async def _prepare(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        ref = await self.writer.run(_units.prepare(self.ctx, neuron, p))
+        if conn.closed:  # the connection went away meanwhile: its token is dropped
+            await self._void(ref.attempt_id, "token_dropped")
+            raise Internal("the connection closed")
+        deadline = trio.current_time() + self.config.token_ttl_s
+        handle, _token = self.tokens.issue(conn.id, ref, deadline)
+        self._expiry.append((deadline, handle))
+        self._expiry_wake.set()
+        log.info("prepared", op=ref.op, attempt=ref.attempt, worker=ref.worker)
+        return {"token": handle, "attempt": ref.public()}
+
+    async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:
+        ref = self.tokens.take(p["token"], conn.id)
+        if ref.attempt_id is None or ref.worker is None or not self.pool.has(ref.worker):
+            raise Internal("the attempt names no worker of this daemon")
+        return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset,
+                                                         ref=ref))
+
+    async def _invoke(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        placement = self.reads.conn.execute(
+            "SELECT placement FROM neurons WHERE neuron = ?", (neuron,)).fetchone()
+        worker = "w0"
+        if placement is not None and placement[0] is not None:
+            from ._records import dec
+            w = dec(placement[0])["executor"]["worker"]
+            worker = w if self.pool.has(w) else worker
+
+        def unit_for(w: str) -> _units.Unit:
+            return _units.invoke_claim(self.ctx, neuron, p, worker=w,
+                                       claim_info=self._claim_info)
+        return await self._dispatch(worker, Dispatch(neuron=neuron, reply=_unset,
+                                                     invoke_unit=unit_for))
+
+    def _claim_info(self, act: str) -> dict[str, Any] | None:
+        fn = getattr(self.adapters.get(act), "claim_info", None)
+        return fn() if callable(fn) else None
+
+    async def _manual_take(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        ref = await self.writer.run(_units.manual_take(self.ctx, neuron, p))
+        return {"attempt": {"op": ref.op, "attempt": ref.attempt, "kind": "manual",
+                            "epoch": ref.epoch, "policy_version": ref.policy_version}}
+
+    async def _reconcile(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        await self.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
+        out = p["outcome"]
+        return await self.writer.run(mgmt.reconcile(
+            neuron, p["op"], p["attempt"], out["status"], out.get("value")))
+
+    async def _list_workers(self, conn: Connection, p: dict[str, Any]) -> Any:
+        return {"workers": [{"worker": d["executor"]["worker"], "descriptor": d, "digest": g}
+                            for d, g in zip(self.descriptors, self.digests, strict=True)]}
+
+    async def _status(self, conn: Connection, p: dict[str, Any]) -> Any:
+        ops, unknown = self.reads.counts()
+        st = self.writer.stats
+        size = 0
+        for suffix in ("", "-wal"):
+            try:
+                size += os.stat(str(self.db_path) + suffix).st_size
+            except OSError:
+                pass
+        workers = []
+        for s, digest in zip(self.pool.states, self.digests, strict=True):
+            busy = s.busy
+            workers.append({
+                "id": s.id, "digest": digest,
+                "busy_op": None if busy is None else {"neuron": busy.neuron, "op": busy.op,
+                                                      "attempt": busy.attempt},
+                "counts": dict(s.counts)})
+        return {
+            "version": VERSION, "protocol": PROTOCOL_VERSION, "boot": self.boot,
+            "started_at": self.started_at, "uptime": round(time.monotonic() - self._t0, 3),
+            "network": self.config.network,
+            "db": {"path": str(self.db_path), "schema_version": SCHEMA_VERSION, "size": size},
+            "workers": workers, "operations": ops, "unknown_attempts": unknown,
+            "receipts_pending": self.recovery.pending,
+            "writer": {"backlog": self.writer.backlog, "batches": st.batches,
+                       "mean_batch": round(st.units / st.batches, 2) if st.batches else 0,
+                       "max_batch": st.max_batch},
+            "connections": len(self.server.connections),
+            "tokens": len(self.tokens),
+            "recovering": not self.recovered.is_set(),
+        }
+
+
+def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch
+    raise AssertionError("reply callback not set")
+
+
+def database_path(config: Config) -> Path:
+    return Path(os.path.realpath(config.database))

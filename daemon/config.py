@@ -1,0 +1,199 @@
+"""Configuration: TOML (stdlib ``tomllib``) → a frozen :class:`Config` (SPEC §6).
+
+Every refusal names the file, the key by its full dotted path (for example
+``acts."tool.run".adapter``) and the reason, in one line, so that
+``wardd check-config`` and a failed start say exactly what to fix. Unknown
+keys are refused rather than ignored: a typo in a safety setting must not
+silently fall back to a default.
+
+With no file the daemon runs on an embedded default (:data:`DEFAULT_TOML`):
+XDG paths, network ``local``, 2 workers, act ``echo``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from wardd.adapters import AdapterConfigError, build_adapter
+
+__all__ = ["Config", "ConfigError", "DEFAULT_TOML", "load_config", "parse_config"]
+
+DEFAULT_TOML = """\
+# wardd's embedded default configuration (used when no --config is given).
+network = "local"
+workers = 2
+"""
+
+MIN_MAX_FRAME = 131072
+_NETWORK_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_ACT_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_TOP_KEYS = {
+    "network", "socket", "database", "workers", "allowed_uids", "token_ttl_s",
+    "max_frame", "shutdown_grace_s", "acts", "max_connections", "max_in_flight",
+}
+
+
+class ConfigError(Exception):
+    """A refused configuration: ``<file>: <key>: <reason>``."""
+
+    def __init__(self, file: str, key: str, reason: str) -> None:
+        self.file = file
+        self.key = key
+        self.reason = reason
+        super().__init__(f"{file}: {key}: {reason}" if key else f"{file}: {reason}")
+
+
+@attrs.frozen
+class ActConfig:
+    """One ``[acts."<tag>"]`` table, validated by building its adapter once."""
+
+    tag: str
+    table: Mapping[str, Any]
+
+
+@attrs.frozen
+class Config:
+    source: str
+    network: str
+    socket: Path
+    socket_is_default: bool
+    database: Path
+    workers: int
+    allowed_uids: tuple[int, ...]
+    token_ttl_s: float
+    max_frame: int
+    shutdown_grace_s: float
+    max_connections: int
+    max_in_flight: int
+    acts: tuple[ActConfig, ...]
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / fallback
+
+
+def default_socket_path() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime and os.path.isabs(runtime) else Path(f"/tmp/wardd-{os.getuid()}")
+    return base / "wardd" / "wardd.sock"
+
+
+def default_database_path() -> Path:
+    return _xdg("XDG_STATE_HOME", ".local/state") / "wardd" / "wardd.db"
+
+
+def _quote(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key + '"'
+
+
+def _uint(file: str, key: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(file, key, f"must be an integer, not {type(value).__name__}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ConfigError(file, key, f"must be {bound}, not {value}")
+    return value
+
+
+def _seconds(file: str, key: str, value: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(file, key, f"must be a number of seconds, not {type(value).__name__}")
+    if value < 0 or (value == 0 and not allow_zero) or value != value or value > 10**7:
+        raise ConfigError(file, key, f"must be a positive number of seconds, not {value}")
+    return float(value)
+
+
+def _path(file: str, key: str, value: Any) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(file, key, "must be a non-empty path string")
+    if "\x00" in value:
+        raise ConfigError(file, key, "must not contain NUL")
+    p = Path(os.path.expanduser(value))
+    if not p.is_absolute():
+        raise ConfigError(file, key, f"must be an absolute path, not {value!r}")
+    return p
+
+
+def parse_config(data: Mapping[str, Any], source: str) -> Config:
+    """Validate a parsed TOML document; raises :class:`ConfigError`."""
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ConfigError(source, _quote(key), "unknown key")
+    network = data.get("network", "local")
+    if not isinstance(network, str) or not _NETWORK_RE.fullmatch(network):
+        raise ConfigError(source, "network", "must be 1-64 characters of [A-Za-z0-9._:-]")
+    socket_is_default = "socket" not in data
+    socket = default_socket_path() if socket_is_default else _path(source, "socket", data["socket"])
+    if len(os.fsencode(str(socket))) > 107:
+        raise ConfigError(source, "socket", "path is longer than a Unix socket allows (107 bytes)")
+    database = (
+        default_database_path() if "database" not in data
+        else _path(source, "database", data["database"])
+    )
+    workers = _uint(source, "workers", data.get("workers", 2), minimum=1, maximum=256)
+    uids_raw = data.get("allowed_uids", [])
+    if not isinstance(uids_raw, list):
+        raise ConfigError(source, "allowed_uids", "must be a list of uids")
+    uids = tuple(
+        _uint(source, f"allowed_uids[{i}]", u, maximum=2**32 - 1) for i, u in enumerate(uids_raw)
+    )
+    token_ttl_s = _seconds(source, "token_ttl_s", data.get("token_ttl_s", 60))
+    max_frame = _uint(
+        source, "max_frame", data.get("max_frame", 1 << 20), minimum=MIN_MAX_FRAME, maximum=1 << 30
+    )
+    grace = _seconds(source, "shutdown_grace_s", data.get("shutdown_grace_s", 30), allow_zero=True)
+    max_conn = _uint(source, "max_connections", data.get("max_connections", 4096), minimum=1)
+    max_inflight = _uint(source, "max_in_flight", data.get("max_in_flight", 256), minimum=1)
+    acts_raw = data.get("acts", {})
+    if not isinstance(acts_raw, dict):
+        raise ConfigError(source, "acts", "must be a table of act tables")
+    acts: list[ActConfig] = []
+    for tag, table in acts_raw.items():
+        where = f"acts.{_quote(tag)}"
+        if not _ACT_RE.fullmatch(tag):
+            raise ConfigError(source, where, "act tags are 1-128 characters of [A-Za-z0-9._:-]")
+        if tag == "echo":
+            raise ConfigError(source, where, "'echo' is built in and cannot be configured")
+        if not isinstance(table, dict):
+            raise ConfigError(source, where, "must be a table")
+        try:
+            build_adapter(tag, table, max_frame=max_frame)
+        except AdapterConfigError as exc:
+            raise ConfigError(source, f"{where}.{_quote(exc.key)}" if exc.key else where,
+                              exc.reason) from None
+        acts.append(ActConfig(tag=tag, table=dict(table)))
+    return Config(
+        source=source, network=network, socket=socket, socket_is_default=socket_is_default,
+        database=database, workers=workers, allowed_uids=uids, token_ttl_s=token_ttl_s,
+        max_frame=max_frame, shutdown_grace_s=grace, max_connections=max_conn,
+        max_in_flight=max_inflight, acts=tuple(acts),
+    )
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Read and validate ``path`` (None: the embedded default)."""
+    if path is None:
+        return parse_config(tomllib.loads(DEFAULT_TOML), "<embedded default>")
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(source, "", "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, "", f"invalid TOML: {exc}") from None
+    return parse_config(data, source)

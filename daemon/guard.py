@@ -1,0 +1,83 @@
+"""The ward guard: one readers–writer guard per neuron (SPEC §3.1).
+
+A dispatch holds its neuron's guard *shared* from just before its claim is
+published until its adapter call returns. Placement, epoch, grant and
+prog-state writes hold it *exclusively* around their write, so each returns
+only after that neuron's calls in progress have returned. A waiting
+exclusive holder keeps new shared holders out (no starvation of
+revocations).
+
+All guards share one condition variable, which the workers also wait on:
+a worker whose next dispatch cannot take its guard sets it aside and is
+woken when any guard is released. Shared acquisition never blocks
+(:meth:`try_shared`); exclusive acquisition blocks a helper thread, never
+the event loop or the writer.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import attrs
+
+__all__ = ["GuardTable"]
+
+
+@attrs.define
+class _Guard:
+    readers: int = 0
+    writer: bool = False
+    writers_waiting: int = 0
+
+
+class GuardTable:
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self._guards: dict[str, _Guard] = {}
+
+    def _get(self, neuron: str) -> _Guard:
+        g = self._guards.get(neuron)
+        if g is None:
+            g = self._guards[neuron] = _Guard()
+        return g
+
+    def _forget(self, neuron: str, g: _Guard) -> None:
+        if not g.readers and not g.writer and not g.writers_waiting:
+            self._guards.pop(neuron, None)
+
+    # shared: callers hold self.cond
+    def try_shared_locked(self, neuron: str) -> bool:
+        g = self._get(neuron)
+        if g.writer or g.writers_waiting:
+            return False
+        g.readers += 1
+        return True
+
+    def release_shared(self, neuron: str) -> None:
+        with self.cond:
+            g = self._guards[neuron]
+            g.readers -= 1
+            self._forget(neuron, g)
+            self.cond.notify_all()
+
+    # exclusive: blocking, for a helper thread
+    def acquire_exclusive(self, neuron: str) -> None:
+        with self.cond:
+            g = self._get(neuron)
+            g.writers_waiting += 1
+            while g.readers or g.writer:
+                self.cond.wait()
+            g.writers_waiting -= 1
+            g.writer = True
+
+    def release_exclusive(self, neuron: str) -> None:
+        with self.cond:
+            g = self._guards[neuron]
+            g.writer = False
+            self._forget(neuron, g)
+            self.cond.notify_all()
+
+    def busy(self, neuron: str) -> tuple[int, bool]:
+        with self.cond:
+            g = self._guards.get(neuron)
+            return (g.readers, g.writer) if g else (0, False)

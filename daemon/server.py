@@ -1,0 +1,243 @@
+"""The Unix-socket server: peer uid, hello, framing, pipelining, limits (SPEC §4).
+
+Bytes go through the sans-IO :mod:`wardd.protocol`; requests are handed to
+``Daemon.handle``. Each request runs in the daemon's own nursery, not the
+connection's, so its effect does not depend on the connection staying open
+(SPEC §3.1); a response to a closed connection is dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from wardd.protocol import (
+    NEED_DATA,
+    PROTOCOL_VERSION,
+    BadFrame,
+    ErrorReply,
+    Forbidden,
+    FrameDecoder,
+    Internal,
+    Overloaded,
+    ProtocolError,
+    Request,
+    Response,
+    WarddError,
+    encode_frame,
+    encode_item,
+    parse_request,
+)
+
+__all__ = ["Connection", "Server", "shrink_to_frame"]
+
+log = structlog.get_logger("wardd.server")
+_ids = itertools.count(1)
+
+
+@attrs.define(eq=False)
+class Connection:
+    stream: trio.SocketStream
+    uid: int
+    max_frame: int
+    id: int = attrs.field(factory=lambda: next(_ids))
+    in_flight: int = 0
+    closed: bool = False
+    greeted: bool = False
+    send_lock: trio.Lock = attrs.field(factory=trio.Lock)
+
+    async def send(self, item: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        try:
+            frame = encode_frame(item, max_frame=self.max_frame)
+        except ValueError:
+            frame = encode_frame(shrink_to_frame(item, self.max_frame), max_frame=self.max_frame)
+        async with self.send_lock:
+            try:
+                await self.stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.closed = True
+
+
+def shrink_to_frame(item: Any, max_frame: int) -> Any:
+    """SPEC §4: a value too large to be sent is replaced by
+    ``{omitted_bytes: n}`` in the response (the record keeps it)."""
+    limit = max_frame // 2
+    while limit >= 64:
+        shrunk = _omit(item, limit)
+        if len(encode_item(shrunk)) + 4 <= max_frame:
+            return shrunk
+        limit //= 4
+    return {"id": item.get("id"), "error": Internal("the response is too large").to_wire()}
+
+
+def _omit(v: Any, limit: int) -> Any:
+    if isinstance(v, (bytes, str)) and len(v) > limit:
+        return {"omitted_bytes": len(v)}
+    if isinstance(v, dict):
+        return {k: _omit(x, limit) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_omit(x, limit) for x in v]
+    return v
+
+
+Handler = Callable[[Connection, Request], Awaitable[Any]]
+
+
+class Server:
+    def __init__(self, *, handle: Handler, hello: Callable[[], dict[str, Any]],
+                 allowed_uids: set[int], max_frame: int, max_connections: int,
+                 max_in_flight: int, on_close: Callable[[Connection], None]) -> None:
+        self._handle = handle
+        self._hello = hello
+        self._allowed = allowed_uids
+        self._max_frame = max_frame
+        self._max_connections = max_connections
+        self._max_in_flight = max_in_flight
+        self._on_close = on_close
+        self.connections: set[Connection] = set()
+        self.requests: trio.Nursery | None = None
+
+    async def serve(self, listener: trio.socket.SocketType, requests: trio.Nursery) -> None:
+        """Accept forever (cancel to stop accepting)."""
+        self.requests = requests
+        async with trio.open_nursery() as conns:
+            while True:
+                try:
+                    sock, _ = await listener.accept()
+                except OSError as exc:  # EMFILE and friends: back off, never die
+                    log.warning("accept_failed", error=str(exc))
+                    await trio.sleep(0.1)
+                    continue
+                conns.start_soon(self._connection, sock)
+
+    async def _connection(self, sock: trio.socket.SocketType) -> None:
+        stream = trio.SocketStream(sock)
+        uid = _peer_uid(sock)
+        conn = Connection(stream=stream, uid=uid, max_frame=self._max_frame)
+        try:
+            if uid not in self._allowed:
+                log.warning("peer_forbidden", uid=uid)
+                await conn.send(ErrorReply(None, Forbidden("this uid may not use wardd")).to_wire())
+                return
+            if len(self.connections) >= self._max_connections:
+                await conn.send(ErrorReply(None, Overloaded("too many connections")).to_wire())
+                return
+            self.connections.add(conn)
+            await self._read_loop(conn)
+        finally:
+            conn.closed = True
+            self.connections.discard(conn)
+            self._on_close(conn)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _read_loop(self, conn: Connection) -> None:
+        decoder = FrameDecoder(self._max_frame)
+        while True:
+            try:
+                data = await conn.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+            if not data:
+                return
+            decoder.feed(data)
+            while True:
+                try:
+                    item = decoder.next_item()
+                except BadFrame as err:
+                    await conn.send(ErrorReply(None, err).to_wire())
+                    return
+                if item is NEED_DATA:
+                    break
+                if not await self._dispatch(conn, item):
+                    return
+
+    async def _dispatch(self, conn: Connection, item: Any) -> bool:
+        """Handle one decoded item; False closes the connection."""
+        try:
+            req = parse_request(item)
+        except ProtocolError as err:
+            await conn.send(ErrorReply(err.request_id, err).to_wire())
+            return conn.greeted
+        if not conn.greeted:
+            return await self._greet(conn, req)
+        if conn.in_flight >= self._max_in_flight:
+            await conn.send(ErrorReply(req.id, Overloaded("too many requests in flight")).to_wire())
+            return True
+        conn.in_flight += 1
+        assert self.requests is not None
+        self.requests.start_soon(self._run, conn, req)
+        return True
+
+    async def _greet(self, conn: Connection, req: Request) -> bool:
+        p = req.params
+        if req.method != "hello":
+            err: WarddError = ProtocolError("the first request must be hello",
+                                            {"supported": [PROTOCOL_VERSION]})
+        elif p.get("protocol") != PROTOCOL_VERSION or isinstance(p.get("protocol"), bool):
+            err = ProtocolError("unsupported protocol version", {"supported": [PROTOCOL_VERSION]})
+        elif not isinstance(p.get("client"), str):
+            err = ProtocolError("hello needs {protocol: 1, client: text}",
+                                {"supported": [PROTOCOL_VERSION]})
+        else:
+            conn.greeted = True
+            await conn.send(Response(req.id, self._hello()).to_wire())
+            return True
+        await conn.send(ErrorReply(req.id, err).to_wire())
+        return False
+
+    async def _run(self, conn: Connection, req: Request) -> None:
+        try:
+            result = await self._handle(conn, req)
+        except WarddError as err:
+            reply: dict[str, Any] = ErrorReply(req.id, err).to_wire()
+        except Exception as exc:  # noqa: BLE001 - the daemon never dies from a request
+            log.error("handler_failed", method=req.method, error=repr(exc), exc_info=True)
+            reply = ErrorReply(req.id, Internal("internal error")).to_wire()
+        else:
+            reply = Response(req.id, result).to_wire()
+        finally:
+            conn.in_flight -= 1
+        await conn.send(reply)
+
+
+def _peer_uid(sock: trio.socket.SocketType) -> int:
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return uid
+
+
+def bind_unix(path: str) -> socket.socket:
+    """Bind a listening socket at ``path``, 0600, replacing a stale socket
+    file that has no listener (SPEC §3.6) but never a live one."""
+    if os.path.exists(path):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)
+        except OSError:
+            raise
+        else:
+            raise OSError(f"another process is listening on {path}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(512)
+    return sock

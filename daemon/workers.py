@@ -1,0 +1,239 @@
+"""Workers: one dedicated thread each, running the guarded dispatch (SPEC §3.2).
+
+On its thread a worker takes the neuron's ward guard shared, submits the
+claim to the writer and waits for its COMMIT on a thread-level future, then
+— still holding the guard — calls the adapter synchronously. This is the
+linearization boundary. The guard is released before the outcome is
+accepted through the writer, pinned to the original op and attempt.
+
+A worker serves its queue in order per neuron; a dispatch whose neuron's
+guard is held exclusively is set aside and the next neuron's dispatch is
+served meanwhile (dispatches of different neurons never wait for each
+other's guard).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import structlog
+
+from wardd.adapters import ActRequest, Adapter, DefiniteFailure
+from wardd.protocol import Internal, TokenVoid, WarddError
+
+from . import _units
+from ._units import AttemptRef
+from ._writer import Writer
+from .guard import GuardTable
+
+__all__ = ["Dispatch", "WorkerPool"]
+
+log = structlog.get_logger("wardd.worker")
+ERROR_TEXT_MAX = 2000
+
+
+@attrs.define(eq=False)
+class Dispatch:
+    """One accepted ``execute`` (``ref`` set) or ``invoke`` (``invoke_unit``)."""
+
+    neuron: str
+    reply: Callable[[Any, WarddError | None], None]  # thread-safe
+    ref: AttemptRef | None = None
+    invoke_unit: Callable[[str], _units.Unit] | None = None
+
+
+@attrs.define
+class WorkerState:
+    id: str
+    busy: AttemptRef | None = None
+    counts: dict[str, int] = attrs.field(factory=lambda: {"succeeded": 0, "failed": 0,
+                                                          "unknown": 0})
+
+
+class WorkerPool:
+    def __init__(self, n: int, *, guards: GuardTable, writer: Writer,
+                 adapters: Mapping[str, Adapter], boot: str) -> None:
+        self._guards = guards
+        self._cond = guards.cond
+        self._writer = writer
+        self._adapters = adapters
+        self._boot = boot
+        self.states = [WorkerState(f"w{i}") for i in range(n)]
+        self._queues: dict[str, collections.deque[Dispatch]] = {
+            s.id: collections.deque() for s in self.states}
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}",
+                             daemon=True)
+            for s in self.states
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def has(self, worker: str) -> bool:
+        return worker in self._queues
+
+    def submit(self, worker: str, d: Dispatch) -> None:
+        with self._cond:
+            if self._stopping:
+                d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
+                self._void_unclaimed(d)
+                return
+            self._queues[worker].append(d)
+            self._cond.notify_all()
+
+    def stop(self, grace: float) -> bool:
+        """Refuse queued dispatches (``shutdown``), wait up to ``grace``
+        seconds for calls in progress; True if every worker finished."""
+        with self._cond:
+            self._stopping = True
+            queued = [d for q in self._queues.values() for d in q]
+            for q in self._queues.values():
+                q.clear()
+            self._cond.notify_all()
+        for d in queued:
+            d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
+            self._void_unclaimed(d)
+        deadline = _monotonic() + grace
+        for t in self._threads:
+            t.join(max(0.0, deadline - _monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def _void_unclaimed(self, d: Dispatch) -> None:
+        if d.ref is not None:
+            try:
+                self._writer.call(_units.void(d.ref.attempt_id, "shutdown"))
+            except WarddError:
+                pass  # recovery at the next start marks it unknown (claimed: false)
+
+    # -- the thread -------------------------------------------------------------
+
+    def _next(self, state: WorkerState) -> Dispatch | None:
+        q = self._queues[state.id]
+        with self._cond:
+            while True:
+                if self._stopping:
+                    return None
+                set_aside: set[str] = set()
+                for d in q:
+                    if d.neuron in set_aside:
+                        continue  # keep each neuron's order
+                    if self._guards.try_shared_locked(d.neuron):
+                        q.remove(d)
+                        return d
+                    set_aside.add(d.neuron)
+                self._cond.wait()
+
+    def _loop(self, state: WorkerState) -> None:
+        while True:
+            d = self._next(state)
+            if d is None:
+                return
+            try:
+                self._dispatch(state, d)
+            except BaseException as exc:  # noqa: BLE001 - a worker must never die silently
+                log.critical("worker_crashed", worker=state.id, error=repr(exc), exc_info=True)
+                d.reply(None, Internal("the worker failed"))
+
+    def _dispatch(self, state: WorkerState, d: Dispatch) -> None:
+        """Run with the neuron's guard held shared (taken by ``_next``)."""
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._guards.release_shared(d.neuron)
+
+        try:
+            ref = self._claim(state, d, release)
+            if ref is None:
+                return
+            state.busy = ref
+            status, value, error = self._call(ref)
+        finally:
+            release()
+            state.busy = None
+        self._accept(state, d, ref, status, value, error)
+
+    def _claim(self, state: WorkerState, d: Dispatch,
+               release: Callable[[], None]) -> AttemptRef | None:
+        try:
+            if d.invoke_unit is not None:
+                got = self._writer.call(d.invoke_unit(state.id))
+                if isinstance(got, str):  # the placement names another worker
+                    release()
+                    if not self.has(got):
+                        d.reply(None, Internal("the placement names no worker of this daemon"))
+                    else:
+                        self.submit(got, d)
+                    return None
+                ref: AttemptRef = got
+            else:
+                assert d.ref is not None
+                adapter = self._adapters.get(d.ref.act)
+                info = _claim_info(adapter)
+                ref = self._writer.call(
+                    _units.claim(d.ref, worker=state.id, boot=self._boot, claim_info=info))
+        except WarddError as err:
+            release()
+            if isinstance(err, Internal) and d.ref is not None:
+                # SPEC §3.2.2: a failed claim commit voids the attempt (claim_failed)
+                try:
+                    self._writer.call(_units.void(d.ref.attempt_id, "claim_failed"))
+                except WarddError:
+                    pass  # recovery marks it unknown with claimed: false
+                err = Internal("the claim could not be committed", {"reason": "claim_failed"})
+            d.reply(None, err)
+            return None
+        log.info("claimed", op=ref.op, attempt=ref.attempt, worker=state.id)
+        return ref
+
+    def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
+        adapter = self._adapters[ref.act]
+        request = ActRequest(neuron=ref.neuron, op=ref.op, attempt=ref.attempt, act=ref.act,
+                             args=ref.args)
+        try:
+            return "succeeded", adapter.call(request), None
+        except DefiniteFailure as exc:
+            return "failed", None, _text(exc) or "the act failed without an effect"
+        except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
+            return "unknown", None, _text(exc) or type(exc).__name__
+
+    def _accept(self, state: WorkerState, d: Dispatch, ref: AttemptRef, status: str,
+                value: Any, error: str | None) -> None:
+        try:
+            self._writer.call(_units.outcome(ref, status, value, error, "adapter"),
+                              critical=True)
+        except WarddError:
+            # SPEC §3.2.3: never report an outcome that is not stored
+            d.reply(None, Internal("the outcome could not be stored", {"reason": "fail_stop"}))
+            return
+        state.counts[status] += 1
+        log.info("outcome", op=ref.op, attempt=ref.attempt, worker=state.id, status=status)
+        result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
+        if status == "succeeded":
+            result["result"] = value
+        else:
+            result["error"] = error
+        d.reply(result, None)
+
+
+def _claim_info(adapter: Adapter | None) -> dict[str, Any] | None:
+    fn = getattr(adapter, "claim_info", None)
+    return fn() if callable(fn) else None
+
+
+def _text(exc: BaseException) -> str:
+    return str(exc)[:ERROR_TEXT_MAX]
+
+
+def _monotonic() -> float:
+    import time
+    return time.monotonic()

@@ -1,0 +1,289 @@
+"""Strict CBOR (RFC 8949) for frame bodies: a bounded decoder and a checked encoder.
+
+SPEC §4: a frame body must be *exactly one well-formed CBOR item*. We do not
+trust a general-purpose decoder with that promise, so `decode_item` is a
+small pure-Python decoder that walks the bytes once, checks every rule below
+and builds the value as it goes. Anything else is `BadFrame`:
+
+- truncation, and bytes after the one item;
+- reserved additional-information values 28-30 (RFC 8949 §3), and an
+  indefinite length (31) on an integer, a tag or inside an indefinite string;
+- a "break" (0xff) outside an indefinite-length container;
+- invalid UTF-8 in a text string (each chunk of an indefinite one on its own,
+  RFC 8949 §3.2.3);
+- a declared length larger than what is left of the body, refused before
+  anything is allocated (an n-element array needs at least n more bytes);
+- container nesting deeper than `max_depth` (SPEC §4: the top-level item is
+  at depth 1, so 64 nested arrays or maps are fine and 65 are not). Depth
+  counts containers only: a scalar inside the 64th array is still fine;
+- a map with a duplicate key. Keys are compared as decoded values, so two
+  keys that Python would merge into one dict entry (``1``, ``1.0`` and
+  ``true``; ``0.0`` and ``-0.0``) are duplicates too: a decoded map never
+  silently loses an entry. Keys that are not text, bytes or integers are
+  also compared by their encoded bytes (this catches NaN keys, which are
+  never equal to themselves);
+- **our decisions beyond well-formedness**: every CBOR tag (major type 6;
+  wardd uses none, and tags would let the peer choose Python types such as
+  bignums, datetimes or sets), and every simple value except false, true
+  and null (``undefined``, unassigned and one-byte simple values). Floats
+  (half, single, double) are allowed here; signed params forbid them one
+  level up (SPEC §4).
+
+Non-preferred serializations (e.g. ``0x18 0x05`` for 5) and indefinite-length
+strings, arrays and maps are well-formed and accepted. Arrays decode to
+`list` and maps to `dict`, except as map keys, where they become `tuple` and
+`cbor2.frozendict` so they can be hashed.
+
+`encode_item` is ``cbor2.dumps`` behind a check that the value stays inside
+what `decode_item` accepts (so the daemon never sends a frame its own
+clients refuse); ``canonical=True`` gives RFC 8949 §4.2.1 core deterministic
+encoding, which `canonical_digest` hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from typing import Any
+
+import cbor2
+
+from ._constants import MAX_DEPTH
+from ._errors import BadFrame
+
+__all__ = ["canonical_digest", "check_value", "decode_item", "encode_item"]
+
+_U16 = struct.Struct(">H").unpack_from
+_U32 = struct.Struct(">I").unpack_from
+_U64 = struct.Struct(">Q").unpack_from
+_F16 = struct.Struct(">e").unpack_from
+_F32 = struct.Struct(">f").unpack_from
+_F64 = struct.Struct(">d").unpack_from
+
+_BREAK = 0xFF
+_SIMPLE = {20: False, 21: True, 22: None}
+# Key types compared by decoded value only; any other key is also compared by
+# its encoded bytes.
+_PLAIN_KEYS = (str, bytes, int)
+_UINT_LIMIT = 1 << 64
+# Python types encode_item passes without a look inside (bool: True/False).
+_SCALAR_TYPES = frozenset({str, bytes, bytearray, float, bool, type(None)})
+
+
+def decode_item(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Decode `body`, which must be exactly one well-formed CBOR item.
+
+    Raises `BadFrame` for anything else (see the module docstring for the
+    rules). `max_depth` bounds container nesting; the top-level item is at
+    depth 1.
+    """
+    data = bytes(body)
+    if not data:
+        raise BadFrame("empty frame body")
+    try:
+        value, pos = _item(data, 0, max_depth)
+    except (IndexError, struct.error):
+        raise BadFrame("truncated CBOR item") from None
+    except RecursionError:
+        raise BadFrame("CBOR item nested too deeply") from None
+    if pos != len(data):
+        raise BadFrame(f"{len(data) - pos} trailing bytes after the CBOR item")
+    return value
+
+
+def _item(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
+    """Decode the item at `pos`; return it and the position after it.
+
+    `depth` is how many more containers may be opened here (>= 1 to open one).
+    """
+    start = pos
+    ib = data[pos]
+    major = ib >> 5
+    ai = ib & 0x1F
+    pos += 1
+    if ai < 24:
+        arg = ai
+    elif ai == 24:
+        arg = data[pos]
+        pos += 1
+    elif ai == 25:
+        arg = _U16(data, pos)[0]
+        pos += 2
+    elif ai == 26:
+        arg = _U32(data, pos)[0]
+        pos += 4
+    elif ai == 27:
+        arg = _U64(data, pos)[0]
+        pos += 8
+    elif ai == 31:
+        return _indefinite(data, pos, major, depth)
+    else:
+        raise BadFrame(f"reserved additional information {ai} at offset {start}")
+
+    if major == 3:
+        end = pos + arg
+        if end > len(data):
+            raise BadFrame("text string longer than the frame")
+        try:
+            return data[pos:end].decode("utf-8"), end
+        except UnicodeDecodeError:
+            raise BadFrame(f"invalid UTF-8 in the text string at offset {pos}") from None
+    if major == 0:
+        return arg, pos
+    if major == 5:
+        if depth < 1:
+            raise BadFrame("CBOR item nested too deeply")
+        if arg > (len(data) - pos) >> 1:
+            raise BadFrame("map longer than the frame")
+        result: dict[Any, Any] = {}
+        raw_keys: set[bytes] = set()
+        for _ in range(arg):
+            pos = _map_entry(data, pos, depth - 1, result, raw_keys)
+        return result, pos
+    if major == 2:
+        end = pos + arg
+        if end > len(data):
+            raise BadFrame("byte string longer than the frame")
+        return data[pos:end], end
+    if major == 4:
+        if depth < 1:
+            raise BadFrame("CBOR item nested too deeply")
+        if arg > len(data) - pos:
+            raise BadFrame("array longer than the frame")
+        items = []
+        for _ in range(arg):
+            value, pos = _item(data, pos, depth - 1)
+            items.append(value)
+        return items, pos
+    if major == 1:
+        return -1 - arg, pos
+    if major == 7:
+        if ai == 25:
+            return _F16(data, pos - 2)[0], pos
+        if ai == 26:
+            return _F32(data, pos - 4)[0], pos
+        if ai == 27:
+            return _F64(data, pos - 8)[0], pos
+        if ai in _SIMPLE:
+            return _SIMPLE[ai], pos
+        # Our decision: undefined (23), unassigned simple values (0-19) and
+        # every one-byte simple value (24; those below 32 are not even
+        # well-formed, RFC 8949 §3.3) are refused.
+        raise BadFrame(f"unsupported simple value at offset {start}")
+    # major == 6. Our decision: wardd's protocol uses no tags.
+    raise BadFrame(f"CBOR tag at offset {start} (wardd allows none)")
+
+
+def _map_entry(
+    data: bytes, pos: int, depth: int, result: dict[Any, Any], raw_keys: set[bytes]
+) -> int:
+    """Decode one key/value pair at `pos` into `result`; return the position after it."""
+    start = pos
+    key, pos = _item(data, pos, depth)
+    if type(key) is list or type(key) is dict:
+        key = _freeze(key)
+    if key in result:
+        raise BadFrame(f"duplicate map key at offset {start}")
+    if not isinstance(key, _PLAIN_KEYS) or type(key) is bool:
+        raw = data[start:pos]
+        if raw in raw_keys:
+            raise BadFrame(f"duplicate map key at offset {start}")
+        raw_keys.add(raw)
+    result[key], pos = _item(data, pos, depth)
+    return pos
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable twin of a decoded container, for use as a map key."""
+    if type(value) is list:
+        return tuple(_freeze(v) for v in value)
+    if type(value) is dict:
+        return cbor2.frozendict({k: _freeze(v) for k, v in value.items()})
+    return value
+
+
+def _indefinite(data: bytes, pos: int, major: int, depth: int) -> tuple[Any, int]:
+    """Decode an indefinite-length item whose initial byte ended just before `pos`."""
+    if major == 2 or major == 3:
+        chunks = []
+        while data[pos] != _BREAK:
+            if data[pos] >> 5 != major or (data[pos] & 0x1F) == 31:
+                raise BadFrame(f"bad chunk in an indefinite-length string at offset {pos}")
+            chunk, pos = _item(data, pos, depth)
+            chunks.append(chunk)
+        joined: Any = "".join(chunks) if major == 3 else b"".join(chunks)
+        return joined, pos + 1
+    if major == 4:
+        if depth < 1:
+            raise BadFrame("CBOR item nested too deeply")
+        items = []
+        while data[pos] != _BREAK:
+            value, pos = _item(data, pos, depth - 1)
+            items.append(value)
+        return items, pos + 1
+    if major == 5:
+        if depth < 1:
+            raise BadFrame("CBOR item nested too deeply")
+        result: dict[Any, Any] = {}
+        raw_keys: set[bytes] = set()
+        while data[pos] != _BREAK:
+            pos = _map_entry(data, pos, depth - 1, result, raw_keys)
+        return result, pos + 1
+    if major == 7:
+        raise BadFrame(f"break outside an indefinite-length item at offset {pos - 1}")
+    raise BadFrame(f"indefinite length on major type {major} at offset {pos - 1}")
+
+
+def check_value(obj: Any, *, max_depth: int = MAX_DEPTH) -> None:
+    """Raise TypeError/ValueError unless `decode_item` would accept `obj`'s encoding.
+
+    Allowed: None, bool, int in [-2**64, 2**64), float, str, bytes,
+    bytearray, list, tuple, dict (and `cbor2.frozendict` keys), containers
+    nested at most `max_depth` deep, map keys that are not NaN.
+    """
+    _check(obj, max_depth)
+
+
+def _check(obj: Any, depth: int) -> None:
+    kind = type(obj)
+    if kind in _SCALAR_TYPES:
+        return
+    if kind is int or isinstance(obj, int):  # bool was handled above
+        if not -_UINT_LIMIT <= obj < _UINT_LIMIT:
+            raise ValueError("integer outside the CBOR 64-bit range (bignum tags are refused)")
+        return
+    if kind is dict or isinstance(obj, (dict, cbor2.frozendict)):
+        if depth < 1:
+            raise ValueError("value nested deeper than the CBOR depth limit")
+        for key, item in obj.items():
+            if type(key) is not str:
+                if isinstance(key, float) and math.isnan(key):
+                    raise ValueError("NaN map key")
+                _check(key, depth - 1)
+            _check(item, depth - 1)
+        return
+    if kind is list or isinstance(obj, (list, tuple)):
+        if depth < 1:
+            raise ValueError("value nested deeper than the CBOR depth limit")
+        for item in obj:
+            _check(item, depth - 1)
+        return
+    if isinstance(obj, (str, bytes, bytearray, float)):
+        return
+    raise TypeError(f"{type(obj).__name__} is not a wardd wire value")
+
+
+def encode_item(obj: Any, *, canonical: bool = False) -> bytes:
+    """Encode `obj` as one CBOR item (``canonical``: RFC 8949 §4.2.1 deterministic).
+
+    Raises TypeError or ValueError for a value `decode_item` would refuse
+    (see `check_value`): tags, undefined, bignums, sets, datetimes, ...
+    """
+    _check(obj, MAX_DEPTH)
+    return cbor2.dumps(obj, canonical=canonical)
+
+
+def canonical_digest(obj: Any) -> str:
+    """Lowercase hex sha256 of `obj`'s deterministic encoding (descriptor digests, §2)."""
+    return hashlib.sha256(encode_item(obj, canonical=True)).hexdigest()

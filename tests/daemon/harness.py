@@ -1,0 +1,255 @@
+"""Real daemon processes for tests: a temp dir, a config, a socket, a database.
+
+Readiness is synchronized on the daemon's own ``READY=1`` (sd_notify on a
+datagram socket this harness binds), never on a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from wardd.client import Client, Neuron
+
+NETWORK = "test-net"
+START_TIMEOUT = 30.0
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
+
+
+class Env:
+    """A temp dir holding the config, socket, database and act ledgers."""
+
+    def __init__(self, *, workers: int = 2, acts: dict[str, dict[str, Any]] | None = None,
+                 **top: Any) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="wardd-t-", dir="/tmp"))
+        self.socket = self.root / "s.sock"
+        self.database = self.root / "db" / "wardd.db"
+        self.ledger = self.root / "ledger.log"          # file.append act "ledger"
+        self.cli_ledger = self.root / "cli-ledger.log"  # cli acts append their key here
+        self.started = self.root / "started"
+        self.gates = self.root / "gates"
+        self.started.mkdir()
+        self.gates.mkdir()
+        self.config = self.root / "wardd.toml"
+        self.top = {"network": NETWORK, "socket": str(self.socket),
+                    "database": str(self.database), "workers": workers, **top}
+        self.acts = self.default_acts()
+        self.acts.update(acts or {})
+        self.write_config()
+
+    def default_acts(self) -> dict[str, dict[str, Any]]:
+        q = shlex.quote
+        key = '"$WARDD_IDEMPOTENCY_KEY"'
+        started = f'{q(str(self.started))}/"$WARDD_OP.$WARDD_ATTEMPT"'
+        gate = f'{q(str(self.gates))}/"$WARDD_OP.$WARDD_ATTEMPT"'
+
+        def sh(script: str) -> list[str]:
+            return ["/bin/sh", "-c", script]
+
+        return {
+            "ledger": {"adapter": "file.append", "path": str(self.ledger)},
+            "quick": {"adapter": "cli", "argv": sh(f"echo {key} >> {q(str(self.cli_ledger))}")},
+            "nofx": {"adapter": "cli", "argv": sh("exit 2"), "no_effect_exits": [2]},
+            "boom": {"adapter": "cli", "argv": sh("exit 7")},
+            # marks its start, then waits for the test to open its gate (at most ~30 s)
+            "gated": {"adapter": "cli", "argv": sh(
+                f"touch {started}; i=0; while [ ! -e {gate} ]; do "
+                "if [ $i -ge 600 ]; then exit 3; fi; sleep 0.05; i=$((i+1)); done; "
+                f"echo {key} >> {q(str(self.cli_ledger))}")},
+        }
+
+    def write_config(self) -> None:
+        out = [f"{k} = {toml_value(v)}" for k, v in self.top.items()]
+        for tag, table in self.acts.items():
+            out.append(f"\n[acts.{json.dumps(tag)}]")
+            out.extend(f"{k} = {toml_value(v)}" for k, v in table.items())
+        self.config.write_text("\n".join(out) + "\n")
+
+    def started_marker(self, op: str, attempt: int = 1) -> Path:
+        return self.started / f"{op}.{attempt}"
+
+    def open_gate(self, op: str, attempt: int = 1) -> None:
+        (self.gates / f"{op}.{attempt}").touch()
+
+    def ledger_lines(self, path: Path | None = None) -> list[str]:
+        p = path or self.ledger
+        return p.read_text().splitlines() if p.exists() else []
+
+
+class DaemonFailed(AssertionError):
+    pass
+
+
+class Daemon:
+    """One daemon process at a time on an Env; restartable."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.boot: str | None = None
+        self.logs: list[Path] = []
+        self.clients: list[Client] = []
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "wardd.daemon.cli", "run", "--config", str(self.env.config)]
+
+    def spawn(self, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = self.env.root / f"daemon-{len(self.logs)}.log"
+        self.logs.append(log)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))}
+        env.update(extra_env or {})
+        with open(log, "wb") as f:
+            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=f,
+                                         stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        return self.proc
+
+    def start(self, extra_env: dict[str, str] | None = None) -> Daemon:
+        """Start and wait for READY=1 on a notify socket of our own."""
+        path = self.env.root / f"notify-{len(self.logs)}"
+        ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ns.bind(str(path))
+        ns.settimeout(START_TIMEOUT)
+        try:
+            self.spawn({"NOTIFY_SOCKET": str(path), **(extra_env or {})})
+            while True:
+                try:
+                    msg = ns.recv(4096).decode()
+                except TimeoutError:
+                    self.proc.kill()  # type: ignore[union-attr]
+                    raise DaemonFailed(f"no READY=1 within {START_TIMEOUT}s\n{self.log_text()}")
+                if "READY=1" in msg.split("\n"):
+                    break
+        finally:
+            ns.close()
+        with self.connect() as c:
+            self.boot = c.hello_result.boot
+        return self
+
+    def connect(self, **kw: Any) -> Client:
+        c = Client(str(self.env.socket), **kw)
+        self.clients.append(c)
+        return c
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """A real crash: SIGKILL (the adapters' children live on)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.close_clients()
+
+    def close_clients(self) -> None:
+        for c in self.clients:
+            c.close()
+        self.clients.clear()
+
+    def cleanup(self) -> None:
+        self.close_clients()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class Actor:
+    """A registered neuron with one prog, a grant and a bound placement."""
+
+    def __init__(self, daemon: Daemon, *, acts: tuple[str, ...] = ("echo",),
+                 worker: int = 0, prog: str = "prog-a", step_limit: int = 1000) -> None:
+        self.daemon = daemon
+        self.neuron = Neuron.generate()
+        self.client = daemon.connect()
+        self.prog = prog
+        self.call("register_neuron", {})
+        self.call("create_prog", {"prog": prog, "step_limit": step_limit})
+        self.grant(list(acts))
+        self.bind(worker)
+
+    @property
+    def id(self) -> str:
+        return self.neuron.id
+
+    def call(self, method: str, params: dict[str, Any], client: Client | None = None) -> Any:
+        return (client or self.client).call(method, self.neuron.sign(method, params, NETWORK))
+
+    def read(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return self.client.call(method, params or {})
+
+    def root(self) -> dict[str, Any]:
+        return self.read("get_neuron", {"neuron": self.id})
+
+    def op(self, op: str) -> dict[str, Any]:
+        return self.read("get_operation", {"neuron": self.id, "op": op})
+
+    def state(self, op: str) -> str:
+        return self.op(op)["state"]
+
+    def history(self, op: str) -> list[dict[str, Any]]:
+        return self.read("history", {"neuron": self.id, "op": op})["records"]
+
+    def grant(self, acts: list[str], *, enabled: bool = True, prog: str | None = None) -> Any:
+        return self.call("set_grant", {"prog": prog or self.prog, "acts": acts,
+                                       "enabled": enabled,
+                                       "expected_policy_version": self.root()["policy_version"]})
+
+    def descriptor(self, worker: int) -> dict[str, Any]:
+        for w in self.read("list_workers")["workers"]:
+            if w["worker"] == f"w{worker}":
+                return w["descriptor"]
+        raise AssertionError(f"no worker w{worker}")
+
+    def bind(self, worker: int = 0) -> Any:
+        return self.call("bind_placement", {"expected_generation": self.root()["placement_generation"],
+                                            "descriptor": self.descriptor(worker)})
+
+    def submit(self, op: str, act: str = "echo", args: bytes = b"", prog: str | None = None) -> Any:
+        return self.call("submit", {"prog": prog or self.prog, "op": op, "act": act, "args": args})
+
+    def prepare_params(self, op: str, attempt: int = 1) -> dict[str, Any]:
+        r = self.root()
+        return {"op": op, "expected_attempt": attempt,
+                "placement_generation": r["placement_generation"], "expected_epoch": r["epoch"]}
+
+    def prepare(self, op: str, attempt: int = 1, client: Client | None = None) -> tuple[bytes, dict[str, Any]]:
+        res = self.call("prepare", self.prepare_params(op, attempt), client=client)
+        return res["token"], res["attempt"]
+
+    def execute(self, token: bytes, client: Client | None = None) -> Any:
+        return (client or self.client).call("execute", {"token": token})
+
+    def invoke(self, op: str, attempt: int = 1, client: Client | None = None) -> Any:
+        return self.call("invoke", self.prepare_params(op, attempt), client=client)

@@ -1,0 +1,287 @@
+"""The foundation over the wire: a real daemon process on a real socket (SPEC §4, §6)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sqlite3
+import stat
+import struct
+import subprocess
+import sys
+
+import cbor2
+import pytest
+
+from tests.daemon.harness import NETWORK, Env
+
+
+def raw(path, timeout=10.0):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(str(path))
+    return s
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def req(rid, method, params=None) -> bytes:
+    return frame(cbor2.dumps({"id": rid, "method": method, "params": params or {}}))
+
+
+HELLO = req(0, "hello", {"protocol": 1, "client": "test"})
+
+
+def read_frames(s, limit=8):
+    """Frames until EOF (closed=True) or the socket timeout (closed=False)."""
+    out, buf = [], b""
+    try:
+        while len(out) < limit:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out, True
+            buf += chunk
+            while len(buf) >= 4:
+                (n,) = struct.unpack(">I", buf[:4])
+                if len(buf) < 4 + n:
+                    break
+                out.append(cbor2.loads(buf[4:4 + n]))
+                buf = buf[4 + n:]
+    except (TimeoutError, socket.timeout):
+        return out, False
+    except ConnectionResetError:
+        return out, True
+    return out, False
+
+
+class TestHelloAndStatus:
+    def test_hello_then_status_round_trip(self, daemon):
+        """hello answers protocol, boot, network and max_frame; status the documented fields."""
+        with daemon.connect() as c:
+            h = c.hello_result
+            assert (h.protocol, h.network, h.max_frame) == (1, NETWORK, 1 << 20)
+            assert re.fullmatch(r"[0-9a-f]{32}", h.boot)
+            st = c.call("status")
+        assert st["boot"] == h.boot and st["network"] == NETWORK and st["protocol"] == 1
+        assert [w["id"] for w in st["workers"]] == ["w0", "w1"]
+        assert all(w["busy_op"] is None for w in st["workers"])
+        assert st["db"]["schema_version"] >= 1 and st["connections"] >= 1
+        assert st["unknown_attempts"] == 0 and st["receipts_pending"] == 0
+
+    def test_list_workers_digest_is_sha256_of_canonical_cbor(self, daemon):
+        import hashlib
+        with daemon.connect() as c:
+            workers = c.call("list_workers")["workers"]
+        for w in workers:
+            d = w["descriptor"]
+            assert w["digest"] == hashlib.sha256(cbor2.dumps(d, canonical=True)).hexdigest()
+            assert d["executor"]["boot"] == daemon.boot and d["proof"] == "none"
+            assert d["limits"] == {"cpu": None, "time": None, "memory": None}
+
+    def test_request_before_hello_is_refused_and_closed(self, daemon):
+        with raw(daemon.env.socket) as s:
+            s.sendall(req(1, "status"))
+            frames, closed = read_frames(s)
+        assert closed and frames[0]["error"]["code"] == "protocol_error"
+        assert frames[0]["error"]["data"]["supported"] == [1]
+
+    def test_pipelined_requests_answer_by_id(self, daemon):
+        with raw(daemon.env.socket) as s:
+            s.sendall(HELLO + req(7, "status") + req(8, "list_workers") + req(9, "nope"))
+            frames, _ = read_frames(s, limit=4)
+        by_id = {f["id"]: f for f in frames}
+        assert by_id[7]["result"]["boot"] == daemon.boot
+        assert by_id[8]["result"]["workers"]
+        assert by_id[9]["error"]["code"] == "unknown_method"
+
+
+BAD_FRAMES = {
+    "zero_length": struct.pack(">I", 0),
+    "over_max_frame": struct.pack(">I", (1 << 20) + 1),
+    "invalid_cbor": frame(b"\xff\xff"),
+    "trailing_bytes": frame(cbor2.dumps({"id": 1}) + b"\x00"),
+    "invalid_utf8": frame(b"\x62\xc3\x28"),
+    "reserved_value": frame(b"\x1c"),
+    "too_deep": frame(b"\x81" * 65 + b"\x00"),
+    "duplicate_key": frame(b"\xa2\x61a\x01\x61a\x02"),
+}
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("name", sorted(BAD_FRAMES))
+    def test_bad_frame_gets_bad_frame_and_close(self, daemon, name):
+        """SPEC §4: a bad frame gets an error frame (bad_frame, id null), then a close;
+        the daemon lives on."""
+        with raw(daemon.env.socket) as s:
+            s.sendall(HELLO + BAD_FRAMES[name])
+            frames, closed = read_frames(s)
+        assert frames[0]["result"]["protocol"] == 1
+        err = frames[1]
+        assert err["id"] is None and err["error"]["code"] == "bad_frame", err
+        assert closed
+        with daemon.connect() as c:
+            assert c.call("status")["boot"] == daemon.boot
+
+    def test_truncated_frame_then_eof_closes_only_that_connection(self, daemon):
+        with raw(daemon.env.socket) as s:
+            s.sendall(HELLO + struct.pack(">I", 100) + b"\xa1")
+            s.shutdown(socket.SHUT_WR)
+            frames, closed = read_frames(s)
+        assert closed and len(frames) == 1
+        with daemon.connect() as c:
+            assert c.call("status")["boot"] == daemon.boot
+
+    @pytest.mark.parametrize("item,has_id", [
+        ([1, 2, 3], False),
+        ({"id": 1, "method": "status"}, True),
+        ({"id": -1, "method": "status", "params": {}}, False),
+        ({"id": True, "method": "status", "params": {}}, False),
+        ({"id": 3, "method": 5, "params": {}}, True),
+        ({"id": 4, "method": "status", "params": []}, True),
+    ])
+    def test_invalid_request_gets_protocol_error_and_stays_open(self, daemon, item, has_id):
+        with raw(daemon.env.socket, timeout=2) as s:
+            s.sendall(HELLO + frame(cbor2.dumps(item)) + req(99, "status"))
+            frames, closed = read_frames(s, limit=3)
+        assert not closed
+        err, ok = frames[1], frames[2]
+        assert err["error"]["code"] == "protocol_error"
+        assert err["id"] == (item["id"] if has_id else None)
+        assert ok["id"] == 99 and "result" in ok
+
+    def test_bad_params_are_bad_request_and_change_nothing(self, daemon):
+        with daemon.connect() as c:
+            for method, params in [("get_neuron", {"neuron": "XYZ"}),
+                                   ("list_attempts", {"state": "weird"}),
+                                   ("list_attempts", {"state": "unknown", "limit": 0}),
+                                   ("status", {"extra": 1}),
+                                   ("execute", {"token": "not-bytes"})]:
+                with pytest.raises(Exception) as ei:
+                    c.call(method, params)
+                assert getattr(ei.value, "code", None) == "bad_request", (method, ei.value)
+            assert c.call("status")["operations"] == {}
+
+
+class TestSocketAndLock:
+    def test_socket_is_0600(self, daemon):
+        assert stat.S_IMODE(os.stat(daemon.env.socket).st_mode) == 0o600
+
+    def test_second_daemon_on_same_database_is_refused(self, make_daemon, daemon):
+        other = Env()
+        other.top["database"] = str(daemon.env.database)
+        other.write_config()
+        second = make_daemon(other, start=False)
+        proc = second.spawn()
+        assert proc.wait(30) == 75
+        text = second.log_text()
+        assert f"{daemon.env.database}.lock" in text and f"pid {daemon.proc.pid}" in text
+        with daemon.connect() as c:
+            assert c.call("status")["boot"] == daemon.boot
+
+    def test_second_daemon_via_symlinked_path_is_refused(self, make_daemon, daemon):
+        other = Env()
+        link = other.root / "link.db"
+        link.symlink_to(daemon.env.database)
+        other.top["database"] = str(link)
+        other.write_config()
+        second = make_daemon(other, start=False)
+        assert second.spawn().wait(30) == 75
+
+    def test_sigterm_stops_cleanly_and_leaves_a_whole_database(self, daemon):
+        with daemon.connect() as c:
+            c.call("status")
+        assert daemon.terminate() == 0
+        db = sqlite3.connect(daemon.env.database)
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert db.execute("SELECT clean FROM boots WHERE boot_id = ?",
+                          (daemon.boot,)).fetchone() == (1,)
+        db.close()
+        daemon.start()  # starts again on the same database
+        with daemon.connect() as c:
+            assert c.call("status")["boot"] == daemon.boot
+
+    def test_stale_socket_file_is_replaced(self, make_daemon):
+        env = Env()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(env.socket))
+        s.close()  # a socket file with no listener
+        d = make_daemon(env)
+        with d.connect() as c:
+            assert c.call("status")["boot"] == d.boot
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid")
+    def test_other_uid_gets_forbidden_then_close(self, daemon):
+        os.chmod(daemon.env.root, 0o711)
+        os.chmod(daemon.env.socket, 0o666)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(r)
+                os.setgid(65534)
+                os.setuid(65534)
+                s = raw(daemon.env.socket)
+                try:
+                    s.sendall(HELLO)
+                except OSError:
+                    pass
+                frames, closed = read_frames(s)
+                msg = f"{frames[0]['error']['code'] if frames else 'none'}:{closed}"
+                os.write(w, msg.encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r) as f:
+            msg = f.read()
+        os.waitpid(pid, 0)
+        assert msg == "forbidden:True"
+
+
+class TestCommandLine:
+    def run(self, *args):
+        return subprocess.run([sys.executable, "-m", "wardd.daemon.cli", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    def test_version(self):
+        from importlib.metadata import version
+        out = self.run("--version")
+        assert out.returncode == 0 and out.stdout.strip() == f"wardd {version('wardd')}"
+
+    def test_help_names_the_commands(self):
+        out = self.run("--help")
+        assert out.returncode == 0
+        for word in ("run", "check-config", "78", "75"):
+            assert word in out.stdout
+
+    @pytest.mark.parametrize("text,key", [
+        ('network = "local"\nbogus = 1\n', "bogus"),
+        ('workers = 0\n', "workers"),
+        ('max_frame = 10\n', "max_frame"),
+        ('[acts."tool.run"]\nadapter = "nope"\n', 'acts."tool.run".adapter'),
+        ('[acts."x"]\nadapter = "cli"\nargv = []\n', 'acts.x.argv'),
+        ('network = \n', ""),
+    ])
+    def test_check_config_names_file_key_and_reason(self, tmp_path, text, key):
+        p = tmp_path / "bad.toml"
+        p.write_text(text)
+        out = self.run("check-config", str(p))
+        assert out.returncode == 78
+        line = out.stderr.strip()
+        assert "\n" not in line and str(p) in line and key in line, line
+
+    def test_run_with_bad_config_exits_78_with_one_line(self, tmp_path):
+        p = tmp_path / "bad.toml"
+        p.write_text("token_ttl_s = -1\n")
+        out = self.run("run", "--config", str(p))
+        assert out.returncode == 78 and "token_ttl_s" in out.stderr
+
+    def test_check_config_accepts_a_good_file(self, tmp_path):
+        env = Env()
+        out = self.run("check-config", str(env.config))
+        assert out.returncode == 0, out.stderr
+
