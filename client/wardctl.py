@@ -290,7 +290,8 @@ class _Context:
 
     def session(self) -> Session:
         if self._session is None:
-            self._session = Session(self.client(), self.neuron())
+            neuron = self.neuron()  # a bad key fails before the daemon is contacted
+            self._session = Session(self.client(), neuron)
         return self._session
 
     def read(self, method: str, **params: Any) -> Any:

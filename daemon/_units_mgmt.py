@@ -112,8 +112,8 @@ def set_grant(neuron: str, prog: str, acts: list[str], enabled: bool, expected: 
         conn.execute("UPDATE neurons SET policy_version = ? WHERE id = ?", (pv, n["id"]))
         conn.execute("UPDATE progs SET grant_acts = ?, grant_enabled = ? WHERE id = ?",
                      (enc(sorted(set(acts))), int(enabled), p["id"]))
-        if enabled:
-            marks = ",".join("?" * len(acts)) or "NULL"
+        if enabled and acts:
+            marks = ",".join("?" * len(acts))
             voided = void_prepared(conn, f"o.prog_id = ? AND o.act NOT IN ({marks})",
                                    (p["id"], *acts), "revoked")
         else:

@@ -630,11 +630,13 @@ class TestTrioClient:
     ) -> None:
         """Cancelling a waiting call abandons it; its late reply is dropped, others proceed."""
         client, peer = await trio_pair(nursery)
-        with trio.move_on_after(0.01) as scope:
-            await client.call("invoke", {"op": "slow"})
-        assert scope.cancelled_caught
-        slow = await peer.request()
-        nursery.start_soon(peer.send, ok(slow["id"], "late"))
+        async with trio.open_nursery() as callers:
+            callers.start_soon(client.call, "invoke", {"op": "slow"})
+            slow = await peer.request()
+            await trio.testing.wait_all_tasks_blocked()
+            callers.cancel_scope.cancel()
+        await peer.send(ok(slow["id"], "late"))
+        await trio.testing.wait_all_tasks_blocked()  # the reader drops it
 
         async def answer_next() -> None:
             req = await peer.request()
