@@ -234,6 +234,7 @@ class CliAdapter:
         except DefiniteFailure as exc:
             raise DefiniteFailure(_redact.redact_text(str(exc), secrets)) from None
         except Exception as exc:
+            # Not chained: only the redacted text of the cause may travel on.
             message = _redact.redact_text(f"{type(exc).__name__}: {exc}", secrets)
             raise OutcomeUnknown(f"{self.tag}: the run failed ({message})") from None
         return self._judge(done, secrets)
@@ -278,14 +279,16 @@ class CliAdapter:
                 None,
                 timeout_s=RECEIPT_TIMEOUT_S,
                 stdout_head=RECEIPT_STDOUT_BYTES,
-                stderr_tail=0,
+                stderr_tail=_MESSAGE_TAIL_CHARS + _redact.longest(secrets),
             )
         except Exception as exc:
             reason = _redact.redact_text(f"{type(exc).__name__}: {exc}", secrets)
             return Receipt("unknown", detail=f"receipt run failed ({reason})")
         if done.timed_out or done.returncode != 0:
             how = "timed out" if done.timed_out else f"exit status {done.returncode}"
-            return Receipt("unknown", detail=f"receipt program: {how}")
+            tail = _stderr_text(done, secrets, _MESSAGE_TAIL_CHARS)
+            said = f"; stderr: {tail!r}" if tail else ""
+            return Receipt("unknown", detail=f"receipt program: {how}{said}")
         first = done.stdout_head.split(b"\n", 1)[0].strip()
         answer = _RECEIPT_WORDS.get(first)
         if answer is not None:
@@ -323,11 +326,13 @@ def _bounded_stdout(
     return stdout, truncated
 
 
-def _stderr_text(done: _process.Finished, secrets: Sequence[bytes]) -> str:
+def _stderr_text(
+    done: _process.Finished, secrets: Sequence[bytes], shown: int = STDERR_TAIL_BYTES
+) -> str:
     # The raw tail holds up to the longest secret's length more than is shown, so an
     # occurrence crossing the cut is whole in it and is widened to one marker.
     raw = done.stderr_tail
-    start = max(0, len(raw) - STDERR_TAIL_BYTES)
+    start = max(0, len(raw) - shown)
     return _redact.redact_window(raw, secrets, start).decode("utf-8", "replace")
 
 

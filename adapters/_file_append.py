@@ -18,9 +18,11 @@ Decisions (the SPEC leaves them open):
   created. ``O_RDWR`` rather than ``O_WRONLY`` because the last byte is read
   to find a torn line. The torn-line newline and the record go out in a
   single ``write``.
-- Appends to one path are serialised inside the process (a lock per
-  configured path), so two workers never interleave the torn-line check and
-  the write. Other processes appending to the file are not coordinated with.
+- Appends to one file are serialised inside the process (a lock per open
+  file's device and inode, so two acts naming one file by different paths
+  share it), so two workers never interleave the torn-line check and the
+  write. Other processes appending to the file are not coordinated with (no
+  ``flock``: a stuck outside holder could otherwise hold a worker forever).
 - When the file was empty (just created), its directory is fsynced too, so
   that the new file's name is as durable as its content.
 - The receipt answers ``executed`` for a complete line that starts with the
@@ -61,14 +63,14 @@ _KEYS = ("adapter", "path", "max_arg_bytes")
 _HEX_DIGITS = b"0123456789abcdef"
 _CHUNK = 1 << 20
 
-_path_locks: dict[str, threading.Lock] = {}
-_path_locks_guard = threading.Lock()
+_file_locks: dict[tuple[int, int], threading.Lock] = {}
+_file_locks_guard = threading.Lock()
 
 
-def _lock_for(path: str) -> threading.Lock:
-    """The process-wide lock that serialises appends to ``path``."""
-    with _path_locks_guard:
-        return _path_locks.setdefault(path, threading.Lock())
+def _lock_for(st: os.stat_result) -> threading.Lock:
+    """The process-wide lock that serialises appends to the file ``st`` describes."""
+    with _file_locks_guard:
+        return _file_locks.setdefault((st.st_dev, st.st_ino), threading.Lock())
 
 
 @attrs.define(eq=False)
@@ -80,10 +82,6 @@ class FileAppendAdapter:
     max_arg_bytes: int
     in_process: bool = attrs.field(default=True, init=False)
     receipt_supported: bool = attrs.field(default=True, init=False)
-    _lock: threading.Lock = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self._lock = _lock_for(self.path)
 
     @classmethod
     def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> FileAppendAdapter:
@@ -106,28 +104,28 @@ class FileAppendAdapter:
         if len(request.args) > self.max_arg_bytes:
             raise DefiniteFailure(f"args of {len(request.args)} bytes exceed {self.max_arg_bytes}")
         line = b"%s\t%s\n" % (key.encode(), request.args.hex().encode())
-        with self._lock:
-            self._append(line)
-
-    def _append(self, line: bytes) -> None:
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         try:
             fd = os.open(self.path, flags, 0o600)
         except OSError as exc:
             raise DefiniteFailure(f"cannot open {self.path}: {exc.strerror}") from exc
         try:
-            size = _size_and_check(fd, self.path)
-            torn = size > 0 and _last_byte(fd, size, self.path) != b"\n"
-            data = b"\n" + line if torn else line
-            # From here on some bytes may reach the file: every error is unknown.
-            _write_durably(fd, data, self.path)
-            if size == 0:
-                _fsync_directory(self.path)
+            with _lock_for(_regular_file_stat(fd, self.path)):
+                self._append(fd, line)
         finally:
             try:
                 os.close(fd)
             except OSError as exc:
                 raise OutcomeUnknown(f"close of {self.path} failed: {exc.strerror}") from exc
+
+    def _append(self, fd: int, line: bytes) -> None:
+        size = _regular_file_stat(fd, self.path).st_size  # now that no thread of ours appends
+        torn = size > 0 and _last_byte(fd, size, self.path) != b"\n"
+        data = b"\n" + line if torn else line
+        # From here on some bytes may reach the file: every error is unknown.
+        _write_durably(fd, data, self.path)
+        if size == 0:
+            _fsync_directory(self.path)
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """Look the key up in the claimed file (SPEC §6); never raises."""
@@ -144,14 +142,14 @@ class FileAppendAdapter:
         return _receipt_from_file(path, idempotency_key.encode() + b"\t")
 
 
-def _size_and_check(fd: int, path: str) -> int:
+def _regular_file_stat(fd: int, path: str) -> os.stat_result:
     try:
         st = os.fstat(fd)
     except OSError as exc:
         raise DefiniteFailure(f"cannot stat {path}: {exc.strerror}") from exc
     if not stat.S_ISREG(st.st_mode):
         raise DefiniteFailure(f"{path} is not a regular file")
-    return st.st_size
+    return st
 
 
 def _last_byte(fd: int, size: int, path: str) -> bytes:

@@ -132,6 +132,15 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass  # a broken stdin pipe was already reported
+
+
 class _Head:
     """Keeps the first ``size`` bytes of a stream and counts the rest."""
 
@@ -157,6 +166,8 @@ class _Tail:
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
+        if not self.size:
+            return
         self.data += chunk
         if len(self.data) > 2 * self.size:
             del self.data[: -self.size]
@@ -168,8 +179,11 @@ class _Tail:
 class _Pump:
     """Feeds stdin and drains stdout and stderr of one child until its leader exits."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], stdin_data: bytes | None) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], stdin_data: bytes | None, *, use_pidfd: bool
+    ) -> None:
         self.proc = proc
+        self.use_pidfd = use_pidfd
         self.sel = selectors.DefaultSelector()
         self.pidfd: int | None = None
         self.stdin_error: str | None = None
@@ -206,12 +220,7 @@ class _Pump:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass  # a broken stdin pipe was already reported
+        _close_pipes(self.proc)
 
     def _start_stdin(self) -> None:
         stdin = self.proc.stdin
@@ -225,7 +234,7 @@ class _Pump:
 
     def _open_pidfd(self) -> None:
         pidfd_open = getattr(os, "pidfd_open", None)
-        if pidfd_open is None:
+        if pidfd_open is None or not self.use_pidfd:
             return
         try:
             self.pidfd = pidfd_open(self.proc.pid)
@@ -305,27 +314,34 @@ def run(
     timeout_s: float | None,
     stdout_head: int,
     stderr_tail: int,
+    use_pidfd: bool = True,
 ) -> Finished:
     """Run ``argv`` to its end (or its timeout), then kill its group and reap it.
 
-    ``stdin_data`` None gives the child ``/dev/null`` as stdin. Raises
+    ``stdin_data`` None gives the child ``/dev/null`` as stdin. ``use_pidfd``
+    False watches the leader's exit by polling, as on kernels without
+    ``pidfd_open`` (the tests use it to cover that path). Raises
     `DefiniteFailure` only when the program could not be started; any other
     error propagates and means the run's effect is unknown.
     """
     proc = groups.spawn(argv, env, stdin=stdin_data is not None)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     head, tail = _Head(stdout_head), _Tail(stderr_tail)
-    pump = _Pump(proc, stdin_data)
+    pump: _Pump | None = None
     exited = False
-    try:
+    try:  # from here on, whatever happens, the group is killed and the leader reaped
+        pump = _Pump(proc, stdin_data, use_pidfd=use_pidfd)
         exited = pump.run(head, tail, deadline)
     finally:
         try:
             returncode = groups.finish(proc)
-            if exited:
+            if exited and pump is not None:
                 pump.drain()  # what the leader wrote before it exited
         finally:
-            pump.close()
+            if pump is not None:
+                pump.close()
+            else:
+                _close_pipes(proc)
     return Finished(
         returncode=returncode,
         stdout_head=bytes(head.data),

@@ -55,11 +55,6 @@ def redact_window(
     return bytes(out)
 
 
-def redact_bytes(data: bytes, secrets: Sequence[bytes]) -> bytes:
-    """``data`` with every secret occurrence replaced by MARK."""
-    return redact_window(data, secrets) if secrets else data
-
-
 def redact_text(text: str, secrets: Sequence[bytes]) -> str:
     """``text`` with every secret (as UTF-8, or as decoded with replacement) replaced."""
     for secret in sorted(secrets, key=len, reverse=True):

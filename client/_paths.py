@@ -1,40 +1,47 @@
-"""Default locations, the same ones the daemon uses (SPEC §4, §6)."""
+"""Default locations (SPEC §4, §6).
+
+`default_socket_path` and `default_key_path` are the XDG defaults, the same
+the daemon uses. The clients and wardctl look at the environment first
+(`socket_path`, `key_path`): ``$WARDD_SOCKET`` and ``$WARDD_KEY``.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["default_key_path", "default_socket_path"]
+__all__ = ["default_key_path", "default_socket_path", "key_path", "socket_path"]
 
 
 def default_socket_path() -> str:
-    """The socket the client talks to when none is named.
+    """The daemon's default socket: ``$XDG_RUNTIME_DIR/wardd/wardd.sock``.
 
-    ``$WARDD_SOCKET`` if set, else ``$XDG_RUNTIME_DIR/wardd/wardd.sock``; with
-    no (absolute) ``XDG_RUNTIME_DIR`` it falls back to the same per-user
-    directory the daemon falls back to, ``/tmp/wardd-<uid>/wardd/wardd.sock``.
+    With no (absolute) ``XDG_RUNTIME_DIR`` it is the daemon's own fallback,
+    ``/tmp/wardd-<uid>/wardd/wardd.sock``.
     """
-    explicit = os.environ.get("WARDD_SOCKET")
-    if explicit:
-        return explicit
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = (
-        Path(runtime) if runtime and os.path.isabs(runtime) else Path(f"/tmp/wardd-{os.getuid()}")
-    )
+    if runtime and os.path.isabs(runtime):
+        base = Path(runtime)
+    else:
+        base = Path(f"/tmp/wardd-{os.getuid()}")
     return str(base / "wardd" / "wardd.sock")
 
 
 def default_key_path() -> str:
-    """The neuron key file used when none is named.
+    """The default neuron key file: ``$XDG_CONFIG_HOME/wardd/neuron.key``.
 
-    ``$WARDD_KEY`` if set, else ``$XDG_CONFIG_HOME/wardd/neuron.key`` (with
-    ``XDG_CONFIG_HOME`` defaulting to ``~/.config``, per the XDG base
-    directory specification).
+    ``XDG_CONFIG_HOME`` defaults to ``~/.config`` (XDG base directories).
     """
-    explicit = os.environ.get("WARDD_KEY")
-    if explicit:
-        return explicit
     config = os.environ.get("XDG_CONFIG_HOME")
     base = Path(config) if config and os.path.isabs(config) else Path.home() / ".config"
     return str(base / "wardd" / "neuron.key")
+
+
+def socket_path() -> str:
+    """The socket a client uses when none is named: ``$WARDD_SOCKET``, else the default."""
+    return os.environ.get("WARDD_SOCKET") or default_socket_path()
+
+
+def key_path() -> str:
+    """The key file wardctl uses when none is named: ``$WARDD_KEY``, else the default."""
+    return os.environ.get("WARDD_KEY") or default_key_path()

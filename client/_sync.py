@@ -10,7 +10,7 @@ from typing import Any
 
 from ._core import ClientCore, HelloResult, Reply, result_of
 from ._errors import ConnectionClosed
-from ._paths import default_socket_path
+from ._paths import socket_path
 
 __all__ = ["Client"]
 
@@ -27,6 +27,7 @@ class Client:
     requests and `recv` their replies by id, in any order: replies that come
     first for other ids are kept until asked for.
 
+    `path` defaults to ``$WARDD_SOCKET``, else the daemon's default socket.
     `timeout` bounds each socket operation (None: wait indefinitely). A
     timeout while waiting for a reply raises `TimeoutError` and leaves the
     request outstanding (`recv` it again later); the daemon may well apply
@@ -41,7 +42,7 @@ class Client:
         timeout: float | None = 30.0,
         client_name: str = "wardctl",
     ) -> None:
-        self.path = os.fspath(path) if path is not None else default_socket_path()
+        self.path = os.fspath(path) if path is not None else socket_path()
         self._core = ClientCore(client_name=client_name)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -20,7 +20,7 @@ import trio
 
 from ._core import ClientCore, HelloResult, Reply, result_of
 from ._errors import ConnectionClosed
-from ._paths import default_socket_path
+from ._paths import socket_path
 
 __all__ = ["TrioClient"]
 
@@ -67,10 +67,11 @@ class TrioClient:
     ) -> TrioClient:
         """Connect to the daemon's socket, run `hello` (SPEC §4), return a ready client.
 
+        `path` defaults to ``$WARDD_SOCKET``, else the daemon's default socket.
         With `nursery`, the reader task runs there; otherwise it is a system
         task that lives until `aclose` or the end of the connection.
         """
-        where = os.fspath(path) if path is not None else default_socket_path()
+        where = os.fspath(path) if path is not None else socket_path()
         stream = await trio.open_unix_socket(where)
         return await cls.over_stream(stream, client_name=client_name, nursery=nursery, name=where)
 

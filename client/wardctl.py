@@ -18,7 +18,8 @@ from wardd.protocol import WarddError
 
 from ._errors import ClientError, ConnectionClosed, KeyFileError
 from ._neuron import Neuron
-from ._paths import default_key_path, default_socket_path
+from ._paths import key_path as env_key_path
+from ._paths import socket_path as env_socket_path
 from ._render import duration, human_size, scalar, tree, write_json
 from ._session import NO_VALUE, Session
 from ._sync import Client
@@ -260,11 +261,11 @@ class _Context:
 
     @property
     def key_path(self) -> str:
-        return self.args.key or default_key_path()
+        return self.args.key or env_key_path()
 
     @property
     def socket_path(self) -> str:
-        return self.args.socket or default_socket_path()
+        return self.args.socket or env_socket_path()
 
     def client(self) -> Client:
         if self._client is None:
@@ -327,6 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("wardctl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`wardctl ops | head`): say
+        # nothing more, and keep Python from complaining at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     finally:
         ctx.close()
 
@@ -522,7 +529,7 @@ def _attempts(ctx: _Context) -> int:
     lines: list[str] = []
     for a in attempts:
         lines.append(
-            f"{_short(a.get('neuron'), 16)}  {a.get('op')} attempt {a.get('attempt')}  "
+            f"{a.get('neuron')}  {a.get('op')} attempt {a.get('attempt')}  "
             f"prog {a.get('prog')}  act {a.get('act')}  {a.get('kind')} {a.get('state')}  "
             f"claimed {scalar(a.get('claimed'))}  boot {_short(a.get('boot'))}"
         )

@@ -164,6 +164,9 @@ class Daemon:
                     await self._stop_event.wait()
                     notifier.stopping()
                     log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
+                    # void unconsumed tokens before their connections close (SPEC §3.6)
+                    for ref in self.tokens.void_all("shutdown"):
+                        await self._void(ref.attempt_id, "shutdown")
                     services.cancel_scope.cancel()
                 lsock.close()
                 await self._shutdown()
@@ -189,8 +192,6 @@ class Daemon:
     async def _shutdown(self) -> None:
         """SPEC §3.6: void unconsumed tokens and unclaimed dispatches, wait up
         to the grace for calls in progress, then kill `cli` process groups."""
-        for ref in self.tokens.void_all("shutdown"):
-            await self._void(ref.attempt_id, "shutdown")
         finished = await trio.to_thread.run_sync(self.pool.stop, self.config.shutdown_grace_s)
         if not finished:
             log.warning("shutdown_grace_passed", busy=[

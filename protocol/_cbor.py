@@ -63,6 +63,15 @@ _F64 = struct.Struct(">d").unpack_from
 
 _BREAK = 0xFF
 _SIMPLE = {20: False, 21: True, 22: None}
+# A fast path for array elements and map values: the immutable items that are
+# a single byte (small integers, false, true, null, "" and b""), by that byte.
+_NOT_ONE_BYTE: Any = object()
+_ONE_BYTE: list[Any] = [_NOT_ONE_BYTE] * 256
+for _n in range(24):
+    _ONE_BYTE[_n] = _n
+    _ONE_BYTE[0x20 + _n] = -1 - _n
+_ONE_BYTE[0x40], _ONE_BYTE[0x60] = b"", ""
+_ONE_BYTE[0xF4], _ONE_BYTE[0xF5], _ONE_BYTE[0xF6] = False, True, None
 # Key types compared by decoded value only; any other key is also compared by
 # its encoded bytes.
 _PLAIN_KEYS = (str, bytes, int)
@@ -153,7 +162,11 @@ def _item(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
             raise BadFrame("array longer than the frame")
         items = []
         for _ in range(arg):
-            value, pos = _item(data, pos, depth - 1)
+            value = _ONE_BYTE[data[pos]]
+            if value is _NOT_ONE_BYTE:
+                value, pos = _item(data, pos, depth - 1)
+            else:
+                pos += 1
             items.append(value)
         return items, pos
     if major == 1:
@@ -190,7 +203,12 @@ def _map_entry(
         if raw in raw_keys:
             raise BadFrame(f"duplicate map key at offset {start}")
         raw_keys.add(raw)
-    result[key], pos = _item(data, pos, depth)
+    value = _ONE_BYTE[data[pos]]
+    if value is _NOT_ONE_BYTE:
+        value, pos = _item(data, pos, depth)
+    else:
+        pos += 1
+    result[key] = value
     return pos
 
 

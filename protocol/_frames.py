@@ -75,7 +75,8 @@ class FrameDecoder:
         end = _HEADER_SIZE + length
         if len(buffer) < end:
             return NEED_DATA
-        body = bytes(buffer[_HEADER_SIZE:end])
+        with memoryview(buffer) as view:  # one copy of the body, not two
+            body = bytes(view[_HEADER_SIZE:end])
         del buffer[:end]
         try:
             return decode_item(body)

@@ -22,6 +22,8 @@ from wardd.adapters import (
     FileAppendAdapter,
     OutcomeUnknown,
     Receipt,
+    _process,
+    _redact,
     build_adapter,
     echo_adapter,
     has_receipt,
@@ -518,6 +520,68 @@ class TestCli:
         with pytest.raises(AdapterConfigError) as info:
             build_adapter("t", {"adapter": "cli", **table}, max_frame=MAX_FRAME)
         assert info.value.key == bad_key
+
+    @pytest.mark.parametrize("use_pidfd", [True, False])
+    def test_leader_exit_is_seen_with_or_without_pidfd(
+        self, tmp_path: Path, use_pidfd: bool
+    ) -> None:
+        """Exit, timeout and the group kill work with a pidfd and by polling (old kernels)."""
+        groups = _process.ProcessGroups()
+        env = {"PATH": "/usr/bin:/bin"}
+        pidfile = tmp_path / "bg.pid"
+        script = f"sleep 1000 & echo $! > {pidfile}; cat; echo err >&2; exit 5"
+        done = _process.run(
+            groups,
+            [SH, "-c", script],
+            env,
+            b"in",
+            timeout_s=None,
+            stdout_head=10,
+            stderr_tail=10,
+            use_pidfd=use_pidfd,
+        )
+        assert (done.returncode, done.stdout_head, done.stderr_tail) == (5, b"in", b"err\n")
+        assert not done.timed_out and done.stdin_error is None
+        assert wait_dead(int(wait_for_file(pidfile)))
+        slow = _process.run(
+            groups,
+            [SH, "-c", "exec sleep 1000"],
+            env,
+            None,
+            timeout_s=0.2,
+            stdout_head=10,
+            stderr_tail=10,
+            use_pidfd=use_pidfd,
+        )
+        assert slow.timed_out and slow.returncode == -9
+        assert groups.live == 0
+
+    def test_secret_file_edge_cases(self, tmp_path: Path) -> None:
+        """One trailing CRLF is stripped; an oversized or NUL-holding secret fails the call."""
+        token = tmp_path / "token"
+        adapter = cli('printf %s "$TOK"', env={"TOK": {"file": str(token)}})
+        token.write_bytes(b"abc\r\n")
+        assert adapter.call(request())["stdout"] == b"[redacted]"
+        for content in (b"a\0b", b"x" * 65537):
+            token.write_bytes(content)
+            with pytest.raises(DefiniteFailure, match="TOK"):
+                adapter.call(request())
+
+
+class TestRedaction:
+    def test_overlapping_secrets_and_window_edges(self) -> None:
+        """Overlapping occurrences merge; an occurrence crossing a window edge goes whole."""
+        secrets = [b"abcd", b"cdef", b""]
+        assert _redact.redact_window(b"xxabcdefyy", secrets) == b"xx[redacted]yy"
+        assert _redact.redact_window(b"abcd--abcd", [b"abcd"], 2, 8) == b"[redacted]--[redacted]"
+        assert _redact.redact_window(b"abcd--abcd", [b"abcd"], 4, 6) == b"--"
+        assert _redact.redact_window(b"plain", []) == b"plain"
+
+    def test_text_redaction(self) -> None:
+        """Exception texts lose every secret, also one that is not valid UTF-8."""
+        text = "a s3cret and \xe9t\xe9 b"
+        out = _redact.redact_text(text, [b"s3cret", "\xe9t\xe9".encode("latin-1")])
+        assert out == "a [redacted] and [redacted] b"
 
 
 PLUGIN = """

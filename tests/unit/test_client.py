@@ -29,7 +29,6 @@ from cryptography.hazmat.primitives.serialization import (
     NoEncryption,
     PrivateFormat,
 )
-
 from wardd.client import (
     NO_VALUE,
     Client,
@@ -59,8 +58,13 @@ from wardd.protocol import (
 )
 
 NETWORK = "local"
-HELLO = {"protocol": 1, "daemon": "wardd test", "boot": "b" * 32, "network": NETWORK,
-         "max_frame": 1 << 20}
+HELLO = {
+    "protocol": 1,
+    "daemon": "wardd test",
+    "boot": "b" * 32,
+    "network": NETWORK,
+    "max_frame": 1 << 20,
+}
 
 
 def frame(obj: Any) -> bytes:
@@ -269,8 +273,7 @@ class TestClientCore:
             core.request("status")
         rid, data = core.hello_request()
         (sent,) = decode_requests(data)
-        assert sent == {"id": rid, "method": "hello",
-                        "params": {"protocol": 1, "client": "tester"}}
+        assert sent == {"id": rid, "method": "hello", "params": {"protocol": 1, "client": "tester"}}
         with pytest.raises(RuntimeError):
             core.hello_request()
         core.receive_data(ok(rid, dict(HELLO, max_frame=200_000)))
@@ -722,8 +725,14 @@ class FakeClient:
         return [(m, p) for m, p in self.calls if "sig" in p]
 
 
-ROOT = {"neuron": "n", "epoch": 3, "policy_version": 7, "placement_generation": 5,
-        "placement": None, "grants": {"p": {"acts": ["echo", "tool.run"], "enabled": True}}}
+ROOT = {
+    "neuron": "n",
+    "epoch": 3,
+    "policy_version": 7,
+    "placement_generation": 5,
+    "placement": None,
+    "grants": {"p": {"acts": ["echo", "tool.run"], "enabled": True}},
+}
 DESCRIPTOR = {"v": 1, "executor": {"worker": "w1"}}
 
 
@@ -736,12 +745,18 @@ class TestSession:
     def test_bind_uses_the_workers_current_descriptor_and_generation(self) -> None:
         """bind reads list_workers and get_neuron, then signs bind_placement with both."""
         neuron = Neuron.generate()
-        fake = FakeClient({
-            "list_workers": {"workers": [{"worker": "w0", "descriptor": {"v": 1}},
-                                         {"worker": "w1", "descriptor": DESCRIPTOR}]},
-            "get_neuron": ROOT,
-            "bind_placement": {"placement_generation": 6},
-        })
+        fake = FakeClient(
+            {
+                "list_workers": {
+                    "workers": [
+                        {"worker": "w0", "descriptor": {"v": 1}},
+                        {"worker": "w1", "descriptor": DESCRIPTOR},
+                    ]
+                },
+                "get_neuron": ROOT,
+                "bind_placement": {"placement_generation": 6},
+            }
+        )
         session = Session(fake, neuron)  # type: ignore[arg-type]
         assert session.bind("w1") == {"placement_generation": 6}
         ((method, params),) = fake.signed_calls()
@@ -761,17 +776,20 @@ class TestSession:
     def test_attempts_always_send_expected_epoch(self, method: str) -> None:
         """SPEC §4: the bundled clients always send expected_epoch (read from get_neuron)."""
         neuron = Neuron.generate()
-        fake = FakeClient({
-            "get_neuron": ROOT,
-            "get_operation": {"op": "o", "attempts": [{"attempt": 1}, {"attempt": 2}]},
-            method: {"ok": True},
-        })
+        fake = FakeClient(
+            {
+                "get_neuron": ROOT,
+                "get_operation": {"op": "o", "attempts": [{"attempt": 1}, {"attempt": 2}]},
+                method: {"ok": True},
+            }
+        )
         getattr(Session(fake, neuron), method)("o")  # type: ignore[arg-type]
         ((sent, params),) = fake.signed_calls()
         assert sent == method
-        assert {k: params[k] for k in ("op", "expected_attempt", "placement_generation",
-                                       "expected_epoch")} == {
-            "op": "o", "expected_attempt": 3, "placement_generation": 5, "expected_epoch": 3}
+        assert {
+            k: params[k]
+            for k in ("op", "expected_attempt", "placement_generation", "expected_epoch")
+        } == {"op": "o", "expected_attempt": 3, "placement_generation": 5, "expected_epoch": 3}
         assert_signed_by(neuron, method, params)
 
     def test_a_pinned_epoch_is_sent_without_reading_it(self) -> None:
@@ -804,8 +822,11 @@ class TestSession:
         session.reconcile("o", 1, "succeeded", None)
         session.reconcile("o", 1, "succeeded", NO_VALUE)
         outcomes = [p["outcome"] for _, p in fake.signed_calls()]
-        assert outcomes == [{"status": "failed"}, {"status": "succeeded", "value": None},
-                            {"status": "succeeded"}]
+        assert outcomes == [
+            {"status": "failed"},
+            {"status": "succeeded", "value": None},
+            {"status": "succeeded"},
+        ]
 
     def test_paged_reads_follow_next(self) -> None:
         """list_operations returns every page, passing each page's next as after."""
@@ -845,3 +866,32 @@ class TestSession:
         assert params["expected_epoch"] == 3
         assert_signed_by(neuron, "advance_epoch", params)
         await client.aclose()
+
+
+class TestDefaultPaths:
+    def test_socket_defaults_follow_the_daemon(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """$XDG_RUNTIME_DIR/wardd/wardd.sock, else the daemon's /tmp/wardd-<uid> fallback."""
+        from wardd.client import default_socket_path
+
+        monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/7")
+        assert default_socket_path() == "/run/user/7/wardd/wardd.sock"
+        monkeypatch.delenv("XDG_RUNTIME_DIR")
+        assert default_socket_path() == f"/tmp/wardd-{os.getuid()}/wardd/wardd.sock"
+
+    def test_wardd_socket_overrides_for_clients(
+        self, monkeypatch: pytest.MonkeyPatch, short_dir: Path
+    ) -> None:
+        """Client() with no path connects to $WARDD_SOCKET."""
+        monkeypatch.setenv("WARDD_SOCKET", str(short_dir / "nothing-here"))
+        with pytest.raises(FileNotFoundError):
+            Client(timeout=1)
+
+    def test_key_default_is_under_xdg_config_home(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """$XDG_CONFIG_HOME/wardd/neuron.key, else ~/.config/wardd/neuron.key."""
+        from wardd.client import default_key_path
+
+        monkeypatch.setenv("XDG_CONFIG_HOME", "/cfg")
+        assert default_key_path() == "/cfg/wardd/neuron.key"
+        monkeypatch.delenv("XDG_CONFIG_HOME")
+        monkeypatch.setenv("HOME", "/home/u")
+        assert default_key_path() == "/home/u/.config/wardd/neuron.key"

@@ -16,18 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from wardd.client import Neuron
 from wardd.client.wardctl import build_parser, main
 from wardd.protocol import FrameDecoder, WarddError, encode_frame, verify
 
-HELLO = {"protocol": 1, "daemon": "wardd test", "boot": "b" * 32, "network": "local",
-         "max_frame": 1 << 20}
+HELLO = {
+    "protocol": 1,
+    "daemon": "wardd test",
+    "boot": "b" * 32,
+    "network": "local",
+    "max_frame": 1 << 20,
+}
 
 
-def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[
-    tuple[str, ...]
-]:
+def command_paths(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ...]]:
     """Every command and sub-command of the parser, as argv prefixes."""
     for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
@@ -49,11 +53,29 @@ class TestHelp:
     def test_every_documented_command_exists(self) -> None:
         """The commands the operator guide names are all there."""
         expected = {
-            ("keygen",), ("status",), ("workers",), ("register",), ("bind",), ("release",),
-            ("epoch", "advance"), ("grant",), ("prog", "create"), ("prog", "state"),
-            ("prog", "show"), ("submit",), ("invoke",), ("op", "show"), ("ops",),
-            ("attempts",), ("history",), ("reconcile",), ("cancel",), ("consume",),
-            ("rebind",), ("receipts",), ("manual-take",),
+            ("keygen",),
+            ("status",),
+            ("workers",),
+            ("register",),
+            ("bind",),
+            ("release",),
+            ("epoch", "advance"),
+            ("grant",),
+            ("prog", "create"),
+            ("prog", "state"),
+            ("prog", "show"),
+            ("submit",),
+            ("invoke",),
+            ("op", "show"),
+            ("ops",),
+            ("attempts",),
+            ("history",),
+            ("reconcile",),
+            ("cancel",),
+            ("consume",),
+            ("rebind",),
+            ("receipts",),
+            ("manual-take",),
         }
         assert expected <= set(ALL_COMMANDS)
 
@@ -77,7 +99,10 @@ class TestHelp:
         """`python -m wardd.client.wardctl --help` works (the console script's twin)."""
         done = subprocess.run(
             [sys.executable, "-m", "wardd.client.wardctl", "--help"],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 0, done.stderr
         assert "usage: wardctl" in done.stdout
@@ -245,17 +270,30 @@ def daemon_stub() -> Iterator[Callable[[dict[str, Any]], tuple[str, list[dict[st
 
 
 STATUS = {
-    "version": "0.1.0", "protocol": 1, "boot": "b" * 32, "started_at": "2024-01-01T00:00:00Z",
-    "uptime": 3723.5, "network": "local",
+    "version": "0.1.0",
+    "protocol": 1,
+    "boot": "b" * 32,
+    "started_at": "2024-01-01T00:00:00Z",
+    "uptime": 3723.5,
+    "network": "local",
     "db": {"path": "/var/wardd.db", "schema_version": 1, "size": 2048},
     "workers": [
-        {"id": "w0", "digest": "d" * 64, "busy_op": None,
-         "counts": {"succeeded": 4, "failed": 1, "unknown": 0}},
-        {"id": "w1", "digest": "e" * 64, "busy_op": {"neuron": "a" * 64, "op": "op-7", "attempt": 2},
-         "counts": {"succeeded": 0, "failed": 0, "unknown": 1}},
+        {
+            "id": "w0",
+            "digest": "d" * 64,
+            "busy_op": None,
+            "counts": {"succeeded": 4, "failed": 1, "unknown": 0},
+        },
+        {
+            "id": "w1",
+            "digest": "e" * 64,
+            "busy_op": {"neuron": "a" * 64, "op": "op-7", "attempt": 2},
+            "counts": {"succeeded": 0, "failed": 0, "unknown": 1},
+        },
     ],
     "operations": {"pending": 2, "retained": 1, "unknown": 1},
-    "unknown_attempts": 1, "receipts_pending": 0,
+    "unknown_attempts": 1,
+    "receipts_pending": 0,
     "writer": {"backlog": 0, "batches": 10, "mean_batch": 1.5, "max_batch": 4},
     "connections": 2,
 }
@@ -267,10 +305,22 @@ class TestAgainstAStub:
         path, _ = daemon_stub({"status": STATUS})
         code, out, _ = run(capsys, "--socket", path, "status")
         assert code == 0
-        for text in ("wardd 0.1.0", "b" * 32, "up 1h 2m 3s", "/var/wardd.db", "2.0 KiB",
-                     "w0", "idle", "succeeded 4", "busy: aaaaaaaaaaaa/op-7 attempt 2",
-                     "pending 2", "unknown attempts: 1", "receipts pending: 0",
-                     "mean batch 1.50", "connections: 2"):
+        for text in (
+            "wardd 0.1.0",
+            "b" * 32,
+            "up 1h 2m 3s",
+            "/var/wardd.db",
+            "2.0 KiB",
+            "w0",
+            "idle",
+            "succeeded 4",
+            "busy: aaaaaaaaaaaa/op-7 attempt 2",
+            "pending 2",
+            "unknown attempts: 1",
+            "receipts pending: 0",
+            "mean batch 1.50",
+            "connections: 2",
+        ):
             assert text in out, text
 
     def test_status_json_is_the_raw_result(self, capsys, daemon_stub) -> None:
@@ -302,14 +352,25 @@ class TestAgainstAStub:
         import io
 
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"from stdin")))
-        for extra in (["--args", "héllo"], ["--args-hex", "00ff"],
-                      ["--args-file", str(tmp_path / "a")], ["--args-file", "-"], []):
-            code, out, _ = run(capsys, "--socket", path, "--key", str(key),
-                               "submit", "p", "o", "echo", *extra)
+        for extra in (
+            ["--args", "héllo"],
+            ["--args-hex", "00ff"],
+            ["--args-file", str(tmp_path / "a")],
+            ["--args-file", "-"],
+            [],
+        ):
+            code, out, _ = run(
+                capsys, "--socket", path, "--key", str(key), "submit", "p", "o", "echo", *extra
+            )
             assert code == 0 and out.strip() == "op o: pending"
         sent = [r["params"] for r in seen if r["method"] == "submit"]
-        assert [p["args"] for p in sent] == ["héllo".encode(), b"\x00\xff", b"\x00file",
-                                             b"from stdin", b""]
+        assert [p["args"] for p in sent] == [
+            "héllo".encode(),
+            b"\x00\xff",
+            b"\x00file",
+            b"from stdin",
+            b"",
+        ]
         for p in sent:
             assert verify(neuron.id, p["sig"], "local", "submit", p)
 
@@ -320,36 +381,45 @@ class TestAgainstAStub:
         key = tmp_path / "k"
         Neuron.generate().save(key)
         root = {"epoch": 2, "policy_version": 1, "placement_generation": 3}
-        path, seen = daemon_stub({
-            "get_neuron": root,
-            "get_operation": {"op": "o", "attempts": [{"attempt": 1}]},
-            "invoke": {"op": "o", "attempt": 2, "status": "succeeded", "result": b"hi there"},
-        })
+        path, seen = daemon_stub(
+            {
+                "get_neuron": root,
+                "get_operation": {"op": "o", "attempts": [{"attempt": 1}]},
+                "invoke": {"op": "o", "attempt": 2, "status": "succeeded", "result": b"hi there"},
+            }
+        )
         code, out, _ = run(capsys, "--socket", path, "--key", str(key), "invoke", "o")
         assert code == 0
         assert out.splitlines() == ["op o attempt 2: succeeded", "result: hi there"]
         (params,) = [r["params"] for r in seen if r["method"] == "invoke"]
-        assert (params["expected_attempt"], params["expected_epoch"],
-                params["placement_generation"]) == (2, 2, 3)
+        assert (
+            params["expected_attempt"],
+            params["expected_epoch"],
+            params["placement_generation"],
+        ) == (2, 2, 3)
 
     def test_invoke_with_an_unknown_outcome_exits_1(self, capsys, daemon_stub, tmp_path) -> None:
         """An attempt that did not succeed is not an ok exit, and says how to resolve it."""
         key = tmp_path / "k"
         Neuron.generate().save(key)
-        path, _ = daemon_stub({
-            "get_neuron": {"epoch": 1, "placement_generation": 1},
-            "invoke": {"op": "o", "attempt": 1, "status": "unknown", "error": "killed"},
-        })
-        code, out, _ = run(capsys, "--socket", path, "--key", str(key),
-                           "invoke", "o", "--attempt", "1")
+        path, _ = daemon_stub(
+            {
+                "get_neuron": {"epoch": 1, "placement_generation": 1},
+                "invoke": {"op": "o", "attempt": 1, "status": "unknown", "error": "killed"},
+            }
+        )
+        code, out, _ = run(
+            capsys, "--socket", path, "--key", str(key), "invoke", "o", "--attempt", "1"
+        )
         assert code == 1
         assert "op o attempt 1: unknown" in out and "reconcile" in out
 
     def test_json_output_hexes_bytes(self, capsys, daemon_stub, tmp_path) -> None:
         """--json renders byte strings as {"hex": ...}."""
         path, _ = daemon_stub({"get_operation": {"op": "o", "args": b"\x00\x01", "attempts": []}})
-        code, out, _ = run(capsys, "--socket", path, "--json", "op", "show", "o",
-                           "--neuron", "ab" * 32)
+        code, out, _ = run(
+            capsys, "--socket", path, "--json", "op", "show", "o", "--neuron", "ab" * 32
+        )
         assert code == 0
         assert json.loads(out) == {"op": "o", "args": {"hex": "0001"}, "attempts": []}
 
@@ -361,19 +431,42 @@ class TestAgainstAStub:
 
     def test_ops_unknown_prints_each_unknown_attempts_evidence(self, capsys, daemon_stub) -> None:
         """`ops --state unknown` shows the evidence of every unknown attempt."""
-        op = {"op": "o", "prog": "p", "act": "tool.run", "state": "unknown", "attempts": [
-            {"attempt": 1, "kind": "guarded", "state": "failed"},
-            {"attempt": 2, "kind": "guarded", "state": "unknown", "claimed": True,
-             "boot": "c" * 32, "evidence": {"claimed": True, "boot": "c" * 32,
-                                            "receipt_hint": "not_executed"}},
-        ]}
-        path, seen = daemon_stub({
-            "list_operations": {"operations": [{"op": "o", "prog": "p", "act": "tool.run",
-                                                "state": "unknown", "attempts": 2}]},
-            "get_operation": op,
-        })
-        code, out, _ = run(capsys, "--socket", path, "ops", "--state", "unknown",
-                           "--neuron", "ab" * 32)
+        op = {
+            "op": "o",
+            "prog": "p",
+            "act": "tool.run",
+            "state": "unknown",
+            "attempts": [
+                {"attempt": 1, "kind": "guarded", "state": "failed"},
+                {
+                    "attempt": 2,
+                    "kind": "guarded",
+                    "state": "unknown",
+                    "claimed": True,
+                    "boot": "c" * 32,
+                    "evidence": {"claimed": True, "boot": "c" * 32, "receipt_hint": "not_executed"},
+                },
+            ],
+        }
+        path, seen = daemon_stub(
+            {
+                "list_operations": {
+                    "operations": [
+                        {
+                            "op": "o",
+                            "prog": "p",
+                            "act": "tool.run",
+                            "state": "unknown",
+                            "attempts": 2,
+                        }
+                    ]
+                },
+                "get_operation": op,
+            }
+        )
+        code, out, _ = run(
+            capsys, "--socket", path, "ops", "--state", "unknown", "--neuron", "ab" * 32
+        )
         assert code == 0
         assert "attempt 2 (guarded): unknown" in out and "receipt_hint: not_executed" in out
         assert "attempt 1" not in out

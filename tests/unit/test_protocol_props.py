@@ -8,7 +8,6 @@ import cbor2
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from wardd.protocol import (
     NEED_DATA,
     BadFrame,
@@ -137,7 +136,9 @@ class TestCborProperties:
 
 class TestFrameProperties:
     @SETTINGS
-    @given(st.lists(wire_values, min_size=1, max_size=4), st.lists(st.integers(0, 10_000), max_size=12))
+    @given(
+        st.lists(wire_values, min_size=1, max_size=4), st.lists(st.integers(0, 10_000), max_size=12)
+    )
     def test_any_chunking_gives_the_same_items(self, values: list[Any], cuts: list[int]) -> None:
         """However the stream is cut into chunks, the same items come out in order."""
         stream = b"".join(encode_frame(v) for v in values)

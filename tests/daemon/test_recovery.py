@@ -1,0 +1,347 @@
+"""Unknown attempts and what resolves them, with real SIGKILLs (SPEC §3.3-§3.6)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from tests.daemon.harness import Actor, Env
+from tests.daemon.test_dispatch import Background, code_of, key, wait_for
+
+
+def restart(daemon, actor, *, rebind=True):
+    daemon.kill()
+    daemon.start()
+    actor.client = daemon.connect()
+    if rebind:
+        actor.bind(0)
+
+
+def slow_env(**kw) -> Env:
+    env = Env(**kw)
+    started = shlex.quote(str(env.started))
+    ledger = shlex.quote(str(env.cli_ledger))
+    env.acts["slow"] = {"adapter": "cli", "argv": [
+        "/bin/sh", "-c", f'echo "$WARDD_IDEMPOTENCY_KEY" >> {ledger}; '
+        f'touch {started}/"$WARDD_OP.$WARDD_ATTEMPT"; sleep 30']}
+    env.write_config()
+    return env
+
+
+class TestCrash:
+    def test_crash_after_claim_leaves_an_unknown_attempt_reconciled_once(self, make_daemon):
+        d = make_daemon(slow_env())
+        a = Actor(d, acts=("slow",))
+        a.submit("op", "slow")
+        old_boot = d.boot
+        call = Background(a.invoke, "op", 1, d.connect())
+        wait_for(d.env.started_marker("op").exists, what="the slow act to start")
+        restart(d, a)
+        call.done.wait(10)
+        att = a.op("op")["attempts"][0]
+        assert att["state"] == "unknown" and att["claimed"] is True
+        assert att["evidence"] == {"claimed": True, "boot": old_boot}
+        assert a.state("op") == "unknown"
+        assert code_of(a.prepare, "op", 2).code == "attempt_unknown"
+        listed = a.read("list_attempts", {"state": "unknown"})["attempts"]
+        assert [(x["op"], x["claimed"]) for x in listed] == [("op", True)]
+        r = a.call("reconcile", {"op": "op", "attempt": 1,
+                                 "outcome": {"status": "succeeded", "value": b"done"}})
+        assert r["status"] == "succeeded" and "already" not in r
+        again = a.call("reconcile", {"op": "op", "attempt": 1,
+                                     "outcome": {"status": "succeeded", "value": b"done"}})
+        assert again["already"] is True
+        err = code_of(a.call, "reconcile", {"op": "op", "attempt": 1,
+                                            "outcome": {"status": "failed"}})
+        assert err.code == "conflict"
+        info = a.op("op")
+        assert info["state"] == "retained" and info["result"]["source"] == "reconcile"
+        assert info["attempts"][0]["evidence"] == {"claimed": True, "boot": old_boot}
+        assert d.env.ledger_lines(d.env.cli_ledger) == [key(a, "op")]
+        kinds = [r["kind"] for r in a.history("op")]
+        assert kinds == ["submitted", "prepared", "claimed", "marked_unknown", "reconciled"]
+
+    def test_crash_after_prepare_is_unknown_unclaimed_and_never_executed(self, make_daemon):
+        d = make_daemon()
+        a = Actor(d, acts=("quick",))
+        a.submit("op", "quick")
+        token, _ = a.prepare("op")
+        old_boot = d.boot
+        restart(d, a)
+        att = a.op("op")["attempts"][0]
+        assert att["evidence"] == {"claimed": False, "boot": old_boot}
+        assert code_of(a.execute, token).code == "token_invalid"  # no token is recreated
+        assert d.env.ledger_lines(d.env.cli_ledger) == []
+        assert code_of(a.call, "reconcile", {"op": "op", "attempt": 2,
+                                             "outcome": {"status": "failed"}}).code \
+            == "unknown_operation"
+        a.call("reconcile", {"op": "op", "attempt": 1, "outcome": {"status": "not_executed"}})
+        assert a.state("op") == "pending"
+        assert a.invoke("op", attempt=2)["status"] == "succeeded"
+        assert d.env.ledger_lines(d.env.cli_ledger) == [key(a, "op", 2)]
+        assert code_of(a.call, "reconcile", {"op": "op", "attempt": 2,
+                                             "outcome": {"status": "failed"}}).code \
+            == "not_reconcilable"
+
+    def test_restart_marks_each_attempt_once(self, make_daemon):
+        d = make_daemon()
+        a = Actor(d, acts=("echo",))
+        a.submit("op")
+        a.prepare("op")
+        restart(d, a)
+        restart(d, a)
+        kinds = [r["kind"] for r in a.history("op")]
+        assert kinds.count("marked_unknown") == 1
+
+
+class TestReceipts:
+    def test_file_append_unknown_is_resolved_by_its_receipt_at_restart(self, make_daemon):
+        d = make_daemon()
+        a = Actor(d, acts=("ledger",))
+        a.submit("done", "ledger", b"d")
+        a.submit("never", "ledger", b"n")
+        a.prepare("done")
+        a.prepare("never")
+        # the adapter's write of "done" reached the file just before the crash
+        with open(d.env.ledger, "a") as f:
+            f.write(f"{key(a, 'done')}\t{b'd'.hex()}\n")
+        restart(d, a, rebind=False)
+        done, never = a.op("done"), a.op("never")
+        assert done["state"] == "retained"
+        assert done["attempts"][0]["outcome"] == {"status": "succeeded", "value": None,
+                                                  "source": "receipt"}
+        assert never["state"] == "pending"
+        assert never["attempts"][0]["outcome"]["status"] == "not_executed"
+        assert never["attempts"][0]["outcome"]["source"] == "receipt"
+        assert "receipt" in [r["kind"] for r in a.history("done")]
+
+    def test_cli_receipt_applies_only_executed(self, make_daemon):
+        env = Env()
+        answers = env.root / "answers"
+        answers.write_text("")
+        receipt = ["/bin/sh", "-c", f'grep -q "^$1 executed" {shlex.quote(str(answers))} '
+                   '&& echo executed || echo not_executed', "receipt"]
+        env.acts["rq"] = {"adapter": "cli", "argv": ["/bin/true"], "receipt_argv": receipt}
+        env.write_config()
+        d = make_daemon(env)
+        a = Actor(d, acts=("rq",))
+        a.submit("yes", "rq")
+        a.submit("no", "rq")
+        a.prepare("yes")
+        a.prepare("no")
+        answers.write_text(f"{key(a, 'yes')} executed\n")
+        restart(d, a, rebind=False)
+        checked = a.call("check_receipts", {})
+        assert checked["checked"] >= 0
+        wait_for(lambda: a.read("status")["receipts_pending"] == 0, what="receipts")
+        assert a.state("yes") == "retained"
+        no = a.op("no")
+        assert no["state"] == "unknown"
+        assert no["attempts"][0]["evidence"]["receipt_hint"] == "not_executed"
+
+
+class TestResolution:
+    def test_manual_take_is_unknown_and_never_enters_the_executor(self, daemon):
+        a = Actor(daemon, acts=("ledger",))
+        a.submit("op", "ledger")
+        res = a.call("manual_take", {"op": "op", "expected_attempt": 1, "expected_epoch": 1})
+        assert res == {"attempt": {"op": "op", "attempt": 1, "kind": "manual", "epoch": 1,
+                                   "policy_version": a.root()["policy_version"]}}
+        assert "token" not in res
+        assert a.state("op") == "unknown"
+        assert code_of(a.prepare, "op", 2).code == "attempt_unknown"
+        assert a.call("check_receipts", {})["resolved"] == 0
+        a.call("reconcile", {"op": "op", "attempt": 1,
+                             "outcome": {"status": "succeeded", "value": 5}})
+        assert a.call("consume", {"op": "op"})["result"]["value"] == 5
+        assert daemon.env.ledger_lines() == []
+
+    def test_cancel_in_each_state(self, make_daemon):
+        d = make_daemon(slow_env())
+        a = Actor(d, acts=("echo", "boom", "gated"))
+        for op in ("pending", "prepared", "retained", "unknown", "consumed"):
+            a.submit(op, "boom" if op == "unknown" else "echo")
+        token, _ = a.prepare("prepared")
+        a.invoke("retained")
+        a.invoke("unknown")
+        a.invoke("consumed")
+        a.call("consume", {"op": "consumed"})
+        for op in ("pending", "prepared", "retained", "unknown"):
+            assert a.call("cancel", {"op": op}) == {"op": op, "state": "cancelled"}
+            assert a.call("cancel", {"op": op})["already"] is True
+            assert a.state(op) == "cancelled"
+        assert code_of(a.call, "cancel", {"op": "consumed"}).code == "terminal"
+        assert code_of(a.execute, token).data["reason"] == "cancelled"
+        assert code_of(a.call, "consume", {"op": "retained"}).code == "terminal"
+        assert a.op("unknown")["attempts"][0]["state"] == "unknown"
+        a.call("reconcile", {"op": "unknown", "attempt": 1, "outcome": {"status": "failed"}})
+        assert a.state("unknown") == "cancelled"
+        listed = a.read("list_operations", {"neuron": a.id, "state": "cancelled"})
+        assert len(listed["operations"]) == 4
+        # running: the outcome is recorded but never returned by consume
+        a.submit("running", "gated")
+        call = Background(a.invoke, "running", 1, d.connect())
+        wait_for(d.env.started_marker("running").exists, what="gated start")
+        assert a.call("cancel", {"op": "running"})["state"] == "cancelled"
+        d.env.open_gate("running")
+        assert call.result()["status"] == "succeeded"
+        info = a.op("running")
+        assert info["state"] == "cancelled" and info["attempts"][0]["state"] == "succeeded"
+        assert code_of(a.call, "consume", {"op": "running"}).code == "terminal"
+
+    def test_rebind_after_an_epoch_change(self, daemon):
+        a = Actor(daemon, acts=("echo",))
+        a.submit("op", "echo", b"v")
+        a.invoke("op")
+        a.call("advance_epoch", {"expected_epoch": 1})
+        assert code_of(a.call, "consume", {"op": "op"}).code == "rebind_required"
+        assert code_of(a.call, "rebind", {"op": "op", "expected_epoch": 1}).code \
+            == "epoch_mismatch"
+        assert a.call("rebind", {"op": "op", "expected_epoch": 2}) == {"op": "op", "epoch": 2}
+        assert a.call("rebind", {"op": "op"})["already"] is True
+        got = a.call("consume", {"op": "op"})
+        assert got["result"]["epoch"] == 2 and got["result"]["attempt"] == 1
+        att = a.op("op")["attempts"][0]
+        assert att["epoch"] == 1  # the attempt's own binding keeps the original
+        assert "rebound" in [r["kind"] for r in a.history("op")]
+        a.submit("none")
+        assert code_of(a.call, "rebind", {"op": "none"}).code == "not_retained"
+
+    def test_budget_exhaustion_consumes_retained_and_cancels_pending(self, daemon):
+        a = Actor(daemon, acts=("echo",), step_limit=10)
+        a.submit("kept", "echo", b"k")
+        a.invoke("kept")
+        a.submit("waiting")
+        a.submit("prep")
+        token, _ = a.prepare("prep")
+        r = a.call("reserve_steps", {"prog": a.prog, "reservation": "r1", "steps": 8})
+        assert r == {"reservation": "r1", "steps": 8}
+        assert a.call("reserve_steps", {"prog": a.prog, "reservation": "r1",
+                                        "steps": 8})["already"] is True
+        assert code_of(a.call, "reserve_steps", {"prog": a.prog, "reservation": "r2",
+                                                 "steps": 3}).code == "budget_exhausted"
+        s = a.call("settle_steps", {"prog": a.prog, "reservation": "r1", "steps": 8})
+        assert s["steps_used"] == 8
+        a.call("reserve_steps", {"prog": a.prog, "reservation": "r3", "steps": 2})
+        a.call("settle_steps", {"prog": a.prog, "reservation": "r3", "steps": 2})
+        for op in ("kept", "waiting", "prep"):
+            assert a.state(op) == "cancelled", op
+        assert code_of(a.call, "consume", {"op": "kept"}).code == "terminal"
+        assert code_of(a.execute, token).data["reason"] == "budget_exhausted"
+        assert code_of(a.submit, "after").code == "budget_exhausted"  # "submit may too"
+        assert code_of(a.call, "reserve_steps", {"prog": a.prog, "reservation": "r4",
+                                                 "steps": 0}).code == "budget_exhausted"
+
+    def test_recover_reservations_releases_open_ones(self, daemon):
+        a = Actor(daemon, acts=("echo",), step_limit=10)
+        a.call("reserve_steps", {"prog": a.prog, "reservation": "a", "steps": 4})
+        a.call("reserve_steps", {"prog": a.prog, "reservation": "b", "steps": 5})
+        assert a.read("get_prog", {"neuron": a.id, "prog": a.prog})["steps_reserved"] == 9
+        assert a.call("recover_reservations", {"prog": a.prog}) == {"released": 2}
+        assert a.read("get_prog", {"neuron": a.id, "prog": a.prog})["steps_reserved"] == 0
+        assert a.call("reserve_steps", {"prog": a.prog, "reservation": "c", "steps": 10})
+
+    def test_management_writes_need_an_enabled_grant_not_the_act(self, daemon):
+        a = Actor(daemon, acts=("boom",))
+        a.submit("op", "boom")
+        a.invoke("op")
+        a.grant([])  # the act is revoked, the grant stays enabled
+        a.call("reconcile", {"op": "op", "attempt": 1, "outcome": {"status": "failed"}})
+        a.grant([], enabled=False)
+        assert code_of(a.call, "cancel", {"op": "op"}).code == "grant_disabled"
+        assert code_of(a.call, "submit", {"prog": a.prog, "op": "x", "act": "echo",
+                                          "args": b""}).code == "grant_disabled"
+
+    def test_archive_refused_while_operations_are_open(self, daemon):
+        a = Actor(daemon, acts=("echo",))
+        a.submit("op")
+
+        def state(expected, new):
+            return a.call("set_prog_state", {"prog": a.prog, "expected_state": expected,
+                                             "state": new})
+
+        assert code_of(state, "paused", "active").code == "state_mismatch"
+        assert code_of(state, "active", "archived").code == "bad_transition"
+        state("active", "retired")
+        assert code_of(state, "retired", "archived").code == "open_operations"
+        a.call("cancel", {"op": "op"})
+        assert state("retired", "archived") == {"prog": a.prog, "state": "archived"}
+
+
+class TestShutdown:
+    def test_sigterm_kills_cli_process_groups_after_the_grace(self, make_daemon):
+        env = Env(shutdown_grace_s=0.5)
+        pidfile = env.root / "child.pid"
+        env.acts["lingering"] = {"adapter": "cli", "argv": [
+            "/bin/sh", "-c", f"sleep 60 & echo $! > {shlex.quote(str(pidfile))}; wait"]}
+        env.write_config()
+        d = make_daemon(env)
+        a = Actor(d, acts=("lingering",))
+        a.submit("op", "lingering")
+        Background(a.invoke, "op", 1, d.connect())
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="child pid")
+        child = int(pidfile.read_text())
+        assert d.terminate() == 0
+        wait_for(lambda: _gone(child), what="the act's background child to be killed")
+        d.start()
+        a.client = d.connect()
+        att = a.op("op")["attempts"][0]
+        assert att["state"] == "unknown" and att["evidence"]["claimed"] is True
+
+    def test_sigterm_voids_unconsumed_tokens(self, make_daemon):
+        d = make_daemon()
+        a = Actor(d, acts=("echo",))
+        a.submit("op")
+        a.prepare("op")
+        assert d.terminate() == 0
+        d.start()
+        a.client = d.connect()
+        att = a.op("op")["attempts"][0]
+        assert (att["state"], att["reason"]) == ("void", "shutdown")
+
+
+
+def _gone(pid: int) -> bool:
+    """The process no longer runs (absent, or a zombie awaiting its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+class TestMigration:
+    def test_database_of_schema_v1_is_migrated_and_its_attempts_become_unknown(self, make_daemon):
+        """tests/data/schema-v1.db was written by schema version 1; its daemon
+        died with one attempt prepared and one claimed and running."""
+        import shutil
+        import sqlite3
+        from pathlib import Path
+
+        data = Path(__file__).parent.parent / "data"
+        env = Env()
+        env.database.parent.mkdir(parents=True)
+        shutil.copy(data / "schema-v1.db", env.database)
+        neuron = (data / "schema-v1.neuron").read_text().strip()
+        db = sqlite3.connect(env.database)
+        (old_boot,) = db.execute("SELECT boot_id FROM boots").fetchone()
+        db.close()
+        d = make_daemon(env)
+        with d.connect() as c:
+            st = c.call("status")
+            assert st["db"]["schema_version"] == 2 and st["unknown_attempts"] == 1
+
+            def op(name):
+                return c.call("get_operation", {"neuron": neuron, "op": name})
+
+            prepared, running, done = op("prepared"), op("running"), op("done")
+        assert prepared["attempts"][0]["evidence"] == {"claimed": False, "boot": old_boot}
+        # a file.append attempt that never reached the adapter: its receipt says so
+        assert prepared["state"] == "pending"
+        assert prepared["attempts"][0]["outcome"]["source"] == "receipt"
+        assert running["state"] == "unknown"
+        assert running["attempts"][0]["evidence"] == {"claimed": True, "boot": old_boot}
+        assert done["state"] == "retained" and done["result"]["value"] == b"v1"
+        db = sqlite3.connect(env.database)
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+        db.close()
