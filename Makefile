@@ -15,10 +15,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/wardd run
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:randomly $(PYTEST_ARGS)
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
+	@mkdir -p .lint/wardd && for d in protocol daemon client adapters; do ln -sfn ../../$$d .lint/wardd/$$d; done
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 import attrs
+
 from wardd.protocol import (
     DEFAULT_MAX_FRAME,
     NEED_DATA,

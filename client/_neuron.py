@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
     load_pem_private_key,
 )
+
 from wardd.protocol import sign as _protocol_sign
 
 from ._errors import KeyFileError

@@ -75,6 +75,7 @@ def _acts(v: Any) -> str | None:
 def _enum(*values: str) -> Check:
     def check(v: Any) -> str | None:
         return None if v in values and isinstance(v, str) else f"must be one of {', '.join(values)}"
+
     return check
 
 
@@ -86,8 +87,10 @@ def _outcome(v: Any) -> str | None:
 
 Spec = tuple[Mapping[str, Check], Mapping[str, Check]]  # (required, optional)
 
-_PREPARE: Spec = ({"op": _id, "expected_attempt": _uint, "placement_generation": _uint},
-                  {"expected_epoch": _uint})
+_PREPARE: Spec = (
+    {"op": _id, "expected_attempt": _uint, "placement_generation": _uint},
+    {"expected_epoch": _uint},
+)
 _OP: Spec = ({"op": _id}, {})
 _STEPS: Spec = ({"prog": _id, "reservation": _id, "steps": _uint}, {})
 
@@ -96,11 +99,15 @@ SIGNED: dict[str, Spec] = {
     "bind_placement": ({"expected_generation": _uint, "descriptor": _map}, {}),
     "release_placement": ({"expected_generation": _uint}, {}),
     "advance_epoch": ({"expected_epoch": _uint}, {}),
-    "set_grant": ({"prog": _id, "acts": _acts, "enabled": _bool,
-                   "expected_policy_version": _uint}, {}),
+    "set_grant": (
+        {"prog": _id, "acts": _acts, "enabled": _bool, "expected_policy_version": _uint},
+        {},
+    ),
     "create_prog": ({"prog": _id, "step_limit": _uint}, {}),
-    "set_prog_state": ({"prog": _id, "expected_state": _enum(*PROG_STATES),
-                        "state": _enum(*PROG_STATES)}, {}),
+    "set_prog_state": (
+        {"prog": _id, "expected_state": _enum(*PROG_STATES), "state": _enum(*PROG_STATES)},
+        {},
+    ),
     "submit": ({"prog": _id, "op": _id, "act": _id, "args": _bytes}, {}),
     "prepare": _PREPARE,
     "invoke": _PREPARE,
@@ -123,8 +130,7 @@ UNSIGNED: dict[str, Spec] = {
     "get_neuron": ({"neuron": _neuron}, {}),
     "get_prog": ({"neuron": _neuron, "prog": _id}, {}),
     "get_operation": ({"neuron": _neuron, "op": _id}, {}),
-    "list_operations": ({"neuron": _neuron},
-                        {"state": _enum(*OP_STATES), "prog": _id, **_PAGE}),
+    "list_operations": ({"neuron": _neuron}, {"state": _enum(*OP_STATES), "prog": _id, **_PAGE}),
     "history": ({"neuron": _neuron, "op": _id}, _PAGE),
     "list_attempts": ({"state": _enum(*ATTEMPT_LIST_STATES)}, _PAGE),
 }

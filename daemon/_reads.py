@@ -39,12 +39,20 @@ class Reads:
         n = self._neuron(neuron)
         grants = {
             r["prog"]: {"acts": dec(r["grant_acts"]), "enabled": bool(r["grant_enabled"])}
-            for r in self._q("SELECT prog, grant_acts, grant_enabled FROM progs"
-                             " WHERE neuron_id = ? AND grant_enabled IS NOT NULL", (n["id"],))
+            for r in self._q(
+                "SELECT prog, grant_acts, grant_enabled FROM progs"
+                " WHERE neuron_id = ? AND grant_enabled IS NOT NULL",
+                (n["id"],),
+            )
         }
-        return {"neuron": neuron, "epoch": n["epoch"], "policy_version": n["policy_version"],
-                "placement_generation": n["placement_generation"],
-                "placement": dec(n["placement"]), "grants": grants}
+        return {
+            "neuron": neuron,
+            "epoch": n["epoch"],
+            "policy_version": n["policy_version"],
+            "placement_generation": n["placement_generation"],
+            "placement": dec(n["placement"]),
+            "grants": grants,
+        }
 
     def get_prog(self, neuron: str, prog: str) -> dict[str, Any]:
         n = self._neuron(neuron)
@@ -55,14 +63,23 @@ class Reads:
         grant = None
         if p["grant_enabled"] is not None:
             grant = {"acts": dec(p["grant_acts"]), "enabled": bool(p["grant_enabled"])}
-        return {"prog": prog, "state": p["state"], "step_limit": p["step_limit"],
-                "steps_used": p["steps_used"], "steps_reserved": p["steps_reserved"],
-                "exhausted": bool(p["exhausted"]), "grant": grant}
+        return {
+            "prog": prog,
+            "state": p["state"],
+            "step_limit": p["step_limit"],
+            "steps_used": p["steps_used"],
+            "steps_reserved": p["steps_reserved"],
+            "exhausted": bool(p["exhausted"]),
+            "grant": grant,
+        }
 
     def _op(self, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row]:
         n = self._neuron(neuron)
-        rows = self._q("SELECT o.*, p.prog FROM operations o JOIN progs p ON p.id = o.prog_id"
-                       " WHERE o.neuron_id = ? AND o.op = ?", (n["id"], op))
+        rows = self._q(
+            "SELECT o.*, p.prog FROM operations o JOIN progs p ON p.id = o.prog_id"
+            " WHERE o.neuron_id = ? AND o.op = ?",
+            (n["id"], op),
+        )
         if not rows:
             raise UnknownOperation(f"no operation {op!r} for this neuron")
         return n, rows[0]
@@ -76,12 +93,20 @@ class Reads:
             " oc.source AS o_source, oc.error AS o_error FROM attempts a"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
             " LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
-            " WHERE a.op_id = ? ORDER BY a.attempt", (o["id"],)):
+            " WHERE a.op_id = ? ORDER BY a.attempt",
+            (o["id"],),
+        ):
             entry: dict[str, Any] = {
-                "attempt": a["attempt"], "kind": a["kind"], "state": a["state"],
-                "epoch": a["epoch"], "policy_version": a["policy_version"],
-                "placement_generation": a["placement_generation"], "digest": a["digest"],
-                "worker": a["worker"], "boot": a["boot"], "created_at": a["created_at"],
+                "attempt": a["attempt"],
+                "kind": a["kind"],
+                "state": a["state"],
+                "epoch": a["epoch"],
+                "policy_version": a["policy_version"],
+                "placement_generation": a["placement_generation"],
+                "digest": a["digest"],
+                "worker": a["worker"],
+                "boot": a["boot"],
+                "created_at": a["created_at"],
                 "claimed": a["claimed"] is not None,
             }
             if a["evidence"] is not None:
@@ -97,19 +122,33 @@ class Reads:
                     out["error"] = a["o_error"]
                 entry["outcome"] = out
                 if a["o_status"] == "succeeded" and o["result_epoch"] is not None:
-                    result = {"status": "succeeded", "value": value, "source": a["o_source"],
-                              "attempt": a["attempt"], "epoch": o["result_epoch"]}
+                    result = {
+                        "status": "succeeded",
+                        "value": value,
+                        "source": a["o_source"],
+                        "attempt": a["attempt"],
+                        "epoch": o["result_epoch"],
+                    }
             attempts.append(entry)
-        info: dict[str, Any] = {"op": op, "prog": o["prog"], "act": o["act"],
-                                "args": bytes(o["args"]), "state": o["state"],
-                                "attempts": attempts}
+        info: dict[str, Any] = {
+            "op": op,
+            "prog": o["prog"],
+            "act": o["act"],
+            "args": bytes(o["args"]),
+            "state": o["state"],
+            "attempts": attempts,
+        }
         if result is not None and o["state"] == "retained":
             info["result"] = result
         return info
 
-    def _page(self, rows: list[sqlite3.Row], render: Callable[[sqlite3.Row], dict[str, Any]],
-              cursor: Callable[[sqlite3.Row], int], limit: int) -> tuple[list[dict[str, Any]],
-                                                                       int | None]:
+    def _page(
+        self,
+        rows: list[sqlite3.Row],
+        render: Callable[[sqlite3.Row], dict[str, Any]],
+        cursor: Callable[[sqlite3.Row], int],
+        limit: int,
+    ) -> tuple[list[dict[str, Any]], int | None]:
         """Render up to ``limit`` rows (``rows`` holds one more when there is
         more), ending early rather than exceed the frame bound."""
         out: list[dict[str, Any]] = []
@@ -124,13 +163,15 @@ class Reads:
         nxt = cursor(rows[limit - 1]) if len(rows) > limit else None
         return out, nxt
 
-    def list_operations(self, neuron: str, state: str | None, prog: str | None,
-                        after: int | None, limit: int) -> dict[str, Any]:
+    def list_operations(
+        self, neuron: str, state: str | None, prog: str | None, after: int | None, limit: int
+    ) -> dict[str, Any]:
         n = self._neuron(neuron)
         where, params = ["o.neuron_id = ?", "o.id > ?"], [n["id"], after or 0]
         if state == "unknown":
-            where.append("EXISTS (SELECT 1 FROM attempts a WHERE a.op_id = o.id"
-                         " AND a.state = 'unknown')")
+            where.append(
+                "EXISTS (SELECT 1 FROM attempts a WHERE a.op_id = o.id AND a.state = 'unknown')"
+            )
         elif state is not None:
             where.append("o.state = ?")
             params.append(state)
@@ -139,12 +180,23 @@ class Reads:
             params.append(prog)
         rows = self._q(
             "SELECT o.id, o.op, p.prog, o.act, o.state, o.attempts FROM operations o"
-            " JOIN progs p ON p.id = o.prog_id WHERE " + " AND ".join(where)
-            + " ORDER BY o.id LIMIT ?", (*params, limit + 1))
+            " JOIN progs p ON p.id = o.prog_id WHERE "
+            + " AND ".join(where)
+            + " ORDER BY o.id LIMIT ?",
+            (*params, limit + 1),
+        )
         ops, nxt = self._page(
-            rows, lambda r: {"op": r["op"], "prog": r["prog"], "act": r["act"],
-                             "state": r["state"], "attempts": r["attempts"]},
-            lambda r: r["id"], limit)
+            rows,
+            lambda r: {
+                "op": r["op"],
+                "prog": r["prog"],
+                "act": r["act"],
+                "state": r["state"],
+                "attempts": r["attempts"],
+            },
+            lambda r: r["id"],
+            limit,
+        )
         res: dict[str, Any] = {"operations": ops}
         if nxt is not None:
             res["next"] = nxt
@@ -152,13 +204,24 @@ class Reads:
 
     def history(self, neuron: str, op: str, after: int | None, limit: int) -> dict[str, Any]:
         _n, o = self._op(neuron, op)
-        rows = self._q("SELECT * FROM events WHERE op_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                       (o["id"], after or 0, limit + 1))
+        rows = self._q(
+            "SELECT * FROM events WHERE op_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (o["id"], after or 0, limit + 1),
+        )
         recs, nxt = self._page(
-            rows, lambda r: {"seq": r["seq"], "at": r["at"], "kind": r["kind"], "op": op,
-                             "attempt": r["attempt"], "follows": r["follows"],
-                             "data": dec(r["data"])},
-            lambda r: r["seq"], limit)
+            rows,
+            lambda r: {
+                "seq": r["seq"],
+                "at": r["at"],
+                "kind": r["kind"],
+                "op": op,
+                "attempt": r["attempt"],
+                "follows": r["follows"],
+                "data": dec(r["data"]),
+            },
+            lambda r: r["seq"],
+            limit,
+        )
         res: dict[str, Any] = {"records": recs}
         if nxt is not None:
             res["next"] = nxt
@@ -171,12 +234,21 @@ class Reads:
             " JOIN progs p ON p.id = o.prog_id JOIN neurons n ON n.id = o.neuron_id"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
             " WHERE a.state = ? AND a.id > ? ORDER BY a.id LIMIT ?",
-            (state, after or 0, limit + 1))
+            (state, after or 0, limit + 1),
+        )
 
         def render(r: sqlite3.Row) -> dict[str, Any]:
-            item = {"neuron": r["neuron"], "op": r["op"], "prog": r["prog"], "act": r["act"],
-                    "attempt": r["attempt"], "kind": r["kind"], "state": r["state"],
-                    "boot": r["boot"], "claimed": r["claimed"] is not None}
+            item = {
+                "neuron": r["neuron"],
+                "op": r["op"],
+                "prog": r["prog"],
+                "act": r["act"],
+                "attempt": r["attempt"],
+                "kind": r["kind"],
+                "state": r["state"],
+                "boot": r["boot"],
+                "claimed": r["claimed"] is not None,
+            }
             if r["evidence"] is not None:
                 item["evidence"] = dec(r["evidence"])
             return item
@@ -188,8 +260,11 @@ class Reads:
         return res
 
     def counts(self) -> tuple[dict[str, int], int]:
-        ops = {r[0]: r[1] for r in self.conn.execute(
-            "SELECT state, count(*) FROM operations GROUP BY state")}
+        ops = {
+            r[0]: r[1]
+            for r in self.conn.execute("SELECT state, count(*) FROM operations GROUP BY state")
+        }
         (unknown,) = self.conn.execute(
-            "SELECT count(*) FROM attempts WHERE state = 'unknown'").fetchone()
+            "SELECT count(*) FROM attempts WHERE state = 'unknown'"
+        ).fetchone()
         return ops, unknown

@@ -14,7 +14,12 @@ from typing import Any
 import cbor2
 
 __all__ = [
-    "ATTEMPT_OPEN", "append_event", "dec", "enc", "now", "refresh_op_state",
+    "ATTEMPT_OPEN",
+    "append_event",
+    "dec",
+    "enc",
+    "now",
+    "refresh_op_state",
 ]
 
 # attempt states that block a new prepare, in the order prepare reports them
@@ -55,8 +60,15 @@ def append_event(
     cur = conn.execute(
         "INSERT INTO events(at, kind, neuron_id, op_id, attempt, follows, data)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (at or now(), kind, neuron_id, op_id, attempt, follows,
-         None if data is None else enc(data)),
+        (
+            at or now(),
+            kind,
+            neuron_id,
+            op_id,
+            attempt,
+            follows,
+            None if data is None else enc(data),
+        ),
     )
     seq = cur.lastrowid
     assert seq is not None

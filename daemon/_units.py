@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -74,18 +74,24 @@ class AttemptRef:
     worker: str | None
 
     def public(self) -> dict[str, Any]:
-        return {"op": self.op, "attempt": self.attempt, "epoch": self.epoch,
-                "policy_version": self.policy_version,
-                "placement_generation": self.placement_generation, "digest": self.digest}
+        return {
+            "op": self.op,
+            "attempt": self.attempt,
+            "epoch": self.epoch,
+            "policy_version": self.policy_version,
+            "placement_generation": self.placement_generation,
+            "digest": self.digest,
+        }
 
 
 # -- lookups ------------------------------------------------------------------
+
 
 def neuron_row(conn: sqlite3.Connection, neuron: str) -> sqlite3.Row:
     row = conn.execute("SELECT * FROM neurons WHERE neuron = ?", (neuron,)).fetchone()
     if row is None:
         raise UnknownNeuron("neuron is not registered")
-    return row
+    return cast(sqlite3.Row, row)
 
 
 def prog_row(conn: sqlite3.Connection, neuron_id: int, prog: str) -> sqlite3.Row:
@@ -94,7 +100,7 @@ def prog_row(conn: sqlite3.Connection, neuron_id: int, prog: str) -> sqlite3.Row
     ).fetchone()
     if row is None:
         raise UnknownProg(f"no prog {prog!r} for this neuron")
-    return row
+    return cast(sqlite3.Row, row)
 
 
 def op_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row:
@@ -103,7 +109,7 @@ def op_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row:
     ).fetchone()
     if row is None:
         raise UnknownOperation(f"no operation {op!r} for this neuron")
-    return row
+    return cast(sqlite3.Row, row)
 
 
 def grant_of(prog: sqlite3.Row) -> tuple[frozenset[str], bool] | None:
@@ -121,6 +127,7 @@ def require_enabled_grant(prog: sqlite3.Row) -> None:
 
 # -- voids --------------------------------------------------------------------
 
+
 def void_attempt(conn: sqlite3.Connection, attempt_id: int, reason: str) -> bool:
     """Void a still-prepared attempt; False if it is no longer prepared."""
     row = conn.execute(
@@ -133,34 +140,50 @@ def void_attempt(conn: sqlite3.Connection, attempt_id: int, reason: str) -> bool
     conn.execute(
         "UPDATE attempts SET state = 'void', reason = ? WHERE id = ?", (reason, attempt_id)
     )
-    append_event(conn, "voided", row["neuron_id"], op_id=row["op_id"], attempt=row["attempt"],
-                 data={"reason": reason})
+    append_event(
+        conn,
+        "voided",
+        row["neuron_id"],
+        op_id=row["op_id"],
+        attempt=row["attempt"],
+        data={"reason": reason},
+    )
     refresh_op_state(conn, row["op_id"])
     return True
 
 
-def void_prepared(conn: sqlite3.Connection, where: str, params: tuple[Any, ...],
-                  reason: str) -> int:
+def void_prepared(
+    conn: sqlite3.Connection, where: str, params: tuple[Any, ...], reason: str
+) -> int:
     """Void every prepared attempt matching ``where`` (on attempts a / operations o)."""
-    ids = [r[0] for r in conn.execute(
-        "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
-        f" WHERE a.state = 'prepared' AND {where}", params)]
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
+            f" WHERE a.state = 'prepared' AND {where}",
+            params,
+        )
+    ]
     return sum(void_attempt(conn, i, reason) for i in ids)
 
 
 # -- prepare / claim ------------------------------------------------------------
 
+
 def _prepare_checks(
-    conn: sqlite3.Connection, ctx: BootContext, neuron: sqlite3.Row, p: Mapping[str, Any],
-    *, manual: bool = False,
+    conn: sqlite3.Connection,
+    ctx: BootContext,
+    neuron: sqlite3.Row,
+    p: Mapping[str, Any],
+    *,
+    manual: bool = False,
 ) -> tuple[sqlite3.Row, sqlite3.Row, dict[str, Any] | None]:
     """SPEC §3.2.1, in its order. Returns (op, prog, bound descriptor)."""
     op = op_row(conn, neuron["id"], p["op"])
     if op["state"] in ("consumed", "cancelled"):
         raise Terminal(f"operation is {op['state']}")
     if "expected_epoch" in p and p["expected_epoch"] != neuron["epoch"]:
-        raise EpochMismatch("expected_epoch is not the neuron's epoch",
-                            {"epoch": neuron["epoch"]})
+        raise EpochMismatch("expected_epoch is not the neuron's epoch", {"epoch": neuron["epoch"]})
     prog = conn.execute("SELECT * FROM progs WHERE id = ?", (op["prog_id"],)).fetchone()
     if prog["state"] != "active":
         raise ProgInactive(f"prog is {prog['state']}")
@@ -180,8 +203,10 @@ def _prepare_checks(
         if neuron["placement"] is None:
             raise PlacementUnbound("the neuron has no placement")
         if p["placement_generation"] != neuron["placement_generation"]:
-            raise GenerationMismatch("placement_generation is not the current one",
-                                     {"placement_generation": neuron["placement_generation"]})
+            raise GenerationMismatch(
+                "placement_generation is not the current one",
+                {"placement_generation": neuron["placement_generation"]},
+            )
         descriptor = dec(neuron["placement"])
         if descriptor["executor"]["boot"] != ctx.boot:
             raise PlacementStale("the placement names an earlier boot; bind this boot's descriptor")
@@ -191,11 +216,14 @@ def _prepare_checks(
             raise ActNotAccepted(f"act {op['act']!r} is not accepted by the placement")
         bound = descriptor["act_bounds"][op["act"]]
     if len(op["args"]) > bound:
-        raise ArgsTooLarge(f"args are {len(op['args'])} bytes; the act's bound is {bound}",
-                           {"max_arg_bytes": bound})
+        raise ArgsTooLarge(
+            f"args are {len(op['args'])} bytes; the act's bound is {bound}",
+            {"max_arg_bytes": bound},
+        )
     if p["expected_attempt"] != op["attempts"] + 1:
-        raise AttemptMismatch("expected_attempt is not 1 + the number of attempts",
-                              {"attempts": op["attempts"]})
+        raise AttemptMismatch(
+            "expected_attempt is not 1 + the number of attempts", {"attempts": op["attempts"]}
+        )
     states = {r[0] for r in conn.execute("SELECT state FROM attempts WHERE op_id = ?", (op["id"],))}
     if states & {"prepared", "running"}:
         raise AttemptBusy("an attempt of the operation is prepared or running")
@@ -206,8 +234,14 @@ def _prepare_checks(
     return op, prog, descriptor
 
 
-def _insert_attempt(conn: sqlite3.Connection, ctx: BootContext, neuron: sqlite3.Row,
-                    op: sqlite3.Row, descriptor: dict[str, Any] | None, kind: str) -> AttemptRef:
+def _insert_attempt(
+    conn: sqlite3.Connection,
+    ctx: BootContext,
+    neuron: sqlite3.Row,
+    op: sqlite3.Row,
+    descriptor: dict[str, Any] | None,
+    kind: str,
+) -> AttemptRef:
     n = op["attempts"] + 1
     state = "prepared" if kind == "guarded" else "unknown"
     worker = descriptor["executor"]["worker"] if descriptor else None
@@ -218,22 +252,46 @@ def _insert_attempt(conn: sqlite3.Connection, ctx: BootContext, neuron: sqlite3.
         "INSERT INTO attempts(op_id, attempt, kind, epoch, policy_version, placement_generation,"
         " descriptor, digest, worker, boot, created_at, state, evidence)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (op["id"], n, kind, neuron["epoch"], neuron["policy_version"], gen,
-         neuron["placement"] if descriptor else None, digest, worker, ctx.boot, now(), state,
-         evidence),
+        (
+            op["id"],
+            n,
+            kind,
+            neuron["epoch"],
+            neuron["policy_version"],
+            gen,
+            neuron["placement"] if descriptor else None,
+            digest,
+            worker,
+            ctx.boot,
+            now(),
+            state,
+            evidence,
+        ),
     )
     conn.execute("UPDATE operations SET attempts = ? WHERE id = ?", (n, op["id"]))
-    data: dict[str, Any] = {"kind": kind, "epoch": neuron["epoch"],
-                            "policy_version": neuron["policy_version"]}
+    data: dict[str, Any] = {
+        "kind": kind,
+        "epoch": neuron["epoch"],
+        "policy_version": neuron["policy_version"],
+    }
     if descriptor:
         data.update(placement_generation=gen, digest=digest, worker=worker, boot=ctx.boot)
     append_event(conn, "prepared", neuron["id"], op_id=op["id"], attempt=n, data=data)
     refresh_op_state(conn, op["id"])
     assert cur.lastrowid is not None
     return AttemptRef(
-        attempt_id=cur.lastrowid, neuron=neuron["neuron"], neuron_id=neuron["id"], op=op["op"],
-        op_id=op["id"], attempt=n, act=op["act"], args=op["args"], epoch=neuron["epoch"],
-        policy_version=neuron["policy_version"], placement_generation=gen, digest=digest,
+        attempt_id=cur.lastrowid,
+        neuron=neuron["neuron"],
+        neuron_id=neuron["id"],
+        op=op["op"],
+        op_id=op["id"],
+        attempt=n,
+        act=op["act"],
+        args=op["args"],
+        epoch=neuron["epoch"],
+        policy_version=neuron["policy_version"],
+        placement_generation=gen,
+        digest=digest,
         worker=worker,
     )
 
@@ -243,6 +301,7 @@ def prepare(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
         nrow = neuron_row(conn, neuron)
         op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
         return _insert_attempt(conn, ctx, nrow, op, descriptor, "guarded")
+
     return unit
 
 
@@ -251,6 +310,7 @@ def manual_take(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Uni
         nrow = neuron_row(conn, neuron)
         op, _prog, _ = _prepare_checks(conn, ctx, nrow, params, manual=True)
         return _insert_attempt(conn, ctx, nrow, op, None, "manual")
+
     return unit
 
 
@@ -267,8 +327,10 @@ def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
         return "revoked"
     if nrow["epoch"] != ref.epoch:
         return "epoch_changed"
-    if (nrow["placement_generation"] != ref.placement_generation
-            or nrow["placement_digest"] != ref.digest):
+    if (
+        nrow["placement_generation"] != ref.placement_generation
+        or nrow["placement_digest"] != ref.digest
+    ):
         return "placement_changed"
     if prog["exhausted"]:
         return "budget_exhausted"
@@ -277,20 +339,27 @@ def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
     return None
 
 
-def claim(ref: AttemptRef, *, worker: str, boot: str,
-          claim_info: dict[str, Any] | None) -> Unit:
+def claim(ref: AttemptRef, *, worker: str, boot: str, claim_info: dict[str, Any] | None) -> Unit:
     """The claim (SPEC §3.2.2): re-verify, then insert the one claim of the
     attempt. A void context durably voids the attempt and answers
     ``token_void``; a lost race answers ``claim_conflict``."""
+
     def unit(conn: sqlite3.Connection) -> AttemptRef | WarddError:
         return _claim(conn, ref, worker, boot, claim_info)
+
     return unit
 
 
-def _claim(conn: sqlite3.Connection, ref: AttemptRef, worker: str, boot: str,
-           claim_info: dict[str, Any] | None) -> AttemptRef | WarddError:
-    row = conn.execute("SELECT state, reason FROM attempts WHERE id = ?",
-                       (ref.attempt_id,)).fetchone()
+def _claim(
+    conn: sqlite3.Connection,
+    ref: AttemptRef,
+    worker: str,
+    boot: str,
+    claim_info: dict[str, Any] | None,
+) -> AttemptRef | WarddError:
+    row = conn.execute(
+        "SELECT state, reason FROM attempts WHERE id = ?", (ref.attempt_id,)
+    ).fetchone()
     if row["state"] == "void":
         return TokenVoid("the attempt was voided before its claim", {"reason": row["reason"]})
     if row["state"] != "prepared":
@@ -303,71 +372,124 @@ def _claim(conn: sqlite3.Connection, ref: AttemptRef, worker: str, boot: str,
         conn.execute(
             "INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot,"
             " claim_info, at) VALUES (?,?,?,?,?,?,?)",
-            (ref.attempt_id, ref.placement_generation, ref.digest, worker, boot,
-             None if claim_info is None else enc(claim_info), now()),
+            (
+                ref.attempt_id,
+                ref.placement_generation,
+                ref.digest,
+                worker,
+                boot,
+                None if claim_info is None else enc(claim_info),
+                now(),
+            ),
         )
     except sqlite3.IntegrityError:
         raise ClaimConflict("the attempt is already claimed") from None
     conn.execute("UPDATE attempts SET state = 'running' WHERE id = ?", (ref.attempt_id,))
-    append_event(conn, "claimed", ref.neuron_id, op_id=ref.op_id, attempt=ref.attempt,
-                 data={"worker": worker, "boot": boot,
-                       "placement_generation": ref.placement_generation, "digest": ref.digest})
+    append_event(
+        conn,
+        "claimed",
+        ref.neuron_id,
+        op_id=ref.op_id,
+        attempt=ref.attempt,
+        data={
+            "worker": worker,
+            "boot": boot,
+            "placement_generation": ref.placement_generation,
+            "digest": ref.digest,
+        },
+    )
     refresh_op_state(conn, ref.op_id)
     return ref
 
 
-def invoke_claim(ctx: BootContext, neuron: str, params: Mapping[str, Any], *, worker: str,
-                 claim_info: Callable[[str], dict[str, Any] | None]) -> Unit:
+def invoke_claim(
+    ctx: BootContext,
+    neuron: str,
+    params: Mapping[str, Any],
+    *,
+    worker: str,
+    claim_info: Callable[[str], dict[str, Any] | None],
+) -> Unit:
     """SPEC §3.2.5: invoke records the attempt and the claim in one unit.
     Returns the AttemptRef, or a ``str`` naming the worker to route to when
     the placement's worker is not ``worker``."""
+
     def unit(conn: sqlite3.Connection) -> AttemptRef | str | WarddError:
         nrow = neuron_row(conn, neuron)
         op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
         assert descriptor is not None
-        target = descriptor["executor"]["worker"]
+        target: str = descriptor["executor"]["worker"]
         if target != worker:
             return target
         ref = _insert_attempt(conn, ctx, nrow, op, descriptor, "guarded")
         return _claim(conn, ref, worker, ctx.boot, claim_info(ref.act))
+
     return unit
 
 
 def outcome(ref: AttemptRef, status: str, value: Any, error: str | None, source: str) -> Unit:
     """Accept an outcome pinned to the original op and attempt (SPEC §3.2.3):
     accepted whatever changed meanwhile."""
+
     def unit(conn: sqlite3.Connection) -> str:
         return record_outcome(conn, ref.attempt_id, status, value, error, source)
+
     return unit
 
 
-def record_outcome(conn: sqlite3.Connection, attempt_id: int, status: str, value: Any,
-                   error: str | None, source: str) -> str:
+def record_outcome(
+    conn: sqlite3.Connection,
+    attempt_id: int,
+    status: str,
+    value: Any,
+    error: str | None,
+    source: str,
+) -> str:
     """Store one outcome (or, for ``unknown``, mark the attempt unknown)."""
     row = conn.execute(
         "SELECT a.op_id, a.attempt, a.epoch, o.neuron_id, o.cancelled FROM attempts a"
-        " JOIN operations o ON o.id = a.op_id WHERE a.id = ?", (attempt_id,)).fetchone()
+        " JOIN operations o ON o.id = a.op_id WHERE a.id = ?",
+        (attempt_id,),
+    ).fetchone()
     at = now()
     if status == "unknown":
-        conn.execute("UPDATE attempts SET state = 'unknown', evidence = ? WHERE id = ?",
-                     (enc({"claimed": True, "error": error}), attempt_id))
-        append_event(conn, "outcome", row["neuron_id"], op_id=row["op_id"],
-                     attempt=row["attempt"], data={"status": "unknown", "error": error}, at=at)
+        conn.execute(
+            "UPDATE attempts SET state = 'unknown', evidence = ? WHERE id = ?",
+            (enc({"claimed": True, "error": error}), attempt_id),
+        )
+        append_event(
+            conn,
+            "outcome",
+            row["neuron_id"],
+            op_id=row["op_id"],
+            attempt=row["attempt"],
+            data={"status": "unknown", "error": error},
+            at=at,
+        )
     else:
         conn.execute(
             "INSERT INTO outcomes(attempt_id, status, value, error, source, at)"
             " VALUES (?,?,?,?,?,?)",
-            (attempt_id, status, enc(value), error, source, at))
+            (attempt_id, status, enc(value), error, source, at),
+        )
         conn.execute("UPDATE attempts SET state = ? WHERE id = ?", (status, attempt_id))
         data: dict[str, Any] = {"status": status, "source": source}
         if error is not None:
             data["error"] = error
         kind = {"adapter": "outcome", "receipt": "receipt", "reconcile": "reconciled"}[source]
-        append_event(conn, kind, row["neuron_id"], op_id=row["op_id"], attempt=row["attempt"],
-                     data=data, at=at)
+        append_event(
+            conn,
+            kind,
+            row["neuron_id"],
+            op_id=row["op_id"],
+            attempt=row["attempt"],
+            data=data,
+            at=at,
+        )
         if status == "succeeded" and not row["cancelled"]:
-            conn.execute("UPDATE operations SET result_epoch = ? WHERE id = ?",
-                         (row["epoch"], row["op_id"]))
+            conn.execute(
+                "UPDATE operations SET result_epoch = ? WHERE id = ?", (row["epoch"], row["op_id"])
+            )
     refresh_op_state(conn, row["op_id"])
     return status
 
@@ -375,4 +497,5 @@ def record_outcome(conn: sqlite3.Connection, attempt_id: int, status: str, value
 def void(attempt_id: int, reason: str) -> Unit:
     def unit(conn: sqlite3.Connection) -> bool:
         return void_attempt(conn, attempt_id, reason)
+
     return unit

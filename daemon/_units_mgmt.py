@@ -45,8 +45,13 @@ from ._units import (
     void_prepared,
 )
 
-_TRANSITIONS = {("active", "paused"), ("paused", "active"), ("active", "retired"),
-                ("paused", "retired"), ("retired", "archived")}
+_TRANSITIONS = {
+    ("active", "paused"),
+    ("paused", "active"),
+    ("active", "retired"),
+    ("paused", "retired"),
+    ("retired", "archived"),
+}
 
 
 def register_neuron(neuron: str) -> Unit:
@@ -56,35 +61,48 @@ def register_neuron(neuron: str) -> Unit:
             return {"neuron": neuron, "epoch": row[0], "already": True}
         cur = conn.execute(
             "INSERT INTO neurons(neuron, epoch, policy_version, placement_generation, created_at)"
-            " VALUES (?, 1, 0, 0, ?)", (neuron, now()))
+            " VALUES (?, 1, 0, 0, ?)",
+            (neuron, now()),
+        )
         assert cur.lastrowid is not None
         append_event(conn, "registered", cur.lastrowid)
         return {"neuron": neuron, "epoch": 1}
+
     return unit
 
 
-def bind_placement(neuron: str, expected: int, descriptor: dict[str, Any] | None,
-                   digest: str | None) -> Unit:
+def bind_placement(
+    neuron: str, expected: int, descriptor: dict[str, Any] | None, digest: str | None
+) -> Unit:
     """bind (descriptor given) or release (None): CAS on the generation,
     then void the neuron's prepared attempts (``placement_changed``)."""
+
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         n = neuron_row(conn, neuron)
         if expected != n["placement_generation"]:
-            raise GenerationMismatch("expected_generation is not the current one",
-                                     {"placement_generation": n["placement_generation"]})
+            raise GenerationMismatch(
+                "expected_generation is not the current one",
+                {"placement_generation": n["placement_generation"]},
+            )
         gen = expected + 1
         conn.execute(
             "UPDATE neurons SET placement_generation = ?, placement = ?, placement_digest = ?"
             " WHERE id = ?",
-            (gen, None if descriptor is None else enc(descriptor), digest, n["id"]))
+            (gen, None if descriptor is None else enc(descriptor), digest, n["id"]),
+        )
         voided = void_prepared(conn, "o.neuron_id = ?", (n["id"],), "placement_changed")
         data: dict[str, Any] = {"placement_generation": gen, "voided": voided}
         if descriptor is not None:
-            data.update(digest=digest, worker=descriptor["executor"]["worker"],
-                        boot=descriptor["executor"]["boot"])
-        append_event(conn, "placement_bound" if descriptor else "placement_released",
-                     n["id"], data=data)
+            data.update(
+                digest=digest,
+                worker=descriptor["executor"]["worker"],
+                boot=descriptor["executor"]["boot"],
+            )
+        append_event(
+            conn, "placement_bound" if descriptor else "placement_released", n["id"], data=data
+        )
         return {"placement_generation": gen, "voided": voided}
+
     return unit
 
 
@@ -98,6 +116,7 @@ def advance_epoch(neuron: str, expected: int) -> Unit:
         voided = void_prepared(conn, "o.neuron_id = ?", (n["id"],), "epoch_changed")
         append_event(conn, "epoch_advanced", n["id"], data={"epoch": epoch, "voided": voided})
         return {"epoch": epoch, "voided": voided}
+
     return unit
 
 
@@ -106,38 +125,57 @@ def set_grant(neuron: str, prog: str, acts: list[str], enabled: bool, expected: 
         n = neuron_row(conn, neuron)
         p = prog_row(conn, n["id"], prog)
         if expected != n["policy_version"]:
-            raise PolicyMismatch("expected_policy_version is not the current one",
-                                 {"policy_version": n["policy_version"]})
+            raise PolicyMismatch(
+                "expected_policy_version is not the current one",
+                {"policy_version": n["policy_version"]},
+            )
         pv = expected + 1
         conn.execute("UPDATE neurons SET policy_version = ? WHERE id = ?", (pv, n["id"]))
-        conn.execute("UPDATE progs SET grant_acts = ?, grant_enabled = ? WHERE id = ?",
-                     (enc(sorted(set(acts))), int(enabled), p["id"]))
+        conn.execute(
+            "UPDATE progs SET grant_acts = ?, grant_enabled = ? WHERE id = ?",
+            (enc(sorted(set(acts))), int(enabled), p["id"]),
+        )
         if enabled and acts:
             marks = ",".join("?" * len(acts))
-            voided = void_prepared(conn, f"o.prog_id = ? AND o.act NOT IN ({marks})",
-                                   (p["id"], *acts), "revoked")
+            voided = void_prepared(
+                conn, f"o.prog_id = ? AND o.act NOT IN ({marks})", (p["id"], *acts), "revoked"
+            )
         else:
             voided = void_prepared(conn, "o.prog_id = ?", (p["id"],), "revoked")
-        append_event(conn, "grant_set", n["id"],
-                     data={"prog": prog, "acts": sorted(set(acts)), "enabled": enabled,
-                           "policy_version": pv, "voided": voided})
+        append_event(
+            conn,
+            "grant_set",
+            n["id"],
+            data={
+                "prog": prog,
+                "acts": sorted(set(acts)),
+                "enabled": enabled,
+                "policy_version": pv,
+                "voided": voided,
+            },
+        )
         return {"policy_version": pv, "voided": voided}
+
     return unit
 
 
 def create_prog(neuron: str, prog: str, step_limit: int) -> Unit:
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         n = neuron_row(conn, neuron)
-        row = conn.execute("SELECT step_limit FROM progs WHERE neuron_id = ? AND prog = ?",
-                           (n["id"], prog)).fetchone()
+        row = conn.execute(
+            "SELECT step_limit FROM progs WHERE neuron_id = ? AND prog = ?", (n["id"], prog)
+        ).fetchone()
         if row is not None:
             if row[0] != step_limit:
                 raise ProgConflict("a prog with this id and other content exists")
             return {"prog": prog, "already": True}
-        conn.execute("INSERT INTO progs(neuron_id, prog, state, step_limit) VALUES (?,?,?,?)",
-                     (n["id"], prog, "active", step_limit))
+        conn.execute(
+            "INSERT INTO progs(neuron_id, prog, state, step_limit) VALUES (?,?,?,?)",
+            (n["id"], prog, "active", step_limit),
+        )
         append_event(conn, "prog_created", n["id"], data={"prog": prog, "step_limit": step_limit})
         return {"prog": prog}
+
     return unit
 
 
@@ -153,29 +191,38 @@ def set_prog_state(neuron: str, prog: str, expected: str, state: str) -> Unit:
         if state == "archived":
             (open_ops,) = conn.execute(
                 "SELECT count(*) FROM operations WHERE prog_id = ?"
-                " AND state NOT IN ('consumed', 'cancelled')", (p["id"],)).fetchone()
+                " AND state NOT IN ('consumed', 'cancelled')",
+                (p["id"],),
+            ).fetchone()
             (open_atts,) = conn.execute(
                 "SELECT count(*) FROM attempts a JOIN operations o ON o.id = a.op_id"
                 " WHERE o.prog_id = ? AND a.state IN ('running', 'unknown')",
-                (p["id"],)).fetchone()
+                (p["id"],),
+            ).fetchone()
             if open_ops or open_atts:
-                raise OpenOperations("the prog has open operations or in-doubt attempts",
-                                     {"operations": open_ops, "attempts": open_atts})
+                raise OpenOperations(
+                    "the prog has open operations or in-doubt attempts",
+                    {"operations": open_ops, "attempts": open_atts},
+                )
         conn.execute("UPDATE progs SET state = ? WHERE id = ?", (state, p["id"]))
         voided = 0
         if state in ("paused", "retired"):
             voided = void_prepared(conn, "o.prog_id = ?", (p["id"],), "prog_inactive")
-        append_event(conn, "prog_state_set", n["id"],
-                     data={"prog": prog, "state": state, "voided": voided})
+        append_event(
+            conn, "prog_state_set", n["id"], data={"prog": prog, "state": state, "voided": voided}
+        )
         return {"prog": prog, "state": state}
+
     return unit
 
 
-def submit(neuron: str, prog: str, op: str, act: str, args: bytes,
-           act_bounds: Mapping[str, int]) -> Unit:
+def submit(
+    neuron: str, prog: str, op: str, act: str, args: bytes, act_bounds: Mapping[str, int]
+) -> Unit:
     """SPEC §4 submit: idempotent for identical content, ``op_conflict``
     otherwise; an act that is not registered is ``unknown_act``; args over
     the act's bound are ``args_too_large``."""
+
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         n = neuron_row(conn, neuron)
         p = prog_row(conn, n["id"], prog)
@@ -184,10 +231,12 @@ def submit(neuron: str, prog: str, op: str, act: str, args: bytes,
         if bound is None:
             raise UnknownAct(f"act {act!r} is not registered")
         if len(args) > bound:
-            raise ArgsTooLarge(f"args are {len(args)} bytes; the act's bound is {bound}",
-                               {"max_arg_bytes": bound})
-        row = conn.execute("SELECT * FROM operations WHERE neuron_id = ? AND op = ?",
-                           (n["id"], op)).fetchone()
+            raise ArgsTooLarge(
+                f"args are {len(args)} bytes; the act's bound is {bound}", {"max_arg_bytes": bound}
+            )
+        row = conn.execute(
+            "SELECT * FROM operations WHERE neuron_id = ? AND op = ?", (n["id"], op)
+        ).fetchone()
         if row is not None:
             if (row["prog_id"], row["act"], bytes(row["args"])) != (p["id"], act, args):
                 raise OpConflict("an operation with this id and other content exists")
@@ -196,15 +245,24 @@ def submit(neuron: str, prog: str, op: str, act: str, args: bytes,
             raise BudgetExhausted("the prog's step budget is exhausted")
         cur = conn.execute(
             "INSERT INTO operations(neuron_id, op, prog_id, act, args, state)"
-            " VALUES (?,?,?,?,?, 'pending')", (n["id"], op, p["id"], act, args))
+            " VALUES (?,?,?,?,?, 'pending')",
+            (n["id"], op, p["id"], act, args),
+        )
         assert cur.lastrowid is not None
-        append_event(conn, "submitted", n["id"], op_id=cur.lastrowid,
-                     data={"prog": prog, "act": act, "args_bytes": len(args)})
+        append_event(
+            conn,
+            "submitted",
+            n["id"],
+            op_id=cur.lastrowid,
+            data={"prog": prog, "act": act, "args_bytes": len(args)},
+        )
         return {"op": op, "state": "pending"}
+
     return unit
 
 
 # -- resolution (SPEC §3.4) ------------------------------------------------------
+
 
 def _owned_op(conn: sqlite3.Connection, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row]:
     n = neuron_row(conn, neuron)
@@ -217,8 +275,9 @@ def _owned_op(conn: sqlite3.Connection, neuron: str, op: str) -> tuple[sqlite3.R
 def reconcile(neuron: str, op: str, attempt: int, status: str, value: Any) -> Unit:
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         _n, o = _owned_op(conn, neuron, op)
-        a = conn.execute("SELECT * FROM attempts WHERE op_id = ? AND attempt = ?",
-                         (o["id"], attempt)).fetchone()
+        a = conn.execute(
+            "SELECT * FROM attempts WHERE op_id = ? AND attempt = ?", (o["id"], attempt)
+        ).fetchone()
         if a is None:
             raise UnknownOperation(f"operation {op!r} has no attempt {attempt}")
         result = {"op": op, "attempt": attempt, "status": status}
@@ -228,12 +287,16 @@ def reconcile(neuron: str, op: str, attempt: int, status: str, value: Any) -> Un
         out = conn.execute("SELECT * FROM outcomes WHERE attempt_id = ?", (a["id"],)).fetchone()
         was_unknown = a["evidence"] is not None or (out is not None and out["source"] != "adapter")
         if out is None or not was_unknown:
-            raise NotReconcilable(f"attempt {attempt} is {a['state']}; only unknown attempts"
-                                  " can be reconciled")
+            raise NotReconcilable(
+                f"attempt {attempt} is {a['state']}; only unknown attempts can be reconciled"
+            )
         if out["status"] == status and dec(out["value"]) == value:
             return {**result, "already": True}
-        raise Conflict("the attempt was already resolved with another outcome",
-                       {"status": out["status"], "source": out["source"]})
+        raise Conflict(
+            "the attempt was already resolved with another outcome",
+            {"status": out["status"], "source": out["source"]},
+        )
+
     return unit
 
 
@@ -246,17 +309,21 @@ def cancel(neuron: str, op: str) -> Unit:
             raise Terminal("the operation is consumed")
         cancel_op(conn, n["id"], o, "cancelled")
         return {"op": op, "state": "cancelled"}
+
     return unit
 
 
 def cancel_op(conn: sqlite3.Connection, neuron_id: int, o: sqlite3.Row, reason: str) -> None:
-    for (aid,) in conn.execute("SELECT id FROM attempts WHERE op_id = ? AND state = 'prepared'",
-                               (o["id"],)).fetchall():
+    for (aid,) in conn.execute(
+        "SELECT id FROM attempts WHERE op_id = ? AND state = 'prepared'", (o["id"],)
+    ).fetchall():
         void_attempt(conn, aid, reason)
-    conn.execute("UPDATE operations SET cancelled = 1, result_epoch = NULL WHERE id = ?",
-                 (o["id"],))
-    append_event(conn, "cancelled", neuron_id, op_id=o["id"],
-                 data={"reason": reason, "was": o["state"]})
+    conn.execute(
+        "UPDATE operations SET cancelled = 1, result_epoch = NULL WHERE id = ?", (o["id"],)
+    )
+    append_event(
+        conn, "cancelled", neuron_id, op_id=o["id"], data={"reason": reason, "was": o["state"]}
+    )
     refresh_op_state(conn, o["id"])
 
 
@@ -265,10 +332,12 @@ def _retained(conn: sqlite3.Connection, o: sqlite3.Row) -> sqlite3.Row:
         raise Terminal(f"the operation is {o['state']}")
     if o["state"] != "retained":
         raise NotRetained(f"the operation holds no result (it is {o['state']})")
-    return conn.execute(
+    row: sqlite3.Row = conn.execute(
         "SELECT a.attempt, a.epoch, oc.status, oc.value, oc.source FROM attempts a"
         " JOIN outcomes oc ON oc.attempt_id = a.id WHERE a.op_id = ? AND oc.status = 'succeeded'",
-        (o["id"],)).fetchone()
+        (o["id"],),
+    ).fetchone()
+    return row
 
 
 def consume(neuron: str, op: str) -> Unit:
@@ -276,14 +345,24 @@ def consume(neuron: str, op: str) -> Unit:
         n, o = _owned_op(conn, neuron, op)
         r = _retained(conn, o)
         if o["result_epoch"] != n["epoch"]:
-            raise RebindRequired("the result belongs to an older epoch; rebind it first",
-                                 {"epoch": o["result_epoch"]})
+            raise RebindRequired(
+                "the result belongs to an older epoch; rebind it first",
+                {"epoch": o["result_epoch"]},
+            )
         conn.execute("UPDATE operations SET state = 'consumed' WHERE id = ?", (o["id"],))
         append_event(conn, "consumed", n["id"], op_id=o["id"], data={"attempt": r["attempt"]})
-        return {"op": op, "attempt": r["attempt"],
-                "result": {"status": r["status"], "value": dec(r["value"]),
-                           "source": r["source"], "attempt": r["attempt"],
-                           "epoch": o["result_epoch"]}}
+        return {
+            "op": op,
+            "attempt": r["attempt"],
+            "result": {
+                "status": r["status"],
+                "value": dec(r["value"]),
+                "source": r["source"],
+                "attempt": r["attempt"],
+                "epoch": o["result_epoch"],
+            },
+        }
+
     return unit
 
 
@@ -296,16 +375,24 @@ def rebind(neuron: str, op: str, expected_epoch: int | None) -> Unit:
         if o["result_epoch"] == n["epoch"]:
             return {"op": op, "epoch": n["epoch"], "already": True}
         conn.execute("UPDATE operations SET result_epoch = ? WHERE id = ?", (n["epoch"], o["id"]))
-        append_event(conn, "rebound", n["id"], op_id=o["id"],
-                     data={"attempt": r["attempt"], "from_epoch": o["result_epoch"],
-                           "epoch": n["epoch"]})
+        append_event(
+            conn,
+            "rebound",
+            n["id"],
+            op_id=o["id"],
+            data={"attempt": r["attempt"], "from_epoch": o["result_epoch"], "epoch": n["epoch"]},
+        )
         return {"op": op, "epoch": n["epoch"]}
+
     return unit
 
 
 # -- budget (SPEC §3.4) ----------------------------------------------------------
 
-def _owned_prog(conn: sqlite3.Connection, neuron: str, prog: str) -> tuple[sqlite3.Row, sqlite3.Row]:
+
+def _owned_prog(
+    conn: sqlite3.Connection, neuron: str, prog: str
+) -> tuple[sqlite3.Row, sqlite3.Row]:
     n = neuron_row(conn, neuron)
     p = prog_row(conn, n["id"], prog)
     require_enabled_grant(p)
@@ -315,49 +402,70 @@ def _owned_prog(conn: sqlite3.Connection, neuron: str, prog: str) -> tuple[sqlit
 def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         _n, p = _owned_prog(conn, neuron, prog)
-        row = conn.execute("SELECT steps FROM reservations WHERE prog_id = ? AND reservation = ?",
-                           (p["id"], reservation)).fetchone()
+        row = conn.execute(
+            "SELECT steps FROM reservations WHERE prog_id = ? AND reservation = ?",
+            (p["id"], reservation),
+        ).fetchone()
         if row is not None:
             if row[0] != steps:
                 raise Conflict("a reservation with this id and other steps exists")
             return {"reservation": reservation, "steps": steps, "already": True}
         if p["exhausted"] or p["steps_used"] + p["steps_reserved"] + steps > p["step_limit"]:
-            raise BudgetExhausted("the reservation exceeds the prog's step budget",
-                                  {"steps_used": p["steps_used"],
-                                   "steps_reserved": p["steps_reserved"],
-                                   "step_limit": p["step_limit"]})
-        conn.execute("INSERT INTO reservations(prog_id, reservation, steps, state)"
-                     " VALUES (?,?,?, 'open')", (p["id"], reservation, steps))
-        conn.execute("UPDATE progs SET steps_reserved = steps_reserved + ? WHERE id = ?",
-                     (steps, p["id"]))
+            raise BudgetExhausted(
+                "the reservation exceeds the prog's step budget",
+                {
+                    "steps_used": p["steps_used"],
+                    "steps_reserved": p["steps_reserved"],
+                    "step_limit": p["step_limit"],
+                },
+            )
+        conn.execute(
+            "INSERT INTO reservations(prog_id, reservation, steps, state) VALUES (?,?,?, 'open')",
+            (p["id"], reservation, steps),
+        )
+        conn.execute(
+            "UPDATE progs SET steps_reserved = steps_reserved + ? WHERE id = ?", (steps, p["id"])
+        )
         return {"reservation": reservation, "steps": steps}
+
     return unit
 
 
 def settle_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         n, p = _owned_prog(conn, neuron, prog)
-        row = conn.execute("SELECT * FROM reservations WHERE prog_id = ? AND reservation = ?",
-                           (p["id"], reservation)).fetchone()
+        row = conn.execute(
+            "SELECT * FROM reservations WHERE prog_id = ? AND reservation = ?",
+            (p["id"], reservation),
+        ).fetchone()
         if row is None:
             raise BadRequest(f"no reservation {reservation!r} for this prog")
         if row["state"] == "settled":
             if row["settled"] != steps:
                 raise Conflict("the reservation was settled with other steps")
-            return {"reservation": reservation, "steps": steps, "steps_used": p["steps_used"],
-                    "already": True}
+            return {
+                "reservation": reservation,
+                "steps": steps,
+                "steps_used": p["steps_used"],
+                "already": True,
+            }
         if row["state"] != "open":
             raise Conflict(f"the reservation is {row['state']}")
         if steps > row["steps"]:
             raise BadRequest("steps exceed the reservation")
-        conn.execute("UPDATE reservations SET state = 'settled', settled = ? WHERE id = ?",
-                     (steps, row["id"]))
+        conn.execute(
+            "UPDATE reservations SET state = 'settled', settled = ? WHERE id = ?",
+            (steps, row["id"]),
+        )
         used = p["steps_used"] + steps
-        conn.execute("UPDATE progs SET steps_used = ?, steps_reserved = steps_reserved - ?"
-                     " WHERE id = ?", (used, row["steps"], p["id"]))
+        conn.execute(
+            "UPDATE progs SET steps_used = ?, steps_reserved = steps_reserved - ? WHERE id = ?",
+            (used, row["steps"], p["id"]),
+        )
         if used >= p["step_limit"] and not p["exhausted"]:
             exhaust(conn, n["id"], p["id"])
         return {"reservation": reservation, "steps": steps, "steps_used": used}
+
     return unit
 
 
@@ -365,8 +473,10 @@ def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
     """SPEC §3.4: every op the exhaustion ends becomes cancelled; retained
     results are consumed without being returned; unknown attempts stay."""
     conn.execute("UPDATE progs SET exhausted = 1 WHERE id = ?", (prog_id,))
-    for o in conn.execute("SELECT * FROM operations WHERE prog_id = ?"
-                          " AND state NOT IN ('consumed', 'cancelled')", (prog_id,)).fetchall():
+    for o in conn.execute(
+        "SELECT * FROM operations WHERE prog_id = ? AND state NOT IN ('consumed', 'cancelled')",
+        (prog_id,),
+    ).fetchall():
         cancel_op(conn, neuron_id, o, "budget_exhausted")
 
 
@@ -375,11 +485,16 @@ def recover_reservations(neuron: str, prog: str) -> Unit:
         _n, p = _owned_prog(conn, neuron, prog)
         (total, count) = conn.execute(
             "SELECT coalesce(sum(steps), 0), count(*) FROM reservations"
-            " WHERE prog_id = ? AND state = 'open'", (p["id"],)).fetchone()
-        conn.execute("UPDATE reservations SET state = 'released' WHERE prog_id = ?"
-                     " AND state = 'open'", (p["id"],))
-        conn.execute("UPDATE progs SET steps_reserved = steps_reserved - ? WHERE id = ?",
-                     (total, p["id"]))
+            " WHERE prog_id = ? AND state = 'open'",
+            (p["id"],),
+        ).fetchone()
+        conn.execute(
+            "UPDATE reservations SET state = 'released' WHERE prog_id = ? AND state = 'open'",
+            (p["id"],),
+        )
+        conn.execute(
+            "UPDATE progs SET steps_reserved = steps_reserved - ? WHERE id = ?", (total, p["id"])
+        )
         return {"released": count}
-    return unit
 
+    return unit

@@ -29,9 +29,9 @@ from wardd.protocol import (
     PROTOCOL_VERSION,
     Internal,
     Request,
+    Unauthenticated,
     UnknownMethod,
     UnknownNeuron,
-    Unauthenticated,
     WarddError,
     WrongNetwork,
     canonical_digest,
@@ -96,20 +96,33 @@ class Daemon:
         self.schema_from, _ = migrate(wconn)
         wconn.execute(
             "INSERT INTO boots(boot_id, started_at, pid, version) VALUES (?,?,?,?)",
-            (self.boot, self.started_at, os.getpid(), VERSION))
+            (self.boot, self.started_at, os.getpid(), VERSION),
+        )
         self.writer = Writer(wconn, self._on_fatal)
         self.reads = Reads(connect(self.db_path), self.config.max_frame)
         self.device = device_id(self.db_path)
         self.descriptors = build_descriptors(
-            workers=self.config.workers, network=self.config.network, version=VERSION,
-            device=self.device, boot=self.boot, act_bounds=self.act_bounds)
+            workers=self.config.workers,
+            network=self.config.network,
+            version=VERSION,
+            device=self.device,
+            boot=self.boot,
+            act_bounds=self.act_bounds,
+        )
         self.digests = [canonical_digest(d) for d in self.descriptors]
         self.ctx = _units.BootContext(
-            boot=self.boot, network=self.config.network,
+            boot=self.boot,
+            network=self.config.network,
             advertised=dict(zip(self.digests, self.descriptors, strict=True)),
-            act_bounds=self.act_bounds)
-        self.pool = WorkerPool(self.config.workers, guards=self.guards, writer=self.writer,
-                               adapters=self.adapters, boot=self.boot)
+            act_bounds=self.act_bounds,
+        )
+        self.pool = WorkerPool(
+            self.config.workers,
+            guards=self.guards,
+            writer=self.writer,
+            adapters=self.adapters,
+            boot=self.boot,
+        )
         self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
 
     def _on_fatal(self, why: str) -> None:
@@ -141,13 +154,25 @@ class Daemon:
         listener = trio.socket.from_stdlib_socket(lsock)
         uids = {os.getuid(), *self.config.allowed_uids}
         self.server = Server(
-            handle=self.handle, hello=self._hello, allowed_uids=uids,
-            max_frame=self.config.max_frame, max_connections=self.config.max_connections,
-            max_in_flight=self.config.max_in_flight, on_close=self._connection_closed)
-        log.info("starting", boot=self.boot, version=VERSION, network=self.config.network,
-                 socket=str(self.config.socket), database=str(self.db_path),
-                 workers=self.config.workers, schema_from=self.schema_from,
-                 schema=SCHEMA_VERSION)
+            handle=self.handle,
+            hello=self._hello,
+            allowed_uids=uids,
+            max_frame=self.config.max_frame,
+            max_connections=self.config.max_connections,
+            max_in_flight=self.config.max_in_flight,
+            on_close=self._connection_closed,
+        )
+        log.info(
+            "starting",
+            boot=self.boot,
+            version=VERSION,
+            network=self.config.network,
+            socket=str(self.config.socket),
+            database=str(self.db_path),
+            workers=self.config.workers,
+            schema_from=self.schema_from,
+            schema=SCHEMA_VERSION,
+        )
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as requests:
                 if wd:  # kept alive through the shutdown grace
@@ -194,9 +219,12 @@ class Daemon:
         to the grace for calls in progress, then kill `cli` process groups."""
         finished = await trio.to_thread.run_sync(self.pool.stop, self.config.shutdown_grace_s)
         if not finished:
-            log.warning("shutdown_grace_passed", busy=[
-                {"op": s.busy.op, "attempt": s.busy.attempt}
-                for s in self.pool.states if s.busy])
+            log.warning(
+                "shutdown_grace_passed",
+                busy=[
+                    {"op": s.busy.op, "attempt": s.busy.attempt} for s in self.pool.states if s.busy
+                ],
+            )
         for adapter in self.adapters.values():
             kill = getattr(adapter, "kill_all", None)
             if callable(kill):
@@ -204,8 +232,10 @@ class Daemon:
 
     async def _mark_clean_stop(self) -> None:
         def unit(conn: sqlite3.Connection) -> None:
-            conn.execute("UPDATE boots SET stopped_at = ?, clean = 1 WHERE boot_id = ?",
-                         (now(), self.boot))
+            conn.execute(
+                "UPDATE boots SET stopped_at = ?, clean = 1 WHERE boot_id = ?", (now(), self.boot)
+            )
+
         try:
             await self.writer.run(unit)
         except WarddError as err:
@@ -241,8 +271,13 @@ class Daemon:
     # -- dispatch -------------------------------------------------------------------
 
     def _hello(self) -> dict[str, Any]:
-        return {"protocol": PROTOCOL_VERSION, "daemon": f"wardd {VERSION}", "boot": self.boot,
-                "network": self.config.network, "max_frame": self.config.max_frame}
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "daemon": f"wardd {VERSION}",
+            "boot": self.boot,
+            "network": self.config.network,
+            "max_frame": self.config.max_frame,
+        }
 
     async def handle(self, conn: Connection, req: Request) -> Any:
         method, params = req.method, req.params
@@ -265,14 +300,17 @@ class Daemon:
         """SPEC §4: network, then signature against our network, then registration."""
         network = params.get("network")
         if network is not None and network != self.config.network:
-            raise WrongNetwork(f"this daemon serves network {self.config.network!r}",
-                               {"network": self.config.network})
+            raise WrongNetwork(
+                f"this daemon serves network {self.config.network!r}",
+                {"network": self.config.network},
+            )
         neuron = params["neuron"]
         if not verify(neuron, params["sig"], self.config.network, method, params):
             raise Unauthenticated("the signature does not verify")
         if method != "register_neuron":
             row = self.reads.conn.execute(
-                "SELECT 1 FROM neurons WHERE neuron = ?", (neuron,)).fetchone()
+                "SELECT 1 FROM neurons WHERE neuron = ?", (neuron,)
+            ).fetchone()
             if row is None:
                 raise UnknownNeuron("neuron is not registered")
         return str(neuron)
@@ -313,17 +351,23 @@ class Daemon:
         s["register_neuron"] = lambda c, n, p: self.writer.run(mgmt.register_neuron(n))
         s["bind_placement"] = self._bind_placement
         s["release_placement"] = lambda c, n, p: self._exclusive(
-            n, mgmt.bind_placement(n, p["expected_generation"], None, None))
+            n, mgmt.bind_placement(n, p["expected_generation"], None, None)
+        )
         s["advance_epoch"] = lambda c, n, p: self._exclusive(
-            n, mgmt.advance_epoch(n, p["expected_epoch"]))
-        s["set_grant"] = lambda c, n, p: self._exclusive(n, mgmt.set_grant(
-            n, p["prog"], p["acts"], p["enabled"], p["expected_policy_version"]))
+            n, mgmt.advance_epoch(n, p["expected_epoch"])
+        )
+        s["set_grant"] = lambda c, n, p: self._exclusive(
+            n, mgmt.set_grant(n, p["prog"], p["acts"], p["enabled"], p["expected_policy_version"])
+        )
         s["create_prog"] = lambda c, n, p: self.writer.run(
-            mgmt.create_prog(n, p["prog"], p["step_limit"]))
-        s["set_prog_state"] = lambda c, n, p: self._exclusive(n, mgmt.set_prog_state(
-            n, p["prog"], p["expected_state"], p["state"]))
-        s["submit"] = lambda c, n, p: self.writer.run(mgmt.submit(
-            n, p["prog"], p["op"], p["act"], p["args"], self.act_bounds))
+            mgmt.create_prog(n, p["prog"], p["step_limit"])
+        )
+        s["set_prog_state"] = lambda c, n, p: self._exclusive(
+            n, mgmt.set_prog_state(n, p["prog"], p["expected_state"], p["state"])
+        )
+        s["submit"] = lambda c, n, p: self.writer.run(
+            mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], self.act_bounds)
+        )
         s["prepare"] = self._prepare
         s["invoke"] = self._invoke
         s["manual_take"] = self._manual_take
@@ -331,13 +375,17 @@ class Daemon:
         s["cancel"] = lambda c, n, p: self.writer.run(mgmt.cancel(n, p["op"]))
         s["consume"] = lambda c, n, p: self.writer.run(mgmt.consume(n, p["op"]))
         s["rebind"] = lambda c, n, p: self.writer.run(
-            mgmt.rebind(n, p["op"], p.get("expected_epoch")))
-        s["reserve_steps"] = lambda c, n, p: self.writer.run(mgmt.reserve_steps(
-            n, p["prog"], p["reservation"], p["steps"]))
-        s["settle_steps"] = lambda c, n, p: self.writer.run(mgmt.settle_steps(
-            n, p["prog"], p["reservation"], p["steps"]))
+            mgmt.rebind(n, p["op"], p.get("expected_epoch"))
+        )
+        s["reserve_steps"] = lambda c, n, p: self.writer.run(
+            mgmt.reserve_steps(n, p["prog"], p["reservation"], p["steps"])
+        )
+        s["settle_steps"] = lambda c, n, p: self.writer.run(
+            mgmt.settle_steps(n, p["prog"], p["reservation"], p["steps"])
+        )
         s["recover_reservations"] = lambda c, n, p: self.writer.run(
-            mgmt.recover_reservations(n, p["prog"]))
+            mgmt.recover_reservations(n, p["prog"])
+        )
         s["check_receipts"] = lambda c, n, p: self.recovery.check_receipts(n)
         u["status"] = self._status
         u["list_workers"] = self._list_workers
@@ -346,24 +394,34 @@ class Daemon:
         u["get_neuron"] = r(lambda p: self.reads.get_neuron(p["neuron"]))
         u["get_prog"] = r(lambda p: self.reads.get_prog(p["neuron"], p["prog"]))
         u["get_operation"] = r(lambda p: self.reads.get_operation(p["neuron"], p["op"]))
-        u["list_operations"] = r(lambda p: self.reads.list_operations(
-            p["neuron"], p.get("state"), p.get("prog"), p.get("after"), p.get("limit", 100)))
-        u["history"] = r(lambda p: self.reads.history(
-            p["neuron"], p["op"], p.get("after"), p.get("limit", 100)))
-        u["list_attempts"] = r(lambda p: self.reads.list_attempts(
-            p["state"], p.get("after"), p.get("limit", 100)))
+        u["list_operations"] = r(
+            lambda p: self.reads.list_operations(
+                p["neuron"], p.get("state"), p.get("prog"), p.get("after"), p.get("limit", 100)
+            )
+        )
+        u["history"] = r(
+            lambda p: self.reads.history(p["neuron"], p["op"], p.get("after"), p.get("limit", 100))
+        )
+        u["list_attempts"] = r(
+            lambda p: self.reads.list_attempts(p["state"], p.get("after"), p.get("limit", 100))
+        )
         assert set(s) == set(SIGNED) and set(u) == set(UNSIGNED)
 
     @staticmethod
     def _read(fn: Callable[[dict[str, Any]], Any]) -> Callable[..., Awaitable[Any]]:
         async def handler(conn: Connection, params: dict[str, Any]) -> Any:
             return fn(params)
+
         return handler
 
     async def _bind_placement(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         admitted = check_descriptor(p["descriptor"], self.descriptors)
-        return await self._exclusive(neuron, mgmt.bind_placement(
-            neuron, p["expected_generation"], admitted, canonical_digest(admitted)))
+        return await self._exclusive(
+            neuron,
+            mgmt.bind_placement(
+                neuron, p["expected_generation"], admitted, canonical_digest(admitted)
+            ),
+        )
 
     async def _prepare(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         ref = await self.writer.run(_units.prepare(self.ctx, neuron, p))
@@ -381,23 +439,25 @@ class Daemon:
         ref = self.tokens.take(p["token"], conn.id)
         if ref.attempt_id is None or ref.worker is None or not self.pool.has(ref.worker):
             raise Internal("the attempt names no worker of this daemon")
-        return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset,
-                                                         ref=ref))
+        return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset, ref=ref))
 
     async def _invoke(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         placement = self.reads.conn.execute(
-            "SELECT placement FROM neurons WHERE neuron = ?", (neuron,)).fetchone()
+            "SELECT placement FROM neurons WHERE neuron = ?", (neuron,)
+        ).fetchone()
         worker = "w0"
         if placement is not None and placement[0] is not None:
             from ._records import dec
+
             w = dec(placement[0])["executor"]["worker"]
             worker = w if self.pool.has(w) else worker
 
         def unit_for(w: str) -> _units.Unit:
-            return _units.invoke_claim(self.ctx, neuron, p, worker=w,
-                                       claim_info=self._claim_info)
-        return await self._dispatch(worker, Dispatch(neuron=neuron, reply=_unset,
-                                                     invoke_unit=unit_for))
+            return _units.invoke_claim(self.ctx, neuron, p, worker=w, claim_info=self._claim_info)
+
+        return await self._dispatch(
+            worker, Dispatch(neuron=neuron, reply=_unset, invoke_unit=unit_for)
+        )
 
     def _claim_info(self, act: str) -> dict[str, Any] | None:
         fn = getattr(self.adapters.get(act), "claim_info", None)
@@ -405,18 +465,30 @@ class Daemon:
 
     async def _manual_take(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         ref = await self.writer.run(_units.manual_take(self.ctx, neuron, p))
-        return {"attempt": {"op": ref.op, "attempt": ref.attempt, "kind": "manual",
-                            "epoch": ref.epoch, "policy_version": ref.policy_version}}
+        return {
+            "attempt": {
+                "op": ref.op,
+                "attempt": ref.attempt,
+                "kind": "manual",
+                "epoch": ref.epoch,
+                "policy_version": ref.policy_version,
+            }
+        }
 
     async def _reconcile(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         await self.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
         out = p["outcome"]
-        return await self.writer.run(mgmt.reconcile(
-            neuron, p["op"], p["attempt"], out["status"], out.get("value")))
+        return await self.writer.run(
+            mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
+        )
 
     async def _list_workers(self, conn: Connection, p: dict[str, Any]) -> Any:
-        return {"workers": [{"worker": d["executor"]["worker"], "descriptor": d, "digest": g}
-                            for d, g in zip(self.descriptors, self.digests, strict=True)]}
+        return {
+            "workers": [
+                {"worker": d["executor"]["worker"], "descriptor": d, "digest": g}
+                for d, g in zip(self.descriptors, self.digests, strict=True)
+            ]
+        }
 
     async def _status(self, conn: Connection, p: dict[str, Any]) -> Any:
         ops, unknown = self.reads.counts()
@@ -430,21 +502,34 @@ class Daemon:
         workers = []
         for s, digest in zip(self.pool.states, self.digests, strict=True):
             busy = s.busy
-            workers.append({
-                "id": s.id, "digest": digest,
-                "busy_op": None if busy is None else {"neuron": busy.neuron, "op": busy.op,
-                                                      "attempt": busy.attempt},
-                "counts": dict(s.counts)})
+            workers.append(
+                {
+                    "id": s.id,
+                    "digest": digest,
+                    "busy_op": None
+                    if busy is None
+                    else {"neuron": busy.neuron, "op": busy.op, "attempt": busy.attempt},
+                    "counts": dict(s.counts),
+                }
+            )
         return {
-            "version": VERSION, "protocol": PROTOCOL_VERSION, "boot": self.boot,
-            "started_at": self.started_at, "uptime": round(time.monotonic() - self._t0, 3),
+            "version": VERSION,
+            "protocol": PROTOCOL_VERSION,
+            "boot": self.boot,
+            "started_at": self.started_at,
+            "uptime": round(time.monotonic() - self._t0, 3),
             "network": self.config.network,
             "db": {"path": str(self.db_path), "schema_version": SCHEMA_VERSION, "size": size},
-            "workers": workers, "operations": ops, "unknown_attempts": unknown,
+            "workers": workers,
+            "operations": ops,
+            "unknown_attempts": unknown,
             "receipts_pending": self.recovery.pending,
-            "writer": {"backlog": self.writer.backlog, "batches": st.batches,
-                       "mean_batch": round(st.units / st.batches, 2) if st.batches else 0,
-                       "max_batch": st.max_batch},
+            "writer": {
+                "backlog": self.writer.backlog,
+                "batches": st.batches,
+                "mean_batch": round(st.units / st.batches, 2) if st.batches else 0,
+                "max_batch": st.max_batch,
+            },
             "connections": len(self.server.connections),
             "tokens": len(self.tokens),
             "recovering": not self.recovered.is_set(),

@@ -51,14 +51,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"wardd {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run the daemon in the foreground (logs JSON to stderr)",
-                         description="Run the daemon in the foreground. Without --config it "
-                         "uses the embedded default: XDG paths, network 'local', 2 workers, "
-                         "act 'echo'.")
+    run = sub.add_parser(
+        "run",
+        help="run the daemon in the foreground (logs JSON to stderr)",
+        description="Run the daemon in the foreground. Without --config it "
+        "uses the embedded default: XDG paths, network 'local', 2 workers, "
+        "act 'echo'.",
+    )
     run.add_argument("--config", metavar="PATH", help="TOML configuration file (SPEC §6)")
-    chk = sub.add_parser("check-config", help="validate a configuration file and exit",
-                         description="Validate PATH; prints 'ok' or one line naming the file, "
-                         "the key and the reason.")
+    chk = sub.add_parser(
+        "check-config",
+        help="validate a configuration file and exit",
+        description="Validate PATH; prints 'ok' or one line naming the file, "
+        "the key and the reason.",
+    )
     chk.add_argument("path", metavar="PATH")
     sub.add_parser("default-config", help="print the embedded default configuration")
     return p
@@ -77,8 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"wardd: config error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        print(f"ok: {cfg.source}: network {cfg.network!r}, {cfg.workers} workers, "
-              f"acts: {', '.join(['echo', *(a.tag for a in cfg.acts)])}")
+        print(
+            f"ok: {cfg.source}: network {cfg.network!r}, {cfg.workers} workers, "
+            f"acts: {', '.join(['echo', *(a.tag for a in cfg.acts)])}"
+        )
         return 0
     if args.command != "run":
         _parser().print_help()

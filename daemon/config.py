@@ -35,8 +35,17 @@ MIN_MAX_FRAME = 131072
 _NETWORK_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ACT_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _TOP_KEYS = {
-    "network", "socket", "database", "workers", "allowed_uids", "token_ttl_s",
-    "max_frame", "shutdown_grace_s", "acts", "max_connections", "max_in_flight",
+    "network",
+    "socket",
+    "database",
+    "workers",
+    "allowed_uids",
+    "token_ttl_s",
+    "max_frame",
+    "shutdown_grace_s",
+    "acts",
+    "max_connections",
+    "max_in_flight",
 }
 
 
@@ -84,7 +93,9 @@ def _xdg(var: str, fallback: str) -> Path:
 
 def default_socket_path() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime and os.path.isabs(runtime) else Path(f"/tmp/wardd-{os.getuid()}")
+    base = (
+        Path(runtime) if runtime and os.path.isabs(runtime) else Path(f"/tmp/wardd-{os.getuid()}")
+    )
     return base / "wardd" / "wardd.sock"
 
 
@@ -137,7 +148,8 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     if len(os.fsencode(str(socket))) > 107:
         raise ConfigError(source, "socket", "path is longer than a Unix socket allows (107 bytes)")
     database = (
-        default_database_path() if "database" not in data
+        default_database_path()
+        if "database" not in data
         else _path(source, "database", data["database"])
     )
     workers = _uint(source, "workers", data.get("workers", 2), minimum=1, maximum=256)
@@ -169,14 +181,24 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         try:
             build_adapter(tag, table, max_frame=max_frame)
         except AdapterConfigError as exc:
-            raise ConfigError(source, f"{where}.{_quote(exc.key)}" if exc.key else where,
-                              exc.reason) from None
+            raise ConfigError(
+                source, f"{where}.{_quote(exc.key)}" if exc.key else where, exc.reason
+            ) from None
         acts.append(ActConfig(tag=tag, table=dict(table)))
     return Config(
-        source=source, network=network, socket=socket, socket_is_default=socket_is_default,
-        database=database, workers=workers, allowed_uids=uids, token_ttl_s=token_ttl_s,
-        max_frame=max_frame, shutdown_grace_s=grace, max_connections=max_conn,
-        max_in_flight=max_inflight, acts=tuple(acts),
+        source=source,
+        network=network,
+        socket=socket,
+        socket_is_default=socket_is_default,
+        database=database,
+        workers=workers,
+        allowed_uids=uids,
+        token_ttl_s=token_ttl_s,
+        max_frame=max_frame,
+        shutdown_grace_s=grace,
+        max_connections=max_conn,
+        max_in_flight=max_inflight,
+        acts=tuple(acts),
     )
 
 

@@ -27,8 +27,18 @@ from wardd.protocol import (
 
 __all__ = ["build_descriptors", "check_descriptor", "device_id", "machine_abi"]
 
-_KEYS = {"v", "machine", "environment", "proof", "network", "executor", "acts",
-         "max_arg_bytes", "act_bounds", "limits"}
+_KEYS = {
+    "v",
+    "machine",
+    "environment",
+    "proof",
+    "network",
+    "executor",
+    "acts",
+    "max_arg_bytes",
+    "act_bounds",
+    "limits",
+}
 _EXECUTOR_KEYS = {"warrior", "version", "backend", "worker", "device", "boot"}
 ENVIRONMENT = {"kind": "native-host", "abi": "wardd-hostact/1"}
 
@@ -69,7 +79,12 @@ def device_id(database: Path, machine_id_path: str = "/etc/machine-id") -> str:
 
 
 def build_descriptors(
-    *, workers: int, network: str, version: str, device: str, boot: str,
+    *,
+    workers: int,
+    network: str,
+    version: str,
+    device: str,
+    boot: str,
     act_bounds: Mapping[str, int],
 ) -> list[dict[str, Any]]:
     acts = sorted(act_bounds)
@@ -80,8 +95,14 @@ def build_descriptors(
             "environment": dict(ENVIRONMENT),
             "proof": "none",
             "network": network,
-            "executor": {"warrior": "wardd", "version": version, "backend": "host-thread",
-                         "worker": f"w{i}", "device": device, "boot": boot},
+            "executor": {
+                "warrior": "wardd",
+                "version": version,
+                "backend": "host-thread",
+                "worker": f"w{i}",
+                "device": device,
+                "boot": boot,
+            },
             "acts": acts,
             "max_arg_bytes": max(act_bounds.values()),
             "act_bounds": {a: act_bounds[a] for a in acts},
@@ -99,11 +120,23 @@ def _well_formed(d: Any) -> bool:
     if not isinstance(d, dict) or set(d) != _KEYS or d.get("v") != 1 or isinstance(d["v"], bool):
         return False
     m, e, ex, lim = d["machine"], d["environment"], d["executor"], d["limits"]
-    if not (isinstance(m, dict) and set(m) == {"arch", "abi"} and all(isinstance(x, str) for x in m.values())):
+    if not (
+        isinstance(m, dict)
+        and set(m) == {"arch", "abi"}
+        and all(isinstance(x, str) for x in m.values())
+    ):
         return False
-    if not (isinstance(e, dict) and set(e) == {"kind", "abi"} and all(isinstance(x, str) for x in e.values())):
+    if not (
+        isinstance(e, dict)
+        and set(e) == {"kind", "abi"}
+        and all(isinstance(x, str) for x in e.values())
+    ):
         return False
-    if not (isinstance(ex, dict) and set(ex) == _EXECUTOR_KEYS and all(isinstance(x, str) for x in ex.values())):
+    if not (
+        isinstance(ex, dict)
+        and set(ex) == _EXECUTOR_KEYS
+        and all(isinstance(x, str) for x in ex.values())
+    ):
         return False
     if not (isinstance(lim, dict) and set(lim) == {"cpu", "time", "memory"}):
         return False
@@ -114,7 +147,10 @@ def _well_formed(d: Any) -> bool:
     acts, bounds = d["acts"], d["act_bounds"]
     if not (isinstance(acts, list) and all(isinstance(a, str) for a in acts)):
         return False
-    if not (isinstance(bounds, dict) and all(isinstance(k, str) and _is_uint(v) for k, v in bounds.items())):
+    if not (
+        isinstance(bounds, dict)
+        and all(isinstance(k, str) and _is_uint(v) for k, v in bounds.items())
+    ):
         return False
     return _is_uint(d["max_arg_bytes"])
 

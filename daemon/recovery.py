@@ -55,28 +55,42 @@ class Candidate:
 
 def mark_unknown(boot: str) -> Any:
     """The start-time unit: earlier boots' open attempts become unknown."""
+
     def unit(conn: sqlite3.Connection) -> int:
         rows = conn.execute(
             "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id,"
             " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id) AS claimed"
             " FROM attempts a JOIN operations o ON o.id = a.op_id"
-            " WHERE a.state IN ('prepared', 'running') AND a.boot != ?", (boot,)).fetchall()
+            " WHERE a.state IN ('prepared', 'running') AND a.boot != ?",
+            (boot,),
+        ).fetchall()
         for r in rows:
             evidence = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
-            conn.execute("UPDATE attempts SET state = 'unknown', evidence = ? WHERE id = ?",
-                         (enc(evidence), r["id"]))
-            append_event(conn, "marked_unknown", r["neuron_id"], op_id=r["op_id"],
-                         attempt=r["attempt"], data=evidence)
+            conn.execute(
+                "UPDATE attempts SET state = 'unknown', evidence = ? WHERE id = ?",
+                (enc(evidence), r["id"]),
+            )
+            append_event(
+                conn,
+                "marked_unknown",
+                r["neuron_id"],
+                op_id=r["op_id"],
+                attempt=r["attempt"],
+                data=evidence,
+            )
             refresh_op_state(conn, r["op_id"])
         return len(rows)
+
     return unit
 
 
 def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool) -> Any:
     def unit(conn: sqlite3.Connection) -> bool:
-        row = conn.execute("SELECT a.state, a.evidence, a.op_id, o.neuron_id FROM attempts a"
-                           " JOIN operations o ON o.id = a.op_id WHERE a.id = ?",
-                           (c.attempt_id,)).fetchone()
+        row = conn.execute(
+            "SELECT a.state, a.evidence, a.op_id, o.neuron_id FROM attempts a"
+            " JOIN operations o ON o.id = a.op_id WHERE a.id = ?",
+            (c.attempt_id,),
+        ).fetchone()
         if row["state"] != "unknown":
             return False  # resolved meanwhile (a reconcile that came first)
         if receipt.answer == "executed":
@@ -87,17 +101,24 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool) -> Any:
             return True
         evidence = dec(row["evidence"]) or {}
         evidence["receipt_hint"] = receipt.answer
-        conn.execute("UPDATE attempts SET evidence = ? WHERE id = ?",
-                     (enc(evidence), c.attempt_id))
-        append_event(conn, "receipt", row["neuron_id"], op_id=row["op_id"], attempt=c.attempt,
-                     data={"answer": receipt.answer, "applied": False})
+        conn.execute("UPDATE attempts SET evidence = ? WHERE id = ?", (enc(evidence), c.attempt_id))
+        append_event(
+            conn,
+            "receipt",
+            row["neuron_id"],
+            op_id=row["op_id"],
+            attempt=c.attempt,
+            data={"answer": receipt.answer, "applied": False},
+        )
         return False
+
     return unit
 
 
 class Recovery:
-    def __init__(self, writer: Writer, reads: Reads, adapters: Mapping[str, Adapter],
-                 boot: str) -> None:
+    def __init__(
+        self, writer: Writer, reads: Reads, adapters: Mapping[str, Adapter], boot: str
+    ) -> None:
         self._writer = writer
         self._reads = reads
         self._adapters = adapters
@@ -114,16 +135,20 @@ class Recovery:
         if not acts:
             return []
         marks = ",".join("?" * len(acts))
-        sql = ("SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.claim_info FROM attempts a"
-               " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
-               " LEFT JOIN claims c ON c.attempt_id = a.id"
-               f" WHERE a.state = 'unknown' AND a.kind = 'guarded' AND o.act IN ({marks})")
+        sql = (
+            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.claim_info FROM attempts a"
+            " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
+            " LEFT JOIN claims c ON c.attempt_id = a.id"
+            f" WHERE a.state = 'unknown' AND a.kind = 'guarded' AND o.act IN ({marks})"
+        )
         params: list[Any] = list(acts)
         if neuron is not None:
             sql += " AND n.neuron = ?"
             params.append(neuron)
-        return [Candidate(r[0], r[1], r[2], r[3], r[4], dec(r[5]))
-                for r in self._reads.conn.execute(sql + " ORDER BY a.id", params)]
+        return [
+            Candidate(r[0], r[1], r[2], r[3], r[4], dec(r[5]))
+            for r in self._reads.conn.execute(sql + " ORDER BY a.id", params)
+        ]
 
     async def at_start(self) -> None:
         self.marked = await self._writer.run(mark_unknown(self._boot))
@@ -153,9 +178,11 @@ class Recovery:
         try:
             receipt = await trio.to_thread.run_sync(_receipt, adapter, c)
             resolved: bool = await self._writer.run(
-                apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False))))
-            log.info("receipt", op=c.op, attempt=c.attempt, answer=receipt.answer,
-                     resolved=resolved)
+                apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False)))
+            )
+            log.info(
+                "receipt", op=c.op, attempt=c.attempt, answer=receipt.answer, resolved=resolved
+            )
             return resolved
         finally:
             self._pending.pop(c.attempt_id, None)
@@ -179,7 +206,8 @@ class Recovery:
                 "SELECT 1 FROM attempts a JOIN operations o ON o.id = a.op_id"
                 " JOIN neurons n ON n.id = o.neuron_id"
                 " WHERE a.id = ? AND n.neuron = ? AND o.op = ? AND a.attempt = ?",
-                (attempt_id, neuron, op, attempt)).fetchone()
+                (attempt_id, neuron, op, attempt),
+            ).fetchone()
             if row is not None:
                 await ev.wait()
 

@@ -94,9 +94,17 @@ Handler = Callable[[Connection, Request], Awaitable[Any]]
 
 
 class Server:
-    def __init__(self, *, handle: Handler, hello: Callable[[], dict[str, Any]],
-                 allowed_uids: set[int], max_frame: int, max_connections: int,
-                 max_in_flight: int, on_close: Callable[[Connection], None]) -> None:
+    def __init__(
+        self,
+        *,
+        handle: Handler,
+        hello: Callable[[], dict[str, Any]],
+        allowed_uids: set[int],
+        max_frame: int,
+        max_connections: int,
+        max_in_flight: int,
+        on_close: Callable[[Connection], None],
+    ) -> None:
         self._handle = handle
         self._hello = hello
         self._allowed = allowed_uids
@@ -182,13 +190,15 @@ class Server:
     async def _greet(self, conn: Connection, req: Request) -> bool:
         p = req.params
         if req.method != "hello":
-            err: WarddError = ProtocolError("the first request must be hello",
-                                            {"supported": [PROTOCOL_VERSION]})
+            err: WarddError = ProtocolError(
+                "the first request must be hello", {"supported": [PROTOCOL_VERSION]}
+            )
         elif p.get("protocol") != PROTOCOL_VERSION or isinstance(p.get("protocol"), bool):
             err = ProtocolError("unsupported protocol version", {"supported": [PROTOCOL_VERSION]})
         elif not isinstance(p.get("client"), str):
-            err = ProtocolError("hello needs {protocol: 1, client: text}",
-                                {"supported": [PROTOCOL_VERSION]})
+            err = ProtocolError(
+                "hello needs {protocol: 1, client: text}", {"supported": [PROTOCOL_VERSION]}
+            )
         else:
             conn.greeted = True
             await conn.send(Response(req.id, self._hello()).to_wire())
@@ -214,7 +224,7 @@ class Server:
 def _peer_uid(sock: trio.socket.SocketType) -> int:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", raw)
-    return uid
+    return int(uid)
 
 
 def bind_unix(path: str) -> socket.socket:

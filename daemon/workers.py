@@ -50,13 +50,21 @@ class Dispatch:
 class WorkerState:
     id: str
     busy: AttemptRef | None = None
-    counts: dict[str, int] = attrs.field(factory=lambda: {"succeeded": 0, "failed": 0,
-                                                          "unknown": 0})
+    counts: dict[str, int] = attrs.field(
+        factory=lambda: {"succeeded": 0, "failed": 0, "unknown": 0}
+    )
 
 
 class WorkerPool:
-    def __init__(self, n: int, *, guards: GuardTable, writer: Writer,
-                 adapters: Mapping[str, Adapter], boot: str) -> None:
+    def __init__(
+        self,
+        n: int,
+        *,
+        guards: GuardTable,
+        writer: Writer,
+        adapters: Mapping[str, Adapter],
+        boot: str,
+    ) -> None:
         self._guards = guards
         self._cond = guards.cond
         self._writer = writer
@@ -64,11 +72,11 @@ class WorkerPool:
         self._boot = boot
         self.states = [WorkerState(f"w{i}") for i in range(n)]
         self._queues: dict[str, collections.deque[Dispatch]] = {
-            s.id: collections.deque() for s in self.states}
+            s.id: collections.deque() for s in self.states
+        }
         self._stopping = False
         self._threads = [
-            threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}",
-                             daemon=True)
+            threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
         ]
 
@@ -162,8 +170,9 @@ class WorkerPool:
             state.busy = None
         self._accept(state, d, ref, status, value, error)
 
-    def _claim(self, state: WorkerState, d: Dispatch,
-               release: Callable[[], None]) -> AttemptRef | None:
+    def _claim(
+        self, state: WorkerState, d: Dispatch, release: Callable[[], None]
+    ) -> AttemptRef | None:
         try:
             if d.invoke_unit is not None:
                 got = self._writer.call(d.invoke_unit(state.id))
@@ -180,7 +189,8 @@ class WorkerPool:
                 adapter = self._adapters.get(d.ref.act)
                 info = _claim_info(adapter)
                 ref = self._writer.call(
-                    _units.claim(d.ref, worker=state.id, boot=self._boot, claim_info=info))
+                    _units.claim(d.ref, worker=state.id, boot=self._boot, claim_info=info)
+                )
         except WarddError as err:
             release()
             if isinstance(err, Internal) and d.ref is not None:
@@ -197,8 +207,9 @@ class WorkerPool:
 
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
         adapter = self._adapters[ref.act]
-        request = ActRequest(neuron=ref.neuron, op=ref.op, attempt=ref.attempt, act=ref.act,
-                             args=ref.args)
+        request = ActRequest(
+            neuron=ref.neuron, op=ref.op, attempt=ref.attempt, act=ref.act, args=ref.args
+        )
         try:
             return "succeeded", adapter.call(request), None
         except DefiniteFailure as exc:
@@ -206,11 +217,17 @@ class WorkerPool:
         except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
             return "unknown", None, _text(exc) or type(exc).__name__
 
-    def _accept(self, state: WorkerState, d: Dispatch, ref: AttemptRef, status: str,
-                value: Any, error: str | None) -> None:
+    def _accept(
+        self,
+        state: WorkerState,
+        d: Dispatch,
+        ref: AttemptRef,
+        status: str,
+        value: Any,
+        error: str | None,
+    ) -> None:
         try:
-            self._writer.call(_units.outcome(ref, status, value, error, "adapter"),
-                              critical=True)
+            self._writer.call(_units.outcome(ref, status, value, error, "adapter"), critical=True)
         except WarddError:
             # SPEC §3.2.3: never report an outcome that is not stored
             d.reply(None, Internal("the outcome could not be stored", {"reason": "fail_stop"}))
@@ -236,4 +253,5 @@ def _text(exc: BaseException) -> str:
 
 def _monotonic() -> float:
     import time
+
     return time.monotonic()

@@ -72,6 +72,7 @@ for _n in range(24):
     _ONE_BYTE[0x20 + _n] = -1 - _n
 _ONE_BYTE[0x40], _ONE_BYTE[0x60] = b"", ""
 _ONE_BYTE[0xF4], _ONE_BYTE[0xF5], _ONE_BYTE[0xF6] = False, True, None
+del _n
 # Key types compared by decoded value only; any other key is also compared by
 # its encoded bytes.
 _PLAIN_KEYS = (str, bytes, int)

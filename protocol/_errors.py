@@ -106,6 +106,11 @@ class WarddError(Exception):
             wire["data"] = self.data
         return wire
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copies and pickles keep message, data and any extra attribute
+        # (ProtocolError.request_id), not just the message.
+        return (type(self), (self.message, self.data), self.__dict__)
+
     def __repr__(self) -> str:
         extra = f", {self.data!r}" if self.data is not None else ""
         return f"{type(self).__name__}({self.message!r}{extra})"
@@ -241,8 +246,8 @@ class StateMismatch(WarddError):
 
 
 class BadTransition(WarddError):
-    """The prog state change is not one of active<->paused, active|paused->retired,
-    retired->archived."""
+    """The prog state change is not one of active to paused and back, active or paused to
+    retired, retired to archived."""
 
     code = "bad_transition"
 

@@ -40,20 +40,26 @@ def toml_value(v: Any) -> str:
 class Env:
     """A temp dir holding the config, socket, database and act ledgers."""
 
-    def __init__(self, *, workers: int = 2, acts: dict[str, dict[str, Any]] | None = None,
-                 **top: Any) -> None:
+    def __init__(
+        self, *, workers: int = 2, acts: dict[str, dict[str, Any]] | None = None, **top: Any
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="wardd-t-", dir="/tmp"))
         self.socket = self.root / "s.sock"
         self.database = self.root / "db" / "wardd.db"
-        self.ledger = self.root / "ledger.log"          # file.append act "ledger"
+        self.ledger = self.root / "ledger.log"  # file.append act "ledger"
         self.cli_ledger = self.root / "cli-ledger.log"  # cli acts append their key here
         self.started = self.root / "started"
         self.gates = self.root / "gates"
         self.started.mkdir()
         self.gates.mkdir()
         self.config = self.root / "wardd.toml"
-        self.top = {"network": NETWORK, "socket": str(self.socket),
-                    "database": str(self.database), "workers": workers, **top}
+        self.top = {
+            "network": NETWORK,
+            "socket": str(self.socket),
+            "database": str(self.database),
+            "workers": workers,
+            **top,
+        }
         self.acts = self.default_acts()
         self.acts.update(acts or {})
         self.write_config()
@@ -73,10 +79,14 @@ class Env:
             "nofx": {"adapter": "cli", "argv": sh("exit 2"), "no_effect_exits": [2]},
             "boom": {"adapter": "cli", "argv": sh("exit 7")},
             # marks its start, then waits for the test to open its gate (at most ~30 s)
-            "gated": {"adapter": "cli", "argv": sh(
-                f"touch {started}; i=0; while [ ! -e {gate} ]; do "
-                "if [ $i -ge 600 ]; then exit 3; fi; sleep 0.05; i=$((i+1)); done; "
-                f"echo {key} >> {q(str(self.cli_ledger))}")},
+            "gated": {
+                "adapter": "cli",
+                "argv": sh(
+                    f"touch {started}; i=0; while [ ! -e {gate} ]; do "
+                    "if [ $i -ge 600 ]; then exit 3; fi; sleep 0.05; i=$((i+1)); done; "
+                    f"echo {key} >> {q(str(self.cli_ledger))}"
+                ),
+            },
         }
 
     def write_config(self) -> None:
@@ -117,13 +127,21 @@ class Daemon:
     def spawn(self, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = self.env.root / f"daemon-{len(self.logs)}.log"
         self.logs.append(log)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
+        }
         env.update(extra_env or {})
         with open(log, "wb") as f:
-            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=f,
-                                         stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         return self.proc
 
     def start(self, extra_env: dict[str, str] | None = None) -> Daemon:
@@ -139,7 +157,8 @@ class Daemon:
                     msg = ns.recv(4096).decode()
                 except TimeoutError:
                     self.proc.kill()  # type: ignore[union-attr]
-                    raise DaemonFailed(f"no READY=1 within {START_TIMEOUT}s\n{self.log_text()}")
+                    why = f"no READY=1 within {START_TIMEOUT}s\n{self.log_text()}"
+                    raise DaemonFailed(why) from None
                 if "READY=1" in msg.split("\n"):
                     break
         finally:
@@ -188,8 +207,15 @@ class Daemon:
 class Actor:
     """A registered neuron with one prog, a grant and a bound placement."""
 
-    def __init__(self, daemon: Daemon, *, acts: tuple[str, ...] = ("echo",),
-                 worker: int = 0, prog: str = "prog-a", step_limit: int = 1000) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        *,
+        acts: tuple[str, ...] = ("echo",),
+        worker: int = 0,
+        prog: str = "prog-a",
+        step_limit: int = 1000,
+    ) -> None:
         self.daemon = daemon
         self.neuron = Neuron.generate()
         self.client = daemon.connect()
@@ -222,9 +248,15 @@ class Actor:
         return self.read("history", {"neuron": self.id, "op": op})["records"]
 
     def grant(self, acts: list[str], *, enabled: bool = True, prog: str | None = None) -> Any:
-        return self.call("set_grant", {"prog": prog or self.prog, "acts": acts,
-                                       "enabled": enabled,
-                                       "expected_policy_version": self.root()["policy_version"]})
+        return self.call(
+            "set_grant",
+            {
+                "prog": prog or self.prog,
+                "acts": acts,
+                "enabled": enabled,
+                "expected_policy_version": self.root()["policy_version"],
+            },
+        )
 
     def descriptor(self, worker: int) -> dict[str, Any]:
         for w in self.read("list_workers")["workers"]:
@@ -233,18 +265,29 @@ class Actor:
         raise AssertionError(f"no worker w{worker}")
 
     def bind(self, worker: int = 0) -> Any:
-        return self.call("bind_placement", {"expected_generation": self.root()["placement_generation"],
-                                            "descriptor": self.descriptor(worker)})
+        return self.call(
+            "bind_placement",
+            {
+                "expected_generation": self.root()["placement_generation"],
+                "descriptor": self.descriptor(worker),
+            },
+        )
 
     def submit(self, op: str, act: str = "echo", args: bytes = b"", prog: str | None = None) -> Any:
         return self.call("submit", {"prog": prog or self.prog, "op": op, "act": act, "args": args})
 
     def prepare_params(self, op: str, attempt: int = 1) -> dict[str, Any]:
         r = self.root()
-        return {"op": op, "expected_attempt": attempt,
-                "placement_generation": r["placement_generation"], "expected_epoch": r["epoch"]}
+        return {
+            "op": op,
+            "expected_attempt": attempt,
+            "placement_generation": r["placement_generation"],
+            "expected_epoch": r["epoch"],
+        }
 
-    def prepare(self, op: str, attempt: int = 1, client: Client | None = None) -> tuple[bytes, dict[str, Any]]:
+    def prepare(
+        self, op: str, attempt: int = 1, client: Client | None = None
+    ) -> tuple[bytes, dict[str, Any]]:
         res = self.call("prepare", self.prepare_params(op, attempt), client=client)
         return res["token"], res["attempt"]
 

@@ -44,6 +44,7 @@ class Background:
                 self.error = e
             finally:
                 self.done.set()
+
         threading.Thread(target=run, daemon=True).start()
 
     def result(self, timeout=60):
@@ -81,7 +82,7 @@ class TestRoundTrip:
         assert kinds == ["submitted", "prepared", "claimed", "outcome", "consumed"]
         recs = a.history("a1")
         assert recs[0]["follows"] is None
-        assert all(b["follows"] == f["seq"] for f, b in zip(recs, recs[1:]))
+        assert all(b["follows"] == f["seq"] for f, b in zip(recs, recs[1:], strict=False))
         # a file.append act: exactly one line, the documented one
         a.submit("a2", "ledger", b"L")
         assert a.invoke("a2")["status"] == "succeeded"
@@ -119,9 +120,20 @@ class TestRoundTrip:
 
     def test_cli_act_gets_args_on_stdin_and_its_context(self, make_daemon):
         from tests.daemon.harness import Env
-        env = Env(acts={"pipe": {"adapter": "cli", "argv": [
-            "/bin/sh", "-c", 'cat; printf "|%s|%s|%s" "$WARDD_OP" "$WARDD_ATTEMPT" '
-            '"$WARDD_IDEMPOTENCY_KEY"']}})
+
+        env = Env(
+            acts={
+                "pipe": {
+                    "adapter": "cli",
+                    "argv": [
+                        "/bin/sh",
+                        "-c",
+                        'cat; printf "|%s|%s|%s" "$WARDD_OP" "$WARDD_ATTEMPT" '
+                        '"$WARDD_IDEMPOTENCY_KEY"',
+                    ],
+                }
+            }
+        )
         d = make_daemon(env)
         a = Actor(d, acts=("pipe",))
         a.submit("p1", "pipe", b"in")
@@ -152,8 +164,12 @@ class TestRevocation:
         call = Background(a.invoke, "g", 1, daemon.connect())
         wait_for(env.started_marker("g").exists, what="the gated act to start")
         other = daemon.connect()
-        params = {"prog": a.prog, "acts": [], "enabled": True,
-                  "expected_policy_version": a.root()["policy_version"]}
+        params = {
+            "prog": a.prog,
+            "acts": [],
+            "enabled": True,
+            "expected_policy_version": a.root()["policy_version"],
+        }
         revoke = Background(a.call, "set_grant", params, other)
         # the revocation cannot return while the call holds the ward guard
         assert not revoke.done.wait(0.5)
@@ -207,8 +223,9 @@ class TestReplacement:
         a.client = daemon.connect()
         assert code_of(a.prepare, "op").code == "placement_stale"
         gen = a.root()["placement_generation"]
-        err = code_of(a.call, "bind_placement", {"expected_generation": gen,
-                                                 "descriptor": old_descriptor})
+        err = code_of(
+            a.call, "bind_placement", {"expected_generation": gen, "descriptor": old_descriptor}
+        )
         assert err.code == "placement_stale"
         assert a.root()["placement_generation"] == gen
         a.bind(0)
@@ -220,16 +237,24 @@ class TestReplacement:
         gen = a.root()["placement_generation"]
 
         def bind(desc, expected=gen):
-            return code_of(a.call, "bind_placement", {"expected_generation": expected,
-                                                      "descriptor": desc}).code
+            return code_of(
+                a.call, "bind_placement", {"expected_generation": expected, "descriptor": desc}
+            ).code
 
         assert bind({**d, "v": 2}) == "bad_request"
         assert bind({k: v for k, v in d.items() if k != "acts"}) == "bad_request"
-        assert bind({**d, "machine": {"arch": "sparc", "abi": "linux-gnu"}}) == "unsupported_profile"
+        assert (
+            bind({**d, "machine": {"arch": "sparc", "abi": "linux-gnu"}}) == "unsupported_profile"
+        )
         assert bind({**d, "proof": "tee"}) == "unsupported_profile"
         assert bind({**d, "network": "other"}) == "unsupported_profile"
-        assert bind({**d, "executor": {**d["executor"], "backend": "remote"}}) == "unsupported_profile"
-        assert bind({**d, "limits": {"cpu": 1, "time": None, "memory": None}}) == "unsupported_guarantee"
+        assert (
+            bind({**d, "executor": {**d["executor"], "backend": "remote"}}) == "unsupported_profile"
+        )
+        assert (
+            bind({**d, "limits": {"cpu": 1, "time": None, "memory": None}})
+            == "unsupported_guarantee"
+        )
         assert bind({**d, "executor": {**d["executor"], "worker": "w9"}}) == "placement_stale"
         assert bind({**d, "executor": {**d["executor"], "boot": "0" * 32}}) == "placement_stale"
         assert bind(d, expected=gen + 5) == "generation_mismatch"
@@ -241,8 +266,8 @@ class TestRaces:
         a = Actor(daemon, acts=("ledger",), worker=0)
         a.submit("op", "ledger", b"r")
         c1, c2 = daemon.connect(), daemon.connect()
-        token_a, _ = a.prepare("op", client=c1)           # on w0
-        a.bind(1)                                         # rebind to w1: voids attempt 1
+        token_a, _ = a.prepare("op", client=c1)  # on w0
+        a.bind(1)  # rebind to w1: voids attempt 1
         token_b, meta = a.prepare("op", attempt=2, client=c2)
         assert meta["attempt"] == 2
         ra, rb = Background(a.execute, token_a, c1), Background(a.execute, token_b, c2)
@@ -294,6 +319,7 @@ class TestSubjectNetworkProfile:
 
     def test_act_not_accepted_and_args_too_large_after_a_config_change(self, make_daemon):
         from tests.daemon.harness import Env
+
         env = Env()
         env.acts["tiny"] = {"adapter": "cli", "argv": ["/bin/cat"], "max_arg_bytes": 1000}
         env.write_config()
@@ -339,6 +365,7 @@ class TestTokens:
 
     def test_expired_token_voids_its_attempt(self, make_daemon):
         from tests.daemon.harness import Env
+
         d = make_daemon(Env(token_ttl_s=0.3))
         a = Actor(d, acts=("ledger",))
         a.submit("op", "ledger")
@@ -356,7 +383,10 @@ class TestPrepareOrder:
         a.submit("op")
         p = a.prepare_params("op")
         assert code_of(a.call, "prepare", {**p, "expected_epoch": 9}).code == "epoch_mismatch"
-        assert code_of(a.call, "prepare", {**p, "placement_generation": 99}).code == "generation_mismatch"
+        assert (
+            code_of(a.call, "prepare", {**p, "placement_generation": 99}).code
+            == "generation_mismatch"
+        )
         assert code_of(a.call, "prepare", {**p, "expected_attempt": 2}).code == "attempt_mismatch"
         token, _ = a.prepare("op")
         assert code_of(a.call, "prepare", {**p, "expected_attempt": 2}).code == "attempt_busy"
@@ -385,7 +415,3 @@ def test_status_shows_a_busy_worker_while_reads_answer(daemon):
     assert a.state("g") == "running"
     env.open_gate("g")
     assert call.result()["status"] == "succeeded"
-
-
-
-

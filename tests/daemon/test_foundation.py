@@ -48,9 +48,9 @@ def read_frames(s, limit=8):
                 (n,) = struct.unpack(">I", buf[:4])
                 if len(buf) < 4 + n:
                     break
-                out.append(cbor2.loads(buf[4:4 + n]))
-                buf = buf[4 + n:]
-    except (TimeoutError, socket.timeout):
+                out.append(cbor2.loads(buf[4 : 4 + n]))
+                buf = buf[4 + n :]
+    except TimeoutError:
         return out, False
     except ConnectionResetError:
         return out, True
@@ -73,6 +73,7 @@ class TestHelloAndStatus:
 
     def test_list_workers_digest_is_sha256_of_canonical_cbor(self, daemon):
         import hashlib
+
         with daemon.connect() as c:
             workers = c.call("list_workers")["workers"]
         for w in workers:
@@ -134,14 +135,17 @@ class TestBadInput:
         with daemon.connect() as c:
             assert c.call("status")["boot"] == daemon.boot
 
-    @pytest.mark.parametrize("item,has_id", [
-        ([1, 2, 3], False),
-        ({"id": 1, "method": "status"}, True),
-        ({"id": -1, "method": "status", "params": {}}, False),
-        ({"id": True, "method": "status", "params": {}}, False),
-        ({"id": 3, "method": 5, "params": {}}, True),
-        ({"id": 4, "method": "status", "params": []}, True),
-    ])
+    @pytest.mark.parametrize(
+        "item,has_id",
+        [
+            ([1, 2, 3], False),
+            ({"id": 1, "method": "status"}, True),
+            ({"id": -1, "method": "status", "params": {}}, False),
+            ({"id": True, "method": "status", "params": {}}, False),
+            ({"id": 3, "method": 5, "params": {}}, True),
+            ({"id": 4, "method": "status", "params": []}, True),
+        ],
+    )
     def test_invalid_request_gets_protocol_error_and_stays_open(self, daemon, item, has_id):
         with raw(daemon.env.socket, timeout=2) as s:
             s.sendall(HELLO + frame(cbor2.dumps(item)) + req(99, "status"))
@@ -154,11 +158,13 @@ class TestBadInput:
 
     def test_bad_params_are_bad_request_and_change_nothing(self, daemon):
         with daemon.connect() as c:
-            for method, params in [("get_neuron", {"neuron": "XYZ"}),
-                                   ("list_attempts", {"state": "weird"}),
-                                   ("list_attempts", {"state": "unknown", "limit": 0}),
-                                   ("status", {"extra": 1}),
-                                   ("execute", {"token": "not-bytes"})]:
+            for method, params in [
+                ("get_neuron", {"neuron": "XYZ"}),
+                ("list_attempts", {"state": "weird"}),
+                ("list_attempts", {"state": "unknown", "limit": 0}),
+                ("status", {"extra": 1}),
+                ("execute", {"token": "not-bytes"}),
+            ]:
                 with pytest.raises(Exception) as ei:
                     c.call(method, params)
                 assert getattr(ei.value, "code", None) == "bad_request", (method, ei.value)
@@ -196,8 +202,9 @@ class TestSocketAndLock:
         assert daemon.terminate() == 0
         db = sqlite3.connect(daemon.env.database)
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert db.execute("SELECT clean FROM boots WHERE boot_id = ?",
-                          (daemon.boot,)).fetchone() == (1,)
+        assert db.execute(
+            "SELECT clean FROM boots WHERE boot_id = ?", (daemon.boot,)
+        ).fetchone() == (1,)
         db.close()
         daemon.start()  # starts again on the same database
         with daemon.connect() as c:
@@ -244,11 +251,16 @@ class TestSocketAndLock:
 
 class TestCommandLine:
     def run(self, *args):
-        return subprocess.run([sys.executable, "-m", "wardd.daemon.cli", *args],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "wardd.daemon.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def test_version(self):
         from importlib.metadata import version
+
         out = self.run("--version")
         assert out.returncode == 0 and out.stdout.strip() == f"wardd {version('wardd')}"
 
@@ -258,14 +270,17 @@ class TestCommandLine:
         for word in ("run", "check-config", "78", "75"):
             assert word in out.stdout
 
-    @pytest.mark.parametrize("text,key", [
-        ('network = "local"\nbogus = 1\n', "bogus"),
-        ('workers = 0\n', "workers"),
-        ('max_frame = 10\n', "max_frame"),
-        ('[acts."tool.run"]\nadapter = "nope"\n', 'acts."tool.run".adapter'),
-        ('[acts."x"]\nadapter = "cli"\nargv = []\n', 'acts.x.argv'),
-        ('network = \n', ""),
-    ])
+    @pytest.mark.parametrize(
+        "text,key",
+        [
+            ('network = "local"\nbogus = 1\n', "bogus"),
+            ("workers = 0\n", "workers"),
+            ("max_frame = 10\n", "max_frame"),
+            ('[acts."tool.run"]\nadapter = "nope"\n', 'acts."tool.run".adapter'),
+            ('[acts."x"]\nadapter = "cli"\nargv = []\n', "acts.x.argv"),
+            ("network = \n", ""),
+        ],
+    )
     def test_check_config_names_file_key_and_reason(self, tmp_path, text, key):
         p = tmp_path / "bad.toml"
         p.write_text(text)
@@ -284,4 +299,3 @@ class TestCommandLine:
         env = Env()
         out = self.run("check-config", str(env.config))
         assert out.returncode == 0, out.stderr
-

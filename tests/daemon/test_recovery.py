@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 
 from tests.daemon.harness import Actor, Env
@@ -21,9 +20,15 @@ def slow_env(**kw) -> Env:
     env = Env(**kw)
     started = shlex.quote(str(env.started))
     ledger = shlex.quote(str(env.cli_ledger))
-    env.acts["slow"] = {"adapter": "cli", "argv": [
-        "/bin/sh", "-c", f'echo "$WARDD_IDEMPOTENCY_KEY" >> {ledger}; '
-        f'touch {started}/"$WARDD_OP.$WARDD_ATTEMPT"; sleep 30']}
+    env.acts["slow"] = {
+        "adapter": "cli",
+        "argv": [
+            "/bin/sh",
+            "-c",
+            f'echo "$WARDD_IDEMPOTENCY_KEY" >> {ledger}; '
+            f'touch {started}/"$WARDD_OP.$WARDD_ATTEMPT"; sleep 30',
+        ],
+    }
     env.write_config()
     return env
 
@@ -45,14 +50,19 @@ class TestCrash:
         assert code_of(a.prepare, "op", 2).code == "attempt_unknown"
         listed = a.read("list_attempts", {"state": "unknown"})["attempts"]
         assert [(x["op"], x["claimed"]) for x in listed] == [("op", True)]
-        r = a.call("reconcile", {"op": "op", "attempt": 1,
-                                 "outcome": {"status": "succeeded", "value": b"done"}})
+        r = a.call(
+            "reconcile",
+            {"op": "op", "attempt": 1, "outcome": {"status": "succeeded", "value": b"done"}},
+        )
         assert r["status"] == "succeeded" and "already" not in r
-        again = a.call("reconcile", {"op": "op", "attempt": 1,
-                                     "outcome": {"status": "succeeded", "value": b"done"}})
+        again = a.call(
+            "reconcile",
+            {"op": "op", "attempt": 1, "outcome": {"status": "succeeded", "value": b"done"}},
+        )
         assert again["already"] is True
-        err = code_of(a.call, "reconcile", {"op": "op", "attempt": 1,
-                                            "outcome": {"status": "failed"}})
+        err = code_of(
+            a.call, "reconcile", {"op": "op", "attempt": 1, "outcome": {"status": "failed"}}
+        )
         assert err.code == "conflict"
         info = a.op("op")
         assert info["state"] == "retained" and info["result"]["source"] == "reconcile"
@@ -72,16 +82,22 @@ class TestCrash:
         assert att["evidence"] == {"claimed": False, "boot": old_boot}
         assert code_of(a.execute, token).code == "token_invalid"  # no token is recreated
         assert d.env.ledger_lines(d.env.cli_ledger) == []
-        assert code_of(a.call, "reconcile", {"op": "op", "attempt": 2,
-                                             "outcome": {"status": "failed"}}).code \
+        assert (
+            code_of(
+                a.call, "reconcile", {"op": "op", "attempt": 2, "outcome": {"status": "failed"}}
+            ).code
             == "unknown_operation"
+        )
         a.call("reconcile", {"op": "op", "attempt": 1, "outcome": {"status": "not_executed"}})
         assert a.state("op") == "pending"
         assert a.invoke("op", attempt=2)["status"] == "succeeded"
         assert d.env.ledger_lines(d.env.cli_ledger) == [key(a, "op", 2)]
-        assert code_of(a.call, "reconcile", {"op": "op", "attempt": 2,
-                                             "outcome": {"status": "failed"}}).code \
+        assert (
+            code_of(
+                a.call, "reconcile", {"op": "op", "attempt": 2, "outcome": {"status": "failed"}}
+            ).code
             == "not_reconcilable"
+        )
 
     def test_restart_marks_each_attempt_once(self, make_daemon):
         d = make_daemon()
@@ -108,8 +124,11 @@ class TestReceipts:
         restart(d, a, rebind=False)
         done, never = a.op("done"), a.op("never")
         assert done["state"] == "retained"
-        assert done["attempts"][0]["outcome"] == {"status": "succeeded", "value": None,
-                                                  "source": "receipt"}
+        assert done["attempts"][0]["outcome"] == {
+            "status": "succeeded",
+            "value": None,
+            "source": "receipt",
+        }
         assert never["state"] == "pending"
         assert never["attempts"][0]["outcome"]["status"] == "not_executed"
         assert never["attempts"][0]["outcome"]["source"] == "receipt"
@@ -119,8 +138,13 @@ class TestReceipts:
         env = Env()
         answers = env.root / "answers"
         answers.write_text("")
-        receipt = ["/bin/sh", "-c", f'grep -q "^$1 executed" {shlex.quote(str(answers))} '
-                   '&& echo executed || echo not_executed', "receipt"]
+        receipt = [
+            "/bin/sh",
+            "-c",
+            f'grep -q "^$1 executed" {shlex.quote(str(answers))} '
+            "&& echo executed || echo not_executed",
+            "receipt",
+        ]
         env.acts["rq"] = {"adapter": "cli", "argv": ["/bin/true"], "receipt_argv": receipt}
         env.write_config()
         d = make_daemon(env)
@@ -145,14 +169,22 @@ class TestResolution:
         a = Actor(daemon, acts=("ledger",))
         a.submit("op", "ledger")
         res = a.call("manual_take", {"op": "op", "expected_attempt": 1, "expected_epoch": 1})
-        assert res == {"attempt": {"op": "op", "attempt": 1, "kind": "manual", "epoch": 1,
-                                   "policy_version": a.root()["policy_version"]}}
+        assert res == {
+            "attempt": {
+                "op": "op",
+                "attempt": 1,
+                "kind": "manual",
+                "epoch": 1,
+                "policy_version": a.root()["policy_version"],
+            }
+        }
         assert "token" not in res
         assert a.state("op") == "unknown"
         assert code_of(a.prepare, "op", 2).code == "attempt_unknown"
         assert a.call("check_receipts", {})["resolved"] == 0
-        a.call("reconcile", {"op": "op", "attempt": 1,
-                             "outcome": {"status": "succeeded", "value": 5}})
+        a.call(
+            "reconcile", {"op": "op", "attempt": 1, "outcome": {"status": "succeeded", "value": 5}}
+        )
         assert a.call("consume", {"op": "op"})["result"]["value"] == 5
         assert daemon.env.ledger_lines() == []
 
@@ -195,8 +227,7 @@ class TestResolution:
         a.invoke("op")
         a.call("advance_epoch", {"expected_epoch": 1})
         assert code_of(a.call, "consume", {"op": "op"}).code == "rebind_required"
-        assert code_of(a.call, "rebind", {"op": "op", "expected_epoch": 1}).code \
-            == "epoch_mismatch"
+        assert code_of(a.call, "rebind", {"op": "op", "expected_epoch": 1}).code == "epoch_mismatch"
         assert a.call("rebind", {"op": "op", "expected_epoch": 2}) == {"op": "op", "epoch": 2}
         assert a.call("rebind", {"op": "op"})["already"] is True
         got = a.call("consume", {"op": "op"})
@@ -216,10 +247,14 @@ class TestResolution:
         token, _ = a.prepare("prep")
         r = a.call("reserve_steps", {"prog": a.prog, "reservation": "r1", "steps": 8})
         assert r == {"reservation": "r1", "steps": 8}
-        assert a.call("reserve_steps", {"prog": a.prog, "reservation": "r1",
-                                        "steps": 8})["already"] is True
-        assert code_of(a.call, "reserve_steps", {"prog": a.prog, "reservation": "r2",
-                                                 "steps": 3}).code == "budget_exhausted"
+        assert (
+            a.call("reserve_steps", {"prog": a.prog, "reservation": "r1", "steps": 8})["already"]
+            is True
+        )
+        assert (
+            code_of(a.call, "reserve_steps", {"prog": a.prog, "reservation": "r2", "steps": 3}).code
+            == "budget_exhausted"
+        )
         s = a.call("settle_steps", {"prog": a.prog, "reservation": "r1", "steps": 8})
         assert s["steps_used"] == 8
         a.call("reserve_steps", {"prog": a.prog, "reservation": "r3", "steps": 2})
@@ -229,8 +264,10 @@ class TestResolution:
         assert code_of(a.call, "consume", {"op": "kept"}).code == "terminal"
         assert code_of(a.execute, token).data["reason"] == "budget_exhausted"
         assert code_of(a.submit, "after").code == "budget_exhausted"  # "submit may too"
-        assert code_of(a.call, "reserve_steps", {"prog": a.prog, "reservation": "r4",
-                                                 "steps": 0}).code == "budget_exhausted"
+        assert (
+            code_of(a.call, "reserve_steps", {"prog": a.prog, "reservation": "r4", "steps": 0}).code
+            == "budget_exhausted"
+        )
 
     def test_recover_reservations_releases_open_ones(self, daemon):
         a = Actor(daemon, acts=("echo",), step_limit=10)
@@ -249,16 +286,19 @@ class TestResolution:
         a.call("reconcile", {"op": "op", "attempt": 1, "outcome": {"status": "failed"}})
         a.grant([], enabled=False)
         assert code_of(a.call, "cancel", {"op": "op"}).code == "grant_disabled"
-        assert code_of(a.call, "submit", {"prog": a.prog, "op": "x", "act": "echo",
-                                          "args": b""}).code == "grant_disabled"
+        assert (
+            code_of(a.call, "submit", {"prog": a.prog, "op": "x", "act": "echo", "args": b""}).code
+            == "grant_disabled"
+        )
 
     def test_archive_refused_while_operations_are_open(self, daemon):
         a = Actor(daemon, acts=("echo",))
         a.submit("op")
 
         def state(expected, new):
-            return a.call("set_prog_state", {"prog": a.prog, "expected_state": expected,
-                                             "state": new})
+            return a.call(
+                "set_prog_state", {"prog": a.prog, "expected_state": expected, "state": new}
+            )
 
         assert code_of(state, "paused", "active").code == "state_mismatch"
         assert code_of(state, "active", "archived").code == "bad_transition"
@@ -272,8 +312,10 @@ class TestShutdown:
     def test_sigterm_kills_cli_process_groups_after_the_grace(self, make_daemon):
         env = Env(shutdown_grace_s=0.5)
         pidfile = env.root / "child.pid"
-        env.acts["lingering"] = {"adapter": "cli", "argv": [
-            "/bin/sh", "-c", f"sleep 60 & echo $! > {shlex.quote(str(pidfile))}; wait"]}
+        env.acts["lingering"] = {
+            "adapter": "cli",
+            "argv": ["/bin/sh", "-c", f"sleep 60 & echo $! > {shlex.quote(str(pidfile))}; wait"],
+        }
         env.write_config()
         d = make_daemon(env)
         a = Actor(d, acts=("lingering",))
@@ -298,7 +340,6 @@ class TestShutdown:
         a.client = d.connect()
         att = a.op("op")["attempts"][0]
         assert (att["state"], att["reason"]) == ("void", "shutdown")
-
 
 
 def _gone(pid: int) -> bool:

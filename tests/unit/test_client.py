@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.serialization import (
     NoEncryption,
     PrivateFormat,
 )
+
 from wardd.client import (
     NO_VALUE,
     Client,

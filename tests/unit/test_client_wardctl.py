@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from wardd.client import Neuron
 from wardd.client.wardctl import build_parser, main
 from wardd.protocol import FrameDecoder, WarddError, encode_frame, verify

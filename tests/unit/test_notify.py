@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from wardd.daemon._notify import (
     SYSTEMD_ENVIRONMENT,
     Notifier,

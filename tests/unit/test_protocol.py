@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import hashlib
 import math
+import pickle
 import struct
 import subprocess
 import sys
@@ -12,8 +14,9 @@ from typing import Any
 
 import cbor2
 import pytest
-import wardd.protocol as wp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+import wardd.protocol as wp
 from wardd.protocol import (
     DEFAULT_MAX_FRAME,
     ERRORS,
@@ -481,7 +484,7 @@ class TestErrors:
         assert getattr(wp, cls.__name__) is cls
         assert cls.code == code
         assert issubclass(cls, WarddError)
-        assert meaning and "\n" not in meaning
+        assert meaning and "\n" not in meaning and "|" not in meaning
 
     def test_to_wire_without_data(self) -> None:
         """to_wire gives {code, message} and no data key when there is none."""
@@ -521,6 +524,13 @@ class TestErrors:
         assert err.code == "from_the_future"
         assert err.to_wire() == {"code": "from_the_future", "message": "new"}
         assert "from_the_future" not in ERRORS
+
+    def test_copies_keep_data_and_request_id(self) -> None:
+        """copy and pickle keep everything an error carries."""
+        err = ProtocolError("bad", {"supported": [1]}, request_id=3)
+        for twin in (copy.copy(err), pickle.loads(pickle.dumps(err))):
+            assert type(twin) is ProtocolError
+            assert (twin.message, twin.data, twin.request_id) == ("bad", {"supported": [1]}, 3)
 
     def test_protocol_error_carries_the_request_id(self) -> None:
         """ProtocolError.request_id defaults to None."""

@@ -8,6 +8,7 @@ import cbor2
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from wardd.protocol import (
     NEED_DATA,
     BadFrame,
