@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import stat
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -230,7 +231,9 @@ def _peer_uid(sock: trio.socket.SocketType) -> int:
 def bind_unix(path: str) -> socket.socket:
     """Bind a listening socket at ``path``, 0600, replacing a stale socket
     file that has no listener (SPEC §3.6) but never a live one."""
-    if os.path.exists(path):
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise OSError(f"{path} exists and is not a socket; refusing to replace it")
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.connect(path)

@@ -219,6 +219,23 @@ class TestSocketAndLock:
         with d.connect() as c:
             assert c.call("status")["boot"] == d.boot
 
+    def test_a_regular_file_at_the_socket_path_is_never_replaced(self, make_daemon):
+        env = Env()
+        env.socket.write_text("precious")
+        d = make_daemon(env, start=False)
+        assert d.spawn().wait(30) == 1
+        assert env.socket.read_text() == "precious"
+        assert "not a socket" in d.log_text()
+
+    def test_a_live_socket_is_never_replaced(self, make_daemon, daemon):
+        other = Env()
+        other.top["socket"] = str(daemon.env.socket)
+        other.write_config()
+        second = make_daemon(other, start=False)
+        assert second.spawn().wait(30) == 1
+        with daemon.connect() as c:
+            assert c.call("status")["boot"] == daemon.boot
+
     @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid")
     def test_other_uid_gets_forbidden_then_close(self, daemon):
         os.chmod(daemon.env.root, 0o711)

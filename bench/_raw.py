@@ -1,0 +1,107 @@
+"""The physical bound: what the disk allows, measured on the daemon's own filesystem.
+
+- ``commit_loop``: a raw ``sqlite3`` loop of ``BEGIN IMMEDIATE; INSERT; COMMIT``
+  on a WAL database with ``synchronous=FULL`` (the daemon's settings, see
+  ``wardd.daemon._writer.connect``). One guarded ``invoke`` costs two such
+  commits (the attempt+claim unit, then the outcome unit: ``_units.invoke_claim``
+  and ``workers.WorkerPool._accept``), so the raw sequential dispatch bound is
+  ``commits/s ÷ 2``, and a full submit+invoke cycle ``commits/s ÷ 3``.
+- ``group_loop``: the same with ``rows`` rows per commit (what group commit
+  can reach when the disk, not the CPU, is the limit).
+- ``fsync_loop``: raw ``write(4 KiB) + fsync`` on a plain file, in place and
+  appending.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+ROW = b"x" * 200  # about one event record with its CBOR data
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    assert mode == "wal", mode
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, at REAL, data BLOB)")
+    return conn
+
+
+def commit_loop(path: Path, seconds: float) -> tuple[float, list[float]]:
+    """FULL WAL commits of one row each for ``seconds``: (commits/s, latencies)."""
+    conn = _connect(path)
+    try:
+        lat: list[float] = []
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        now = t0
+        while now < end:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t(at, data) VALUES (?, ?)", (now, ROW))
+            conn.execute("COMMIT")
+            t = time.perf_counter()
+            lat.append(t - now)
+            now = t
+        return len(lat) / (now - t0), lat
+    finally:
+        conn.close()
+
+
+def group_loop(path: Path, seconds: float, rows: int) -> float:
+    """FULL WAL commits of ``rows`` rows each: rows/s."""
+    conn = _connect(path)
+    try:
+        n = 0
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        now = t0
+        batch = [(0.0, ROW)] * rows
+        while now < end:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO t(at, data) VALUES (?, ?)", batch)
+            conn.execute("COMMIT")
+            n += rows
+            now = time.perf_counter()
+        return n / (now - t0)
+    finally:
+        conn.close()
+
+
+def fsync_loop(path: Path, seconds: float, *, append: bool = False) -> float:
+    """Write 4 KiB and fsync, for ``seconds``: fsyncs/s. In place (``pwrite``
+    at offset 0, like a WAL being reused after a checkpoint) or appending
+    (the file grows, so each fsync also commits file-system metadata)."""
+    block = b"\0" * 4096
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        n = 0
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        now = t0
+        while now < end:
+            if append:
+                os.write(fd, block)
+            else:
+                os.pwrite(fd, block, 0)
+            os.fsync(fd)
+            n += 1
+            now = time.perf_counter()
+        return n / (now - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def fresh_db(root: Path, name: str) -> Path:
+    p = root / name
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.unlink(str(p) + suffix)
+        except FileNotFoundError:
+            pass
+    return p
