@@ -1,0 +1,226 @@
+"""In-process tests of the daemon's core pieces: tokens, the ward guard, the writer."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import sqlite3
+import threading
+
+import pytest
+import trio
+
+from wardd.daemon._units import AttemptRef
+from wardd.daemon._writer import Writer, connect
+from wardd.daemon.guard import GuardTable
+from wardd.daemon.tokens import DispatchToken, TokenRegistry
+from wardd.protocol import BadRequest, Internal, TokenInvalid, TokenVoid
+
+REF = AttemptRef(
+    attempt_id=1,
+    neuron="n" * 64,
+    neuron_id=1,
+    op="op",
+    op_id=1,
+    attempt=1,
+    act="echo",
+    args=b"",
+    epoch=1,
+    policy_version=1,
+    placement_generation=1,
+    digest="d",
+    worker="w0",
+)
+
+
+class TestTokens:
+    def test_a_token_cannot_be_copied_or_pickled(self):
+        """SPEC §2: copy, deepcopy and pickle raise."""
+        t = DispatchToken(1, REF, 0.0)
+        for fn in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError):
+                fn(t)
+
+    def test_a_token_is_consumed_once(self):
+        t = DispatchToken(1, REF, 0.0)
+        assert t.consume() is REF
+        with pytest.raises(TokenInvalid):
+            t.consume()
+
+    def test_repr_shows_no_handle(self):
+        reg = TokenRegistry()
+        handle, token = reg.issue(1, REF, 0.0)
+        assert handle.hex() not in repr(token) and str(handle) not in repr(token)
+
+    def test_foreign_connection_is_invalid_and_does_not_consume(self):
+        reg = TokenRegistry()
+        handle, _ = reg.issue(1, REF, 0.0)
+        with pytest.raises(TokenInvalid):
+            reg.take(handle, 2)
+        assert reg.take(handle, 1) is REF
+        with pytest.raises(TokenInvalid):
+            reg.take(handle, 1)
+
+    def test_expired_token_is_void_with_its_reason(self):
+        reg = TokenRegistry()
+        handle, _ = reg.issue(1, REF, 0.0)
+        assert reg.expire(handle) is REF
+        assert reg.expire(handle) is None
+        with pytest.raises(TokenVoid) as ei:
+            reg.take(handle, 1)
+        assert ei.value.data == {"reason": "token_expired"}
+        assert reg.drop_connection(1) == []  # already void: nothing more to drop
+
+    def test_dropping_a_connection_returns_its_live_tokens(self):
+        reg = TokenRegistry()
+        h1, _ = reg.issue(1, REF, 0.0)
+        reg.issue(2, REF, 0.0)
+        assert reg.drop_connection(1) == [REF]
+        with pytest.raises(TokenInvalid):
+            reg.take(h1, 1)
+        assert len(reg) == 1
+
+
+class TestGuard:
+    def test_exclusive_waits_for_shared_and_blocks_new_shared(self):
+        g = GuardTable()
+        with g.cond:
+            assert g.try_shared_locked("n")
+        got = threading.Event()
+
+        def exclusive():
+            g.acquire_exclusive("n")
+            got.set()
+
+        t = threading.Thread(target=exclusive)
+        t.start()
+        # the writer is now waiting: a new shared holder is kept out
+        with g.cond:
+            while g._guards["n"].writers_waiting == 0:
+                g.cond.wait()
+            assert not g.try_shared_locked("n")
+            assert g.try_shared_locked("other")  # other neurons never wait
+        assert not got.is_set()
+        g.release_shared("n")
+        t.join(10)
+        assert got.is_set() and g.busy("n") == (0, True)
+        g.release_exclusive("n")
+        with g.cond:
+            assert g.try_shared_locked("n")
+
+
+def _db(tmp_path):
+    conn = connect(tmp_path / "t.db")
+    conn.execute("CREATE TABLE t(x INTEGER)")
+    return conn
+
+
+class TestWriter:
+    def test_refused_unit_changes_nothing_and_others_commit(self, tmp_path):
+        w = Writer(_db(tmp_path), on_fatal=lambda why: None)
+        w.start()
+        try:
+
+            def ok(conn):
+                conn.execute("INSERT INTO t VALUES (1)")
+                return "ok"
+
+            def refuse(conn):
+                conn.execute("INSERT INTO t VALUES (2)")
+                raise BadRequest("no")
+
+            def keep_and_refuse(conn):
+                conn.execute("INSERT INTO t VALUES (3)")
+                return TokenVoid("kept", {"reason": "revoked"})
+
+            futs = [w.submit(ok), w.submit(refuse), w.submit(keep_and_refuse)]
+            assert futs[0].result(10) == "ok"
+            with pytest.raises(BadRequest):
+                futs[1].result(10)
+            assert isinstance(futs[2].result(10), TokenVoid)
+            with pytest.raises(TokenVoid):
+                w.call(keep_and_refuse)
+        finally:
+            w.stop()
+        rows = sqlite3.connect(tmp_path / "t.db").execute("SELECT x FROM t ORDER BY x").fetchall()
+        assert rows == [(1,), (3,), (3,)]
+
+    def test_units_queued_together_share_one_commit(self, tmp_path):
+        w = Writer(_db(tmp_path), on_fatal=lambda why: None)
+        gate = threading.Event()
+
+        def blocker(conn):
+            gate.wait(10)
+
+        w.start()
+        try:
+            first = w.submit(blocker)
+            futs = [w.submit(lambda c: c.execute("INSERT INTO t VALUES (1)")) for _ in range(50)]
+            gate.set()
+            first.result(10)
+            for f in futs:
+                f.result(10)
+            assert w.stats.units == 51 and w.stats.batches <= 2  # 51 units, at most 2 fsyncs
+        finally:
+            w.stop()
+
+    def test_failed_commit_of_a_critical_unit_fail_stops(self, tmp_path):
+        """SPEC §3.2.3: an outcome whose COMMIT fails is never reported, and the
+        writer refuses every later write."""
+        conn = _db(tmp_path)
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("CREATE TABLE p(id INTEGER PRIMARY KEY)")
+        conn.execute("CREATE TABLE c(pid INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+        fatal: list[str] = []
+        w = Writer(conn, on_fatal=fatal.append)
+        w.start()
+        try:
+            # a deferred foreign-key violation passes the unit and fails at COMMIT
+            with pytest.raises(Internal) as ei:
+                w.call(lambda c: c.execute("INSERT INTO c VALUES (42)"), critical=True)
+            assert ei.value.data == {"reason": "commit_failed"}
+            assert len(fatal) == 1
+            with pytest.raises(Internal) as later:
+                w.call(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+            assert later.value.data == {"reason": "fail_stop"}
+        finally:
+            w.stop()
+        assert sqlite3.connect(tmp_path / "t.db").execute("SELECT count(*) FROM c").fetchone() == (
+            0,
+        )
+
+    def test_failed_commit_of_an_ordinary_unit_keeps_the_writer(self, tmp_path):
+        conn = _db(tmp_path)
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("CREATE TABLE p(id INTEGER PRIMARY KEY)")
+        conn.execute("CREATE TABLE c(pid INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+        fatal: list[str] = []
+        w = Writer(conn, on_fatal=fatal.append)
+        w.start()
+        try:
+            with pytest.raises(Internal):
+                w.call(lambda c: c.execute("INSERT INTO c VALUES (42)"))
+            assert fatal == []
+            w.call(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+        finally:
+            w.stop()
+
+
+async def test_trio_callers_are_answered_after_commit(tmp_path):
+    w = Writer(_db(tmp_path), on_fatal=lambda why: None)
+    w.start()
+    try:
+        async with trio.open_nursery() as n:
+            results: list[object] = []
+
+            async def one(i):
+                results.append(
+                    await w.run(lambda c: (c.execute("INSERT INTO t VALUES (?)", (i,)), i)[1])
+                )
+
+            for i in range(20):
+                n.start_soon(one, i)
+        assert sorted(results) == list(range(20))
+    finally:
+        w.stop()
+    assert sqlite3.connect(tmp_path / "t.db").execute("SELECT count(*) FROM t").fetchone() == (20,)
