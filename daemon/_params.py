@@ -66,6 +66,12 @@ def _map(v: Any) -> str | None:
     return None if isinstance(v, dict) else "must be a map"
 
 
+def _descriptor(v: Any) -> str | None:
+    from .descriptors import well_formed
+
+    return None if well_formed(v) else "must be a well-formed v1 worker descriptor"
+
+
 def _acts(v: Any) -> str | None:
     if not isinstance(v, list) or len(v) > 1024 or any(_id(a) for a in v):
         return "must be a list of act tags"
@@ -96,7 +102,7 @@ _STEPS: Spec = ({"prog": _id, "reservation": _id, "steps": _uint}, {})
 
 SIGNED: dict[str, Spec] = {
     "register_neuron": ({}, {}),
-    "bind_placement": ({"expected_generation": _uint, "descriptor": _map}, {}),
+    "bind_placement": ({"expected_generation": _uint, "descriptor": _descriptor}, {}),
     "release_placement": ({"expected_generation": _uint}, {}),
     "advance_epoch": ({"expected_epoch": _uint}, {}),
     "set_grant": (
@@ -160,8 +166,11 @@ def check_params(method: str, params: Mapping[str, Any], *, signed: bool) -> Non
         if not _no_floats(params):
             raise BadRequest("signed params use text keys only and no floats")
     for key in params:
+        if not isinstance(key, str):
+            raise BadRequest("param names must be text")
         if key not in required and key not in optional:
-            raise BadRequest(f"unknown param {key!r}", {"param": key})
+            shown = key[:64]
+            raise BadRequest(f"unknown param {shown!r}", {"param": shown})
     for key, check in required.items():
         if key not in params:
             raise BadRequest(f"missing param {key!r}", {"param": key})

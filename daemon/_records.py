@@ -13,6 +13,8 @@ from typing import Any
 
 import cbor2
 
+from wardd.protocol import encode_item
+
 __all__ = [
     "ATTEMPT_OPEN",
     "append_event",
@@ -24,6 +26,26 @@ __all__ = [
 
 # attempt states that block a new prepare, in the order prepare reports them
 ATTEMPT_OPEN = ("prepared", "running")
+
+
+# How deep a stored value may sit inside the deepest reply that carries it
+# (get_operation: reply → result → attempts → [i] → outcome → value).
+REPLY_NESTING = 8
+
+
+def wire_safe(value: Any) -> tuple[Any, str | None]:
+    """``(value, None)`` if ``value`` can be sent in every reply that embeds
+    it; else a placeholder and why (the daemon never stores what it could
+    not send back)."""
+    probe: Any = value
+    for _ in range(REPLY_NESTING):
+        probe = [probe]
+    try:
+        encode_item(probe)
+    except (TypeError, ValueError, OverflowError) as exc:
+        why = f"a {type(value).__name__} that is not a wire value: {str(exc)[:200]}"
+        return {"omitted": "not_a_wire_value"}, why
+    return value, None
 
 
 def now() -> str:

@@ -290,7 +290,8 @@ def reconcile(neuron: str, op: str, attempt: int, status: str, value: Any) -> Un
             raise NotReconcilable(
                 f"attempt {attempt} is {a['state']}; only unknown attempts can be reconciled"
             )
-        if out["status"] == status and dec(out["value"]) == value:
+        # compare encodings: True == 1 in Python, but not on the wire
+        if out["status"] == status and bytes(out["value"]) == enc(value):
             return {**result, "already": True}
         raise Conflict(
             "the attempt was already resolved with another outcome",
@@ -401,14 +402,16 @@ def _owned_prog(
 
 def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
-        _n, p = _owned_prog(conn, neuron, prog)
+        n, p = _owned_prog(conn, neuron, prog)
         row = conn.execute(
-            "SELECT steps FROM reservations WHERE prog_id = ? AND reservation = ?",
+            "SELECT steps, state FROM reservations WHERE prog_id = ? AND reservation = ?",
             (p["id"], reservation),
         ).fetchone()
         if row is not None:
-            if row[0] != steps:
-                raise Conflict("a reservation with this id and other steps exists")
+            if row["steps"] != steps or row["state"] != "open":
+                raise Conflict(
+                    f"reservation {reservation!r} exists with other steps or is {row['state']}"
+                )
             return {"reservation": reservation, "steps": steps, "already": True}
         if p["exhausted"] or p["steps_used"] + p["steps_reserved"] + steps > p["step_limit"]:
             raise BudgetExhausted(
@@ -425,6 +428,12 @@ def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
         )
         conn.execute(
             "UPDATE progs SET steps_reserved = steps_reserved + ? WHERE id = ?", (steps, p["id"])
+        )
+        append_event(
+            conn,
+            "steps_reserved",
+            n["id"],
+            data={"prog": prog, "reservation": reservation, "steps": steps},
         )
         return {"reservation": reservation, "steps": steps}
 
@@ -462,6 +471,12 @@ def settle_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
             "UPDATE progs SET steps_used = ?, steps_reserved = steps_reserved - ? WHERE id = ?",
             (used, row["steps"], p["id"]),
         )
+        append_event(
+            conn,
+            "steps_settled",
+            n["id"],
+            data={"prog": prog, "reservation": reservation, "steps": steps, "steps_used": used},
+        )
         if used >= p["step_limit"] and not p["exhausted"]:
             exhaust(conn, n["id"], p["id"])
         return {"reservation": reservation, "steps": steps, "steps_used": used}
@@ -473,6 +488,8 @@ def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
     """SPEC §3.4: every op the exhaustion ends becomes cancelled; retained
     results are consumed without being returned; unknown attempts stay."""
     conn.execute("UPDATE progs SET exhausted = 1 WHERE id = ?", (prog_id,))
+    (prog,) = conn.execute("SELECT prog FROM progs WHERE id = ?", (prog_id,)).fetchone()
+    append_event(conn, "budget_exhausted", neuron_id, data={"prog": prog})
     for o in conn.execute(
         "SELECT * FROM operations WHERE prog_id = ? AND state NOT IN ('consumed', 'cancelled')",
         (prog_id,),
@@ -482,7 +499,7 @@ def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
 
 def recover_reservations(neuron: str, prog: str) -> Unit:
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
-        _n, p = _owned_prog(conn, neuron, prog)
+        n, p = _owned_prog(conn, neuron, prog)
         (total, count) = conn.execute(
             "SELECT coalesce(sum(steps), 0), count(*) FROM reservations"
             " WHERE prog_id = ? AND state = 'open'",
@@ -494,6 +511,12 @@ def recover_reservations(neuron: str, prog: str) -> Unit:
         )
         conn.execute(
             "UPDATE progs SET steps_reserved = steps_reserved - ? WHERE id = ?", (total, p["id"])
+        )
+        append_event(
+            conn,
+            "reservations_recovered",
+            n["id"],
+            data={"prog": prog, "released": count, "steps": total},
         )
         return {"released": count}
 

@@ -104,7 +104,7 @@ class Writer:
     def submit(self, unit: Unit, *, critical: bool = False) -> concurrent.futures.Future[Any]:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         if self.fatal is not None:
-            fut.set_exception(Internal("the daemon stopped taking writes", {"reason": "fail_stop"}))
+            fut.set_exception(_stopped())
             return fut
         with self._lock:
             self._backlog += 1
@@ -159,6 +159,26 @@ class Writer:
                 return
 
     def _run_batch(self, batch: list[_Job]) -> None:
+        try:
+            self._try_batch(batch)
+        except BaseException as exc:  # noqa: BLE001 - the writer thread must never die
+            log.critical("writer_failed", error=repr(exc), exc_info=True)
+            self._fail_batch(batch, exc, fatal=True)
+
+    def _rollback_unit(self) -> bool:
+        """Undo one unit; False if SQLite already rolled the whole
+        transaction back (SQLITE_FULL, IOERR, NOMEM do that)."""
+        conn = self._conn
+        if not conn.in_transaction:
+            return False
+        try:
+            conn.execute("ROLLBACK TO unit")
+            conn.execute("RELEASE unit")
+        except sqlite3.Error:
+            return False
+        return True
+
+    def _try_batch(self, batch: list[_Job]) -> None:
         conn = self._conn
         results: list[tuple[bool, Any]] = []
         try:
@@ -168,20 +188,24 @@ class Writer:
             return
         for job in batch:
             if self.fatal is not None:
-                results.append((False, Internal("the daemon stopped taking writes")))
+                results.append((False, _stopped()))
                 continue
             conn.execute("SAVEPOINT unit")
             try:
                 value = job.unit(conn)
             except WarddError as err:
-                conn.execute("ROLLBACK TO unit")
-                conn.execute("RELEASE unit")
+                if not self._rollback_unit():
+                    self._fail_batch(batch, err)
+                    return
                 results.append((False, err))
                 continue
             except Exception as exc:  # noqa: BLE001 - a bug or an I/O error in one unit
-                conn.execute("ROLLBACK TO unit")
-                conn.execute("RELEASE unit")
-                log.error("unit_failed", error=repr(exc), exc_info=True)
+                log.error("unit_failed", error=repr(exc), critical=job.critical, exc_info=True)
+                if not self._rollback_unit():
+                    self._fail_batch(batch, exc)
+                    return
+                if job.critical:  # an outcome that cannot be stored: fail-stop
+                    self._go_fatal(f"an outcome could not be stored: {exc!r}")
                 results.append((False, Internal("a write failed", {"reason": "unit_failed"})))
                 continue
             conn.execute("RELEASE unit")
@@ -203,22 +227,32 @@ class Writer:
             else:
                 job.future.set_exception(value)
 
-    def _fail_batch(self, batch: list[_Job], exc: BaseException) -> None:
+    def _go_fatal(self, why: str) -> None:
+        if self.fatal is None:
+            self.fatal = why
+            self._on_fatal(why)
+
+    def _fail_batch(self, batch: list[_Job], exc: BaseException, *, fatal: bool = False) -> None:
+        """The batch's transaction is lost: every unit of it fails."""
         try:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
         log.error("commit_failed", error=str(exc), units=len(batch))
         with self._lock:
             self._backlog -= len(batch)
-        critical = any(job.critical for job in batch)
-        if critical and self.fatal is None:
-            self.fatal = f"an outcome could not be stored: {exc}"
-            self._on_fatal(self.fatal)
+        if fatal or any(job.critical for job in batch):
+            self._go_fatal(f"an outcome could not be stored: {exc}")
         for job in batch:
-            job.future.set_exception(
-                Internal("the write could not be committed", {"reason": "commit_failed"})
-            )
+            if not job.future.done():
+                job.future.set_exception(
+                    Internal("the write could not be committed", {"reason": "commit_failed"})
+                )
+
+
+def _stopped() -> Internal:
+    return Internal("the daemon stopped taking writes", {"reason": "fail_stop"})
 
 
 def _unwrap(value: Any) -> Any:

@@ -27,8 +27,11 @@ import trio
 from wardd.adapters import Adapter, build_adapter, echo_adapter
 from wardd.protocol import (
     PROTOCOL_VERSION,
+    BadRequest,
     Internal,
+    Overloaded,
     Request,
+    TokenVoid,
     Unauthenticated,
     UnknownMethod,
     UnknownNeuron,
@@ -45,7 +48,7 @@ from ._lock import OwnerLock
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import SIGNED, UNSIGNED, check_params
 from ._reads import Reads
-from ._records import now
+from ._records import now, wire_safe
 from ._schema import SCHEMA_VERSION, migrate
 from ._writer import Writer, connect
 from .config import Config
@@ -53,7 +56,7 @@ from .descriptors import build_descriptors, check_descriptor, device_id
 from .guard import GuardTable
 from .recovery import Recovery
 from .server import Connection, Server, bind_unix
-from .tokens import TokenRegistry
+from .tokens import DispatchToken, TokenRegistry
 from .workers import Dispatch, WorkerPool
 
 __all__ = ["Daemon", "VERSION"]
@@ -62,6 +65,20 @@ log = structlog.get_logger("wardd")
 VERSION = importlib.metadata.version("wardd")
 SignedHandler = Callable[[Connection, str, dict[str, Any]], Awaitable[Any]]
 EXIT_FAIL_STOP = 70
+# reads and execute (its token is voided by then: token_void, shutdown)
+_SERVED_WHILE_STOPPING = frozenset(
+    {
+        "status",
+        "list_workers",
+        "execute",
+        "get_neuron",
+        "get_prog",
+        "get_operation",
+        "list_operations",
+        "history",
+        "list_attempts",
+    }
+)
 
 
 class Daemon:
@@ -77,6 +94,8 @@ class Daemon:
         self._expiry: collections.deque[tuple[float, bytes]] = collections.deque()
         self._expiry_wake = trio.Event()
         self.recovered = trio.Event()
+        self._dispatch_scopes: set[trio.CancelScope] = set()
+        self.stopping = False
         self.fatal: str | None = None
         self.adapters: dict[str, Adapter] = {"echo": echo_adapter()}
         for act in config.acts:
@@ -174,11 +193,11 @@ class Daemon:
             schema=SCHEMA_VERSION,
         )
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as requests:
+            async with trio.open_nursery() as requests, trio.open_nursery() as conns:
                 if wd:  # kept alive through the shutdown grace
                     requests.start_soon(self._watchdog, notifier, wd)
                 async with trio.open_nursery() as services:
-                    services.start_soon(self.server.serve, listener, requests)
+                    services.start_soon(self.server.serve, listener, requests, conns)
                     services.start_soon(self._expire_tokens)
                     services.start_soon(self._watch_signals, signals)
                     await self.recovery.at_start()
@@ -189,13 +208,23 @@ class Daemon:
                     await self._stop_event.wait()
                     notifier.stopping()
                     log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
-                    # void unconsumed tokens before their connections close (SPEC §3.6)
-                    for ref in self.tokens.void_all("shutdown"):
-                        await self._void(ref.attempt_id, "shutdown")
+                    self.stopping = True
+                    # SPEC §3.6: no queued dispatch is claimed from here on, and
+                    # unconsumed tokens are voided before their connections close
+                    queued = self.pool.begin_stop()
+                    for d in queued:
+                        await self._refuse_dispatch(d)
+                    for token in self.tokens.void_all("shutdown"):
+                        await self._void_token(token)
                     services.cancel_scope.cancel()
                 lsock.close()
                 await self._shutdown()
+                # past the grace: calls still running are left claimed (unknown
+                # at the next start); their callers get no answer
+                for scope in list(self._dispatch_scopes):
+                    scope.shield = False
                 requests.cancel_scope.cancel()
+                conns.cancel_scope.cancel()
         if self.fatal is None:
             await self._mark_clean_stop()
         self.writer.stop()
@@ -215,9 +244,11 @@ class Daemon:
             await trio.sleep(interval)
 
     async def _shutdown(self) -> None:
-        """SPEC §3.6: void unconsumed tokens and unclaimed dispatches, wait up
-        to the grace for calls in progress, then kill `cli` process groups."""
-        finished = await trio.to_thread.run_sync(self.pool.stop, self.config.shutdown_grace_s)
+        """SPEC §3.6: wait up to the grace for calls in progress, then kill
+        `cli` process groups so no orphan can have its effect later."""
+        finished = await trio.to_thread.run_sync(
+            self.pool.join, self.config.shutdown_grace_s, limiter=trio.CapacityLimiter(1)
+        )
         if not finished:
             log.warning(
                 "shutdown_grace_passed",
@@ -243,11 +274,28 @@ class Daemon:
 
     # -- tokens ---------------------------------------------------------------------
 
-    async def _void(self, attempt_id: int, reason: str) -> None:
+    async def _void(self, attempt_id: int, reason: str) -> bool:
+        """Durably void a prepared attempt; False if the write failed."""
         try:
             await self.writer.run(_units.void(attempt_id, reason))
         except WarddError as err:
             log.error("void_failed", reason=reason, error=err.message)
+            return False
+        return True
+
+    async def _void_token(self, token: DispatchToken) -> None:
+        """Void a token's attempt; an ``execute`` of it waits for this."""
+        assert token.void_reason is not None
+        token.void_done = done = trio.Event()
+        token.void_ok = await self._void(token.ref.attempt_id, token.void_reason)
+        done.set()
+
+    async def _refuse_dispatch(self, d: Dispatch) -> None:
+        """An accepted dispatch that will never be claimed (shutdown)."""
+        if d.ref is not None and not await self._void(d.ref.attempt_id, "shutdown"):
+            d.reply(None, Internal("the attempt could not be voided"))
+            return
+        d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
 
     def _connection_closed(self, conn: Connection) -> None:
         refs = self.tokens.drop_connection(conn.id)
@@ -264,9 +312,9 @@ class Daemon:
             deadline, handle = self._expiry[0]
             await trio.sleep_until(deadline)
             self._expiry.popleft()
-            ref = self.tokens.expire(handle)
-            if ref is not None:
-                await self._void(ref.attempt_id, "token_expired")
+            token = self.tokens.expire(handle)
+            if token is not None:
+                await self._void_token(token)
 
     # -- dispatch -------------------------------------------------------------------
 
@@ -281,6 +329,8 @@ class Daemon:
 
     async def handle(self, conn: Connection, req: Request) -> Any:
         method, params = req.method, req.params
+        if self.stopping and method not in _SERVED_WHILE_STOPPING:
+            raise Overloaded("the daemon is shutting down", {"reason": "shutdown"})
         if method in self._signed:
             check_params(method, params, signed=True)
             neuron = self._authenticate(method, params)
@@ -317,7 +367,7 @@ class Daemon:
 
     async def _exclusive(self, neuron: str, unit: _units.Unit) -> Any:
         """Run a write holding the neuron's ward guard exclusively (SPEC §3.1)."""
-        await trio.to_thread.run_sync(self.guards.acquire_exclusive, neuron)
+        await self.guards.acquire_exclusive_async(neuron)
         try:
             return await self.writer.run(unit)
         finally:
@@ -336,9 +386,16 @@ class Daemon:
                 pass
 
         d.reply = reply
-        self.pool.submit(worker, d)
-        with trio.CancelScope(shield=True):
-            await done.wait()
+        if not self.pool.submit(worker, d):  # shutting down: never claimed
+            await self._refuse_dispatch(d)
+        # shielded: the effect does not depend on the caller; only the
+        # shutdown drops the shield once its grace has passed
+        with trio.CancelScope(shield=True) as scope:
+            self._dispatch_scopes.add(scope)
+            try:
+                await done.wait()
+            finally:
+                self._dispatch_scopes.discard(scope)
         result, error = box[0]
         if error is not None:
             raise error
@@ -436,7 +493,17 @@ class Daemon:
         return {"token": handle, "attempt": ref.public()}
 
     async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:
-        ref = self.tokens.take(p["token"], conn.id)
+        handle = p["token"]
+        token = self.tokens.lookup(handle, conn.id)
+        if token.void_reason is None and trio.current_time() >= token.deadline:
+            self.tokens.expire(handle)  # its timer has not fired yet
+            await self._void_token(token)
+        if token.void_reason is not None:
+            if token.void_done is not None:
+                await token.void_done.wait()  # reply only once the void is durable
+            if not token.void_ok:
+                raise Internal("the attempt could not be voided")
+        ref = self.tokens.consume(handle, token)
         if ref.attempt_id is None or ref.worker is None or not self.pool.has(ref.worker):
             raise Internal("the attempt names no worker of this daemon")
         return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset, ref=ref))
@@ -478,6 +545,8 @@ class Daemon:
     async def _reconcile(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         await self.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
         out = p["outcome"]
+        if wire_safe(out.get("value"))[1] is not None:
+            raise BadRequest("outcome.value nests too deep to be sent back", {"param": "outcome"})
         return await self.writer.run(
             mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
         )

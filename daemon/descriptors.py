@@ -116,7 +116,7 @@ def _is_uint(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _well_formed(d: Any) -> bool:
+def well_formed(d: Any) -> bool:
     if not isinstance(d, dict) or set(d) != _KEYS or d.get("v") != 1 or isinstance(d["v"], bool):
         return False
     m, e, ex, lim = d["machine"], d["environment"], d["executor"], d["limits"]
@@ -161,7 +161,7 @@ def check_descriptor(d: Any, advertised: list[dict[str, Any]]) -> dict[str, Any]
     ``unsupported_profile`` (another executor than this daemon's),
     ``unsupported_guarantee`` (a hard limit), ``placement_stale`` (this
     daemon's executor but another boot, worker or field)."""
-    if not _well_formed(d):
+    if not well_formed(d):
         raise BadRequest("descriptor is not a well-formed v1 worker descriptor")
     ours = advertised[0]
     ex, our_ex = d["executor"], ours["executor"]

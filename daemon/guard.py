@@ -10,15 +10,19 @@ revocations).
 All guards share one condition variable, which the workers also wait on:
 a worker whose next dispatch cannot take its guard sets it aside and is
 woken when any guard is released. Shared acquisition never blocks
-(:meth:`try_shared`); exclusive acquisition blocks a helper thread, never
-the event loop or the writer.
+(:meth:`try_shared_locked`); exclusive acquisition is async
+(:meth:`acquire_exclusive_async`): the event loop waits on a trio event
+that every release sets, so no thread is held per waiter and the event
+loop and the writer never block on a guard.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import attrs
+import trio
 
 __all__ = ["GuardTable"]
 
@@ -34,6 +38,13 @@ class GuardTable:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self._guards: dict[str, _Guard] = {}
+        self._wakers: list[Callable[[], None]] = []
+
+    def _released_locked(self) -> None:
+        self.cond.notify_all()
+        wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
 
     def _get(self, neuron: str) -> _Guard:
         g = self._guards.get(neuron)
@@ -58,7 +69,7 @@ class GuardTable:
             g = self._guards[neuron]
             g.readers -= 1
             self._forget(neuron, g)
-            self.cond.notify_all()
+            self._released_locked()
 
     # exclusive: blocking, for a helper thread
     def acquire_exclusive(self, neuron: str) -> None:
@@ -70,12 +81,44 @@ class GuardTable:
             g.writers_waiting -= 1
             g.writer = True
 
+    async def acquire_exclusive_async(self, neuron: str) -> None:
+        """Take the guard exclusively from the trio loop; cancellable."""
+        token = trio.lowlevel.current_trio_token()
+        with self.cond:
+            g = self._get(neuron)
+            g.writers_waiting += 1
+        acquired = False
+        try:
+            while True:
+                event = trio.Event()
+                with self.cond:
+                    if not g.readers and not g.writer:
+                        g.writers_waiting -= 1
+                        g.writer = True
+                        acquired = True
+                        return
+
+                    def wake(event: trio.Event = event) -> None:
+                        try:
+                            token.run_sync_soon(event.set)
+                        except trio.RunFinishedError:
+                            pass
+
+                    self._wakers.append(wake)
+                await event.wait()
+        finally:
+            if not acquired:
+                with self.cond:
+                    g.writers_waiting -= 1
+                    self._forget(neuron, g)
+                    self._released_locked()
+
     def release_exclusive(self, neuron: str) -> None:
         with self.cond:
             g = self._guards[neuron]
             g.writer = False
             self._forget(neuron, g)
-            self.cond.notify_all()
+            self._released_locked()
 
     def busy(self, neuron: str) -> tuple[int, bool]:
         with self.cond:

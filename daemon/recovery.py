@@ -29,7 +29,7 @@ import trio
 from wardd.adapters import Adapter, Receipt, has_receipt
 
 from ._reads import Reads
-from ._records import append_event, dec, enc, refresh_op_state
+from ._records import append_event, dec, enc, refresh_op_state, wire_safe
 from ._units import record_outcome
 from ._writer import Writer
 
@@ -94,7 +94,8 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool) -> Any:
         if row["state"] != "unknown":
             return False  # resolved meanwhile (a reconcile that came first)
         if receipt.answer == "executed":
-            record_outcome(conn, c.attempt_id, "succeeded", receipt.value, None, "receipt")
+            value, why = wire_safe(receipt.value)
+            record_outcome(conn, c.attempt_id, "succeeded", value, why, "receipt")
             return True
         if receipt.answer == "not_executed" and in_process:
             record_outcome(conn, c.attempt_id, "not_executed", None, None, "receipt")
@@ -176,7 +177,7 @@ class Recovery:
         adapter = self._adapters[c.act]
         done = self._pending.setdefault(c.attempt_id, trio.Event())
         try:
-            receipt = await trio.to_thread.run_sync(_receipt, adapter, c)
+            receipt = await trio.to_thread.run_sync(_receipt, adapter, c, abandon_on_cancel=True)
             resolved: bool = await self._writer.run(
                 apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False)))
             )
@@ -193,8 +194,12 @@ class Recovery:
         resolved = 0
         for c in cands:
             ev = self._pending.get(c.attempt_id)
-            if ev is not None:
+            if ev is not None:  # a background check is on it: count what it decided
                 await ev.wait()
+                (state,) = self._reads.conn.execute(
+                    "SELECT state FROM attempts WHERE id = ?", (c.attempt_id,)
+                ).fetchone()
+                resolved += state != "unknown"
                 continue
             resolved += await self._check(c)
         return {"checked": len(cands), "resolved": resolved}

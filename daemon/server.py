@@ -58,10 +58,7 @@ class Connection:
     async def send(self, item: dict[str, Any]) -> None:
         if self.closed:
             return
-        try:
-            frame = encode_frame(item, max_frame=self.max_frame)
-        except ValueError:
-            frame = encode_frame(shrink_to_frame(item, self.max_frame), max_frame=self.max_frame)
+        frame = encode_reply(item, self.max_frame)
         async with self.send_lock:
             try:
                 await self.stream.send_all(frame)
@@ -69,26 +66,50 @@ class Connection:
                 self.closed = True
 
 
+def encode_reply(item: dict[str, Any], max_frame: int) -> bytes:
+    """Encode a reply that never exceeds ``max_frame`` and never fails: a
+    value too large is replaced by ``{omitted_bytes: n}`` (SPEC §4), a value
+    that is not a wire value (or nests too deep) by ``{omitted: reason}``."""
+    try:
+        return encode_frame(item, max_frame=max_frame)
+    except Exception:  # noqa: BLE001 - too large, too deep, or not a wire value
+        pass
+    try:
+        return encode_frame(shrink_to_frame(item, max_frame), max_frame=max_frame)
+    except Exception:  # noqa: BLE001
+        err = ErrorReply(item.get("id"), Internal("the reply could not be encoded"))
+        return encode_frame(err.to_wire(), max_frame=max_frame)
+
+
 def shrink_to_frame(item: Any, max_frame: int) -> Any:
     """SPEC §4: a value too large to be sent is replaced by
     ``{omitted_bytes: n}`` in the response (the record keeps it)."""
     limit = max_frame // 2
     while limit >= 64:
-        shrunk = _omit(item, limit)
+        shrunk = _omit(item, limit, 0)
         if len(encode_item(shrunk)) + 4 <= max_frame:
             return shrunk
         limit //= 4
     return {"id": item.get("id"), "error": Internal("the response is too large").to_wire()}
 
 
-def _omit(v: Any, limit: int) -> Any:
-    if isinstance(v, (bytes, str)) and len(v) > limit:
-        return {"omitted_bytes": len(v)}
+_MAX_INT = 2**64 - 1
+
+
+def _omit(v: Any, limit: int, depth: int) -> Any:
+    if depth >= 60:
+        return {"omitted": "too_deep"}
+    if isinstance(v, (bytes, str)):
+        return {"omitted_bytes": len(v)} if len(v) > limit else v
     if isinstance(v, dict):
-        return {k: _omit(x, limit) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_omit(x, limit) for x in v]
-    return v
+        return {k: _omit(x, limit, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_omit(x, limit, depth + 1) for x in v]
+    if v is None or isinstance(v, (bool, float)):
+        return v
+    if isinstance(v, int) and -_MAX_INT - 1 <= v <= _MAX_INT:
+        return v
+    return {"omitted": "not_a_wire_value"}
 
 
 Handler = Callable[[Connection, Request], Awaitable[Any]]
@@ -116,18 +137,21 @@ class Server:
         self.connections: set[Connection] = set()
         self.requests: trio.Nursery | None = None
 
-    async def serve(self, listener: trio.socket.SocketType, requests: trio.Nursery) -> None:
-        """Accept forever (cancel to stop accepting)."""
+    async def serve(
+        self, listener: trio.socket.SocketType, requests: trio.Nursery, conns: trio.Nursery
+    ) -> None:
+        """Accept forever (cancel to stop accepting). Connections live in
+        ``conns`` and requests in ``requests``, both owned by the daemon, so
+        that a shutdown can stop accepting and still answer what is in flight."""
         self.requests = requests
-        async with trio.open_nursery() as conns:
-            while True:
-                try:
-                    sock, _ = await listener.accept()
-                except OSError as exc:  # EMFILE and friends: back off, never die
-                    log.warning("accept_failed", error=str(exc))
-                    await trio.sleep(0.1)
-                    continue
-                conns.start_soon(self._connection, sock)
+        while True:
+            try:
+                sock, _ = await listener.accept()
+            except OSError as exc:  # EMFILE and friends: back off, never die
+                log.warning("accept_failed", error=str(exc))
+                await trio.sleep(0.1)
+                continue
+            conns.start_soon(self._connection, sock)
 
     async def _connection(self, sock: trio.socket.SocketType) -> None:
         stream = trio.SocketStream(sock)
@@ -219,7 +243,9 @@ class Server:
             reply = Response(req.id, result).to_wire()
         finally:
             conn.in_flight -= 1
-        await conn.send(reply)
+        # a computed reply is sent even while the daemon shuts down (bounded)
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await conn.send(reply)
 
 
 def _peer_uid(sock: trio.socket.SocketType) -> int:

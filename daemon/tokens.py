@@ -21,13 +21,15 @@ __all__ = ["DispatchToken", "TokenRegistry"]
 
 
 class DispatchToken:
-    __slots__ = ("_used", "conn_id", "deadline", "ref", "void_reason")
+    __slots__ = ("_used", "conn_id", "deadline", "ref", "void_done", "void_ok", "void_reason")
 
     def __init__(self, conn_id: int, ref: AttemptRef, deadline: float) -> None:
         self.conn_id = conn_id
         self.ref = ref
         self.deadline = deadline
         self.void_reason: str | None = None
+        self.void_done: Any = None  # an event set once the void is durable
+        self.void_ok = False
         self._used = False
 
     def _refuse(self, *_: Any) -> NoReturn:
@@ -63,25 +65,33 @@ class TokenRegistry:
         self._by_conn.setdefault(conn_id, set()).add(handle)
         return handle, token
 
-    def take(self, handle: Any, conn_id: int) -> AttemptRef:
-        """Consume the token behind ``handle`` for ``conn_id`` (SPEC §3.2.2)."""
+    def lookup(self, handle: Any, conn_id: int) -> DispatchToken:
+        """The token behind ``handle`` for ``conn_id`` (SPEC §3.2.2): unknown,
+        used, or another connection's handle is ``token_invalid`` (and a
+        handle presented on the wrong connection is not consumed by that)."""
         token = self._by_handle.get(handle) if isinstance(handle, bytes) else None
         if token is None or token.conn_id != conn_id:
-            # unknown, used, or another connection's (which is not consumed by this)
             raise TokenInvalid("unknown token")
+        return token
+
+    def consume(self, handle: bytes, token: DispatchToken) -> AttemptRef:
         if token.void_reason is not None:
             raise TokenVoid("the token's attempt was voided", {"reason": token.void_reason})
         ref = token.consume()
         self._drop(handle, token)
         return ref
 
-    def expire(self, handle: bytes) -> AttemptRef | None:
-        """Mark a live token void (``token_expired``); returns its attempt."""
+    def take(self, handle: Any, conn_id: int) -> AttemptRef:
+        """lookup + consume."""
+        return self.consume(handle, self.lookup(handle, conn_id))
+
+    def expire(self, handle: bytes) -> DispatchToken | None:
+        """Mark a live token void (``token_expired``); returns it."""
         token = self._by_handle.get(handle)
         if token is None or token.void_reason is not None:
             return None
         token.void_reason = "token_expired"
-        return token.ref
+        return token
 
     def drop_connection(self, conn_id: int) -> list[AttemptRef]:
         """Forget a closed connection's tokens; returns the live ones' attempts."""
@@ -92,14 +102,14 @@ class TokenRegistry:
                 live.append(token.ref)
         return live
 
-    def void_all(self, reason: str) -> list[AttemptRef]:
+    def void_all(self, reason: str) -> list[DispatchToken]:
         """At shutdown: void every live token."""
-        refs = []
+        tokens = []
         for token in self._by_handle.values():
             if token.void_reason is None:
                 token.void_reason = reason
-                refs.append(token.ref)
-        return refs
+                tokens.append(token)
+        return tokens
 
     def _drop(self, handle: bytes, token: DispatchToken) -> None:
         del self._by_handle[handle]

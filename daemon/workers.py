@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ from wardd.adapters import ActRequest, Adapter, DefiniteFailure
 from wardd.protocol import Internal, TokenVoid, WarddError
 
 from . import _units
+from ._records import wire_safe
 from ._units import AttemptRef
 from ._writer import Writer
 from .guard import GuardTable
@@ -87,38 +89,32 @@ class WorkerPool:
     def has(self, worker: str) -> bool:
         return worker in self._queues
 
-    def submit(self, worker: str, d: Dispatch) -> None:
+    def submit(self, worker: str, d: Dispatch) -> bool:
+        """Queue ``d``; False once the pool is stopping (the caller refuses it)."""
         with self._cond:
             if self._stopping:
-                d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
-                self._void_unclaimed(d)
-                return
+                return False
             self._queues[worker].append(d)
             self._cond.notify_all()
+            return True
 
-    def stop(self, grace: float) -> bool:
-        """Refuse queued dispatches (``shutdown``), wait up to ``grace``
-        seconds for calls in progress; True if every worker finished."""
+    def begin_stop(self) -> list[Dispatch]:
+        """Claim nothing more: returns the queued, unclaimed dispatches."""
         with self._cond:
             self._stopping = True
             queued = [d for q in self._queues.values() for d in q]
             for q in self._queues.values():
                 q.clear()
             self._cond.notify_all()
-        for d in queued:
-            d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
-            self._void_unclaimed(d)
-        deadline = _monotonic() + grace
-        for t in self._threads:
-            t.join(max(0.0, deadline - _monotonic()))
-        return not any(t.is_alive() for t in self._threads)
+        return queued
 
-    def _void_unclaimed(self, d: Dispatch) -> None:
-        if d.ref is not None:
-            try:
-                self._writer.call(_units.void(d.ref.attempt_id, "shutdown"))
-            except WarddError:
-                pass  # recovery at the next start marks it unknown (claimed: false)
+    def join(self, grace: float) -> bool:
+        """Wait up to ``grace`` seconds for calls in progress (after
+        :meth:`begin_stop`); True if every worker finished."""
+        deadline = time.monotonic() + grace
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     # -- the thread -------------------------------------------------------------
 
@@ -180,25 +176,29 @@ class WorkerPool:
                     release()
                     if not self.has(got):
                         d.reply(None, Internal("the placement names no worker of this daemon"))
-                    else:
-                        self.submit(got, d)
+                    elif not self.submit(got, d):
+                        d.reply(
+                            None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
+                        )
                     return None
                 ref: AttemptRef = got
             else:
                 assert d.ref is not None
-                adapter = self._adapters.get(d.ref.act)
-                info = _claim_info(adapter)
+                info = _claim_info(self._adapters.get(d.ref.act))
                 ref = self._writer.call(
                     _units.claim(d.ref, worker=state.id, boot=self._boot, claim_info=info)
                 )
-        except WarddError as err:
+        except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()
-            if isinstance(err, Internal) and d.ref is not None:
-                # SPEC §3.2.2: a failed claim commit voids the attempt (claim_failed)
-                try:
-                    self._writer.call(_units.void(d.ref.attempt_id, "claim_failed"))
-                except WarddError:
-                    pass  # recovery marks it unknown with claimed: false
+            err = exc if isinstance(exc, WarddError) else Internal("the claim failed")
+            if isinstance(err, Internal):
+                # SPEC §3.2.2: a failed claim voids the attempt (claim_failed); an
+                # invoke's attempt and claim were one unit, so nothing is left
+                if d.ref is not None:
+                    try:
+                        self._writer.call(_units.void(d.ref.attempt_id, "claim_failed"))
+                    except WarddError:
+                        pass  # recovery marks it unknown with claimed: false
                 err = Internal("the claim could not be committed", {"reason": "claim_failed"})
             d.reply(None, err)
             return None
@@ -211,11 +211,15 @@ class WorkerPool:
             neuron=ref.neuron, op=ref.op, attempt=ref.attempt, act=ref.act, args=ref.args
         )
         try:
-            return "succeeded", adapter.call(request), None
+            value = adapter.call(request)
         except DefiniteFailure as exc:
             return "failed", None, _text(exc) or "the act failed without an effect"
         except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
             return "unknown", None, _text(exc) or type(exc).__name__
+        # it returned: the effect happened; a value we could not send back is
+        # replaced by a placeholder and the reason is kept as the error text
+        value, why = wire_safe(value)
+        return "succeeded", value, why
 
     def _accept(
         self,
@@ -249,9 +253,3 @@ def _claim_info(adapter: Adapter | None) -> dict[str, Any] | None:
 
 def _text(exc: BaseException) -> str:
     return str(exc)[:ERROR_TEXT_MAX]
-
-
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from tests.daemon.harness import Actor, Env
 from tests.daemon.test_dispatch import Background, code_of, key, wait_for
+from wardd.protocol import WarddError
 
 
 def restart(daemon, actor, *, rebind=True):
@@ -386,3 +389,49 @@ class TestMigration:
         db = sqlite3.connect(env.database)
         assert db.execute("PRAGMA user_version").fetchone() == (2,)
         db.close()
+
+
+class TestShutdownOrder:
+    def test_sigterm_answers_the_running_call_and_voids_the_queued_one(self, make_daemon):
+        """SPEC §3.6: a dispatch accepted but not yet claimed is voided
+        (shutdown); a call in progress finishes within the grace, its outcome
+        is recorded and its caller answered."""
+        import signal as _signal
+
+        d = make_daemon(Env(workers=1))
+        a = Actor(d, acts=("gated", "ledger"))
+        a.submit("run", "gated")
+        a.submit("queued", "ledger")
+        qc = d.connect()
+        token, _ = a.prepare("queued", client=qc)
+        running = Background(a.invoke, "run", 1, d.connect())
+        wait_for(d.env.started_marker("run").exists, what="the gated act to start")
+        queued = Background(a.execute, token, qc)  # behind "run" on the only worker
+        d.proc.send_signal(_signal.SIGTERM)
+        d.env.open_gate("run")
+        assert running.result()["status"] == "succeeded"
+        with pytest.raises(WarddError) as ei:
+            queued.result()
+        assert (ei.value.code, ei.value.data.get("reason")) == ("token_void", "shutdown")
+        assert d.proc.wait(30) == 0
+        d.start()
+        a.client = d.connect()
+        att = a.op("queued")["attempts"][0]
+        assert (att["state"], att["reason"]) == ("void", "shutdown")
+        assert d.env.ledger_lines() == []
+        assert a.state("run") == "retained"
+
+    def test_a_reconcile_value_too_deep_to_send_back_is_refused(self, daemon):
+        a = Actor(daemon, acts=("boom",))
+        a.submit("op", "boom")
+        a.invoke("op")
+        deep: object = 1
+        for _ in range(60):
+            deep = [deep]
+        err = code_of(
+            a.call,
+            "reconcile",
+            {"op": "op", "attempt": 1, "outcome": {"status": "succeeded", "value": deep}},
+        )
+        assert err.code == "bad_request"
+        assert a.op("op")["attempts"][0]["state"] == "unknown"

@@ -64,7 +64,7 @@ class TestTokens:
     def test_expired_token_is_void_with_its_reason(self):
         reg = TokenRegistry()
         handle, _ = reg.issue(1, REF, 0.0)
-        assert reg.expire(handle) is REF
+        assert reg.expire(handle).ref is REF
         assert reg.expire(handle) is None
         with pytest.raises(TokenVoid) as ei:
             reg.take(handle, 1)

@@ -1,0 +1,80 @@
+"""Disk faults: a write that fails inside a commit (SPEC §3.2.3, issue 5).
+
+The fault is real: the daemon's RLIMIT_FSIZE is lowered with prlimit(2) to
+the current size of its WAL file, so the next append to it fails with EFBIG
+as on a full file system (Python ignores SIGXFSZ). Raising the limit again
+is "space returns".
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+
+import pytest
+
+from tests.daemon.harness import Actor
+from tests.daemon.test_dispatch import Background, code_of, wait_for
+from wardd.protocol import WarddError
+
+UNLIMITED = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+
+
+def wal_size(daemon) -> int:
+    return os.stat(f"{daemon.env.database}-wal").st_size
+
+
+def fill_disk(daemon) -> None:
+    size = wal_size(daemon)
+    resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+
+
+def free_disk(daemon) -> None:
+    resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, UNLIMITED)
+
+
+@pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="needs prlimit(2)")
+class TestDiskFull:
+    def test_a_failed_write_is_a_clear_error_changes_nothing_and_recovers(self, daemon):
+        a = Actor(daemon, acts=("echo",))
+        a.submit("before", "echo", b"x")
+        fill_disk(daemon)
+        refused = []
+        for i in range(5):
+            try:
+                a.submit(f"op-{i}", "echo", os.urandom(30000))
+            except WarddError as e:
+                refused.append((f"op-{i}", e))
+        assert refused, "no write failed with the file size limit at the WAL's size"
+        for op, e in refused:
+            assert e.code == "internal" and e.data["reason"] == "commit_failed", e
+            # the refused request left nothing behind
+            assert code_of(a.op, op).code == "unknown_operation"
+        st = a.read("status")  # reads and status keep answering
+        assert st["boot"] == daemon.boot
+        free_disk(daemon)
+        assert a.submit("after", "echo", b"y")["state"] == "pending"
+        assert a.invoke("after")["status"] == "succeeded"
+        assert a.state("before") == "pending"
+
+    def test_an_outcome_that_cannot_be_stored_fail_stops(self, daemon):
+        """SPEC §3.2.3: the call answers internal, the daemon exits non-zero,
+        and the next start marks the attempt unknown."""
+        env = daemon.env
+        a = Actor(daemon, acts=("gated",))
+        a.submit("g", "gated")
+        call = Background(a.invoke, "g", 1, daemon.connect())
+        wait_for(env.started_marker("g").exists, what="the gated act to start")
+        fill_disk(daemon)
+        env.open_gate("g")
+        with pytest.raises(WarddError) as ei:
+            call.result()
+        assert ei.value.code == "internal"
+        assert daemon.proc.wait(30) == 70
+        assert "fail_stop" in daemon.log_text()
+        daemon.start()
+        a.client = daemon.connect()
+        att = a.op("g")["attempts"][0]
+        assert att["state"] == "unknown" and att["evidence"]["claimed"] is True
+        # the effect happened once; nothing re-ran it
+        assert env.ledger_lines(env.cli_ledger) == [f"{a.id}/g/1"]
