@@ -131,18 +131,21 @@ class Recovery:
     def pending(self) -> int:
         return len(self._pending)
 
-    def _candidates(self, neuron: str | None = None) -> list[Candidate]:
+    def _candidates(
+        self, neuron: str | None = None, states: tuple[str, ...] = ("unknown",)
+    ) -> list[Candidate]:
         acts = [t for t, a in self._adapters.items() if has_receipt(a)]
         if not acts:
             return []
         marks = ",".join("?" * len(acts))
+        smarks = ",".join("?" * len(states))
         sql = (
             "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.claim_info FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
-            f" WHERE a.state = 'unknown' AND a.kind = 'guarded' AND o.act IN ({marks})"
+            f" WHERE a.state IN ({smarks}) AND a.kind = 'guarded' AND o.act IN ({marks})"
         )
-        params: list[Any] = list(acts)
+        params: list[Any] = [*states, *acts]
         if neuron is not None:
             sql += " AND n.neuron = ?"
             params.append(neuron)
@@ -151,17 +154,29 @@ class Recovery:
             for r in self._reads.conn.execute(sql + " ORDER BY a.id", params)
         ]
 
+    def _in_process(self, c: Candidate) -> bool:
+        return bool(getattr(self._adapters[c.act], "in_process", False))
+
     async def at_start(self) -> None:
+        # Before the first await: status counts every receipt still to run
+        # from the moment the daemon serves (SPEC §3.6), including those of
+        # attempts this recovery is about to mark.
+        for c in self._candidates(states=("unknown", "prepared", "running")):
+            if not self._in_process(c):
+                self._pending[c.attempt_id] = trio.Event()
         self.marked = await self._writer.run(mark_unknown(self._boot))
         if self.marked:
             log.warning("marked_unknown", attempts=self.marked)
         cands = self._candidates()
-        inproc = [c for c in cands if getattr(self._adapters[c.act], "in_process", False)]
-        self._later = [c for c in cands if c not in inproc]
+        self._later = [c for c in cands if not self._in_process(c)]
+        later_ids = {c.attempt_id for c in self._later}
+        for attempt_id in [i for i in self._pending if i not in later_ids]:
+            self._pending.pop(attempt_id).set()
         for c in self._later:
-            self._pending[c.attempt_id] = trio.Event()
-        for c in inproc:
-            await self._check(c)
+            self._pending.setdefault(c.attempt_id, trio.Event())
+        for c in cands:
+            if self._in_process(c):
+                await self._check(c)
 
     async def background_receipts(self) -> None:
         limiter = trio.CapacityLimiter(RECEIPT_CONCURRENCY)

@@ -316,3 +316,125 @@ class TestCommandLine:
         env = Env()
         out = self.run("check-config", str(env.config))
         assert out.returncode == 0, out.stderr
+
+
+_ACTIVATE = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "os.dup2(fd, 3)\n"
+    "os.set_inheritable(3, True)\n"
+    "os.environ['LISTEN_FDS'] = '1'\n"
+    "os.environ['LISTEN_PID'] = str(os.getpid())\n"
+    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
+)
+
+
+class TestSystemd:
+    def test_socket_activation_serves_on_the_passed_socket(self, tmp_path):
+        """sd_listen_fds(3): the listening socket arrives as fd 3."""
+        env = Env()
+        path = tmp_path / "act.sock"
+        lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lsock.bind(str(path))
+        lsock.listen(8)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _ACTIVATE,
+                str(lsock.fileno()),
+                "-m",
+                "wardd.daemon.cli",
+                "run",
+                "--config",
+                str(env.config),
+            ],
+            pass_fds=(lsock.fileno(),),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        lsock.close()
+        try:
+            with raw(path, timeout=30) as s:  # connections queue until the daemon accepts
+                s.sendall(HELLO + req(1, "status"))
+                frames, _ = read_frames(s, limit=2)
+            assert frames[1]["result"]["network"] == NETWORK
+            assert not env.socket.exists(), "an activated daemon binds no socket of its own"
+        finally:
+            proc.terminate()
+            assert proc.wait(30) == 0
+
+    def test_notify_sends_ready_watchdog_and_stopping(self, make_daemon):
+        env = Env()
+        d = make_daemon(env, start=False)
+        path = env.root / "notify"
+        ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ns.bind(str(path))
+        ns.settimeout(30)
+        d.spawn({"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "200000"})
+        seen: list[str] = []
+
+        def until(line):
+            while line not in seen:
+                seen.extend(ns.recv(4096).decode().split("\n"))
+
+        until("READY=1")
+        until("WATCHDOG=1")
+        d.proc.terminate()
+        until("STOPPING=1")
+        assert d.proc.wait(30) == 0
+        ns.close()
+
+
+class TestLimits:
+    def test_connections_over_the_limit_are_overloaded(self, make_daemon):
+        d = make_daemon(Env(max_connections=2))
+        c1, c2 = d.connect(), d.connect()
+        with raw(d.env.socket) as s:
+            s.sendall(HELLO)
+            frames, closed = read_frames(s)
+        assert frames[0]["error"]["code"] == "overloaded" and closed
+        assert c1.call("status")["connections"] == 2
+        c2.close()
+
+    def test_requests_in_flight_over_the_limit_are_overloaded(self, make_daemon):
+        from tests.daemon.harness import Actor
+        from tests.daemon.test_dispatch import wait_for
+
+        env = Env(max_in_flight=1)
+        d = make_daemon(env)
+        a = Actor(d, acts=("gated",))
+        a.submit("g", "gated")
+        params = a.neuron.sign("invoke", a.prepare_params("g"), NETWORK)
+        with raw(d.env.socket) as s:
+            s.sendall(HELLO + req(1, "invoke", params))
+            wait_for(env.started_marker("g").exists, what="the gated act to start")
+            s.sendall(req(2, "status"))
+            frames, _ = read_frames(s, limit=2)
+            assert frames[1]["id"] == 2 and frames[1]["error"]["code"] == "overloaded"
+            env.open_gate("g")
+            frames, _ = read_frames(s, limit=1)
+            assert frames[0]["id"] == 1 and frames[0]["result"]["status"] == "succeeded"
+
+
+class TestPaging:
+    def test_history_and_list_operations_page_with_next(self, daemon):
+        from tests.daemon.harness import Actor
+
+        a = Actor(daemon, acts=("echo",))
+        for i in range(7):
+            a.submit(f"op-{i}")
+        ops, after = [], None
+        while True:
+            p = {"neuron": a.id, "limit": 3, **({"after": after} if after else {})}
+            page = a.read("list_operations", p)
+            ops += [o["op"] for o in page["operations"]]
+            if "next" not in page:
+                break
+            after = page["next"]
+        assert ops == [f"op-{i}" for i in range(7)]
+        a.invoke("op-0")
+        first = a.read("history", {"neuron": a.id, "op": "op-0", "limit": 2})
+        rest = a.read("history", {"neuron": a.id, "op": "op-0", "after": first["next"]})
+        kinds = [r["kind"] for r in first["records"] + rest["records"]]
+        assert kinds == ["submitted", "prepared", "claimed", "outcome"] and "next" not in rest
