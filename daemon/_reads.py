@@ -260,10 +260,8 @@ class Reads:
         return res
 
     def counts(self) -> tuple[dict[str, int], int]:
-        ops = {
-            r[0]: r[1]
-            for r in self.conn.execute("SELECT state, count(*) FROM operations GROUP BY state")
-        }
+        # exact counts kept by triggers (schema v3): no scan on the event loop
+        ops = {r[0]: r[1] for r in self.conn.execute("SELECT state, n FROM op_counts WHERE n > 0")}
         (unknown,) = self.conn.execute(
             "SELECT count(*) FROM attempts WHERE state = 'unknown'"
         ).fetchone()

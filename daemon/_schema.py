@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = """
 CREATE TABLE boots(
@@ -143,10 +143,37 @@ _V2 = """
 CREATE INDEX operations_by_state ON operations(state);
 """
 
+# Version 3: `status` must answer in well under a millisecond on a database
+# of millions of operations, on the event loop thread. Counting by state,
+# even through an index, took 14-33 ms at 1M operations; an exact count per
+# state, kept by triggers in the same transactions that change the states,
+# answers at once. The v2 index goes (one page write fewer per commit).
+_V3 = """
+CREATE TABLE op_counts(state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO op_counts(state, n) SELECT state, count(*) FROM operations GROUP BY state;
+CREATE TRIGGER op_counts_insert AFTER INSERT ON operations
+BEGIN
+    INSERT INTO op_counts(state, n) VALUES (NEW.state, 1)
+        ON CONFLICT(state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER op_counts_update AFTER UPDATE OF state ON operations
+WHEN OLD.state != NEW.state
+BEGIN
+    UPDATE op_counts SET n = n - 1 WHERE state = OLD.state;
+    INSERT INTO op_counts(state, n) VALUES (NEW.state, 1)
+        ON CONFLICT(state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER op_counts_delete AFTER DELETE ON operations
+BEGIN
+    UPDATE op_counts SET n = n - 1 WHERE state = OLD.state;
+END;
+DROP INDEX operations_by_state;
+"""
+
 # version -> the script that brings a database at version-1 to version.
 # A released version's script never changes: tests/data keeps a database
 # of each released version and proves it migrates.
-_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2}
+_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
 
 class SchemaTooNew(Exception):

@@ -249,6 +249,13 @@ class Daemon:
         finished = await trio.to_thread.run_sync(
             self.pool.join, self.config.shutdown_grace_s, limiter=trio.CapacityLimiter(1)
         )
+        # outcomes the workers submitted are answered once committed: a unit
+        # queued behind them returns only after they are (the queue is FIFO)
+        if self.fatal is None:
+            try:
+                await self.writer.run(lambda conn: None)
+            except WarddError:
+                pass
         if not finished:
             log.warning(
                 "shutdown_grace_passed",
@@ -489,7 +496,7 @@ class Daemon:
         handle, _token = self.tokens.issue(conn.id, ref, deadline)
         self._expiry.append((deadline, handle))
         self._expiry_wake.set()
-        log.info("prepared", op=ref.op, attempt=ref.attempt, worker=ref.worker)
+        log.debug("prepared", op=ref.op, attempt=ref.attempt, worker=ref.worker)
         return {"token": handle, "attempt": ref.public()}
 
     async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:
@@ -578,7 +585,7 @@ class Daemon:
                     "busy_op": None
                     if busy is None
                     else {"neuron": busy.neuron, "op": busy.op, "attempt": busy.attempt},
-                    "counts": dict(s.counts),
+                    "counts": self.pool.counts(s),
                 }
             )
         return {

@@ -15,6 +15,7 @@ other's guard).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -77,6 +78,7 @@ class WorkerPool:
             s.id: collections.deque() for s in self.states
         }
         self._stopping = False
+        self._counts_lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
@@ -202,7 +204,7 @@ class WorkerPool:
                 err = Internal("the claim could not be committed", {"reason": "claim_failed"})
             d.reply(None, err)
             return None
-        log.info("claimed", op=ref.op, attempt=ref.attempt, worker=state.id)
+        log.debug("claimed", op=ref.op, attempt=ref.attempt, worker=state.id)
         return ref
 
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
@@ -230,20 +232,34 @@ class WorkerPool:
         value: Any,
         error: str | None,
     ) -> None:
-        try:
-            self._writer.call(_units.outcome(ref, status, value, error, "adapter"), critical=True)
-        except WarddError:
-            # SPEC §3.2.3: never report an outcome that is not stored
-            d.reply(None, Internal("the outcome could not be stored", {"reason": "fail_stop"}))
-            return
-        state.counts[status] += 1
-        log.info("outcome", op=ref.op, attempt=ref.attempt, worker=state.id, status=status)
-        result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
-        if status == "succeeded":
-            result["result"] = value
-        else:
-            result["error"] = error
-        d.reply(result, None)
+        """Submit the outcome and move on: the reply is sent from the
+        commit's callback (SPEC §3.2.3: only once the outcome is durable),
+        so the worker serves its next dispatch while the outcome waits for
+        its batch, and outcomes of several workers share one fsync."""
+        fut = self._writer.submit(
+            _units.outcome(ref, status, value, error, "adapter"), critical=True
+        )
+
+        def committed(f: concurrent.futures.Future[Any]) -> None:
+            if f.exception() is not None:
+                # never report an outcome that is not stored
+                d.reply(None, Internal("the outcome could not be stored", {"reason": "fail_stop"}))
+                return
+            with self._counts_lock:
+                state.counts[status] += 1
+            log.info("outcome", op=ref.op, attempt=ref.attempt, worker=state.id, status=status)
+            result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
+            if status == "succeeded":
+                result["result"] = value
+            else:
+                result["error"] = error
+            d.reply(result, None)
+
+        fut.add_done_callback(committed)
+
+    def counts(self, state: WorkerState) -> dict[str, int]:
+        with self._counts_lock:
+            return dict(state.counts)
 
 
 def _claim_info(adapter: Adapter | None) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ import pytest
 
 from tests.daemon.harness import Actor, Env
 from tests.daemon.test_dispatch import Background, code_of, key, wait_for
+from wardd.daemon._schema import SCHEMA_VERSION
 from wardd.protocol import WarddError
 
 
@@ -355,8 +356,11 @@ def _gone(pid: int) -> bool:
 
 
 class TestMigration:
-    def test_database_of_schema_v1_is_migrated_and_its_attempts_become_unknown(self, make_daemon):
-        """tests/data/schema-v1.db was written by schema version 1; its daemon
+    @pytest.mark.parametrize("version", [1, 2])
+    def test_database_of_an_earlier_schema_is_migrated_and_its_attempts_become_unknown(
+        self, make_daemon, version
+    ):
+        """tests/data/schema-vN.db was written by schema version N; its daemon
         died with one attempt prepared and one claimed and running."""
         import shutil
         import sqlite3
@@ -365,15 +369,17 @@ class TestMigration:
         data = Path(__file__).parent.parent / "data"
         env = Env()
         env.database.parent.mkdir(parents=True)
-        shutil.copy(data / "schema-v1.db", env.database)
-        neuron = (data / "schema-v1.neuron").read_text().strip()
+        shutil.copy(data / f"schema-v{version}.db", env.database)
+        neuron = (data / f"schema-v{version}.neuron").read_text().strip()
         db = sqlite3.connect(env.database)
         (old_boot,) = db.execute("SELECT boot_id FROM boots").fetchone()
         db.close()
         d = make_daemon(env)
         with d.connect() as c:
             st = c.call("status")
-            assert st["db"]["schema_version"] == 2 and st["unknown_attempts"] == 1
+            assert st["db"]["schema_version"] == SCHEMA_VERSION and st["unknown_attempts"] == 1
+            # exact counts survive the migration
+            assert st["operations"] == {"pending": 1, "unknown": 1, "retained": 1}
 
             def op(name):
                 return c.call("get_operation", {"neuron": neuron, "op": name})
@@ -387,7 +393,7 @@ class TestMigration:
         assert running["attempts"][0]["evidence"] == {"claimed": True, "boot": old_boot}
         assert done["state"] == "retained" and done["result"]["value"] == b"v1"
         db = sqlite3.connect(env.database)
-        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         db.close()
 
 
