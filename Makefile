@@ -23,11 +23,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The soaks (docs/reliability.md): KILLS crash cycles, CASES wire-fuzz cases; -s shows the figures.
 soak: $(STAMP)
-	WARDD_SOAK_KILLS=$${KILLS:-200} $(BIN)/python -m pytest -q -m soak tests/soak
+	WARDD_SOAK_KILLS=$${KILLS:-200} WARDD_SOAK_CASES=$${CASES:-100000} \
+	$(BIN)/python -m pytest -q -s -o faulthandler_timeout=0 -m soak \
+	tests/soak tests/daemon/test_fuzz_wire.py
 
+# Benchmarks (docs/performance.md): ~2-4 min; BENCH_ARGS=--quick (~1 min) or --full.
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -31,8 +31,11 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def commit_loop(path: Path, seconds: float) -> tuple[float, list[float]]:
-    """FULL WAL commits of one row each for ``seconds``: (commits/s, latencies)."""
+def commit_loop(path: Path, seconds: float, *, pages: int = 1) -> tuple[float, list[float]]:
+    """FULL WAL commits of one row each for ``seconds``: (commits/s, latencies).
+    ``pages`` > 1 makes the row that many pages long (overflow pages), so
+    that each commit writes about as many WAL frames as a dispatch commit."""
+    row = ROW if pages <= 1 else b"x" * (4000 * (pages - 1))
     conn = _connect(path)
     try:
         lat: list[float] = []
@@ -41,7 +44,7 @@ def commit_loop(path: Path, seconds: float) -> tuple[float, list[float]]:
         now = t0
         while now < end:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO t(at, data) VALUES (?, ?)", (now, ROW))
+            conn.execute("INSERT INTO t(at, data) VALUES (?, ?)", (now, row))
             conn.execute("COMMIT")
             t = time.perf_counter()
             lat.append(t - now)

@@ -1,0 +1,166 @@
+"""Recovery at start: a database of 1M event records and 10k in-flight attempts.
+
+The database is built directly with ``sqlite3`` in the daemon's schema
+(``wardd.daemon._schema.migrate`` creates it), as an earlier boot would have
+left it: ``neurons`` neurons, each with one prog granted ``echo`` and bound
+to the earlier boot's ``w0``; completed ops (submitted → prepared → claimed →
+outcome: 4 event records, an attempt with its full descriptor, a claim and
+an outcome each); and the in-flight attempts of the earlier boot, half
+``prepared`` (2 records) and half claimed and ``running`` (3 records). The
+event records add up to ``records``.
+
+The time measured is from just before the daemon process is spawned to its
+``READY=1``: interpreter start, imports, migration check, and the recovery
+unit that marks every in-flight attempt unknown (SPEC §3.6). A start on an
+empty database is measured the same way, to tell the fixed cost apart.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import cbor2
+
+from wardd.daemon._schema import migrate
+
+OLD_BOOT = "0" * 31 + "1"
+AT = "2025-01-01T00:00:00.000Z"
+
+
+def _descriptor(boot: str) -> dict[str, Any]:
+    return {"v": 1, "machine": {"arch": "x86_64", "abi": "linux-gnu"},
+            "environment": {"kind": "native-host", "abi": "wardd-hostact/1"},
+            "proof": "none", "network": "bench",
+            "executor": {"warrior": "wardd", "version": "0.1.0", "backend": "host-thread",
+                         "worker": "w0", "device": "0123456789abcdef", "boot": boot},
+            "acts": ["echo"], "max_arg_bytes": 65536, "act_bounds": {"echo": 65536},
+            "limits": {"cpu": None, "time": None, "memory": None}}
+
+
+def build(path: Path, *, records: int = 1_000_000, in_flight: int = 10_000,
+          neurons: int = 100) -> dict[str, int]:
+    """Build the database at ``path``; returns the row counts."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    migrate(conn)
+    conn.execute("PRAGMA journal_mode=OFF")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("PRAGMA cache_size=-200000")
+    desc = cbor2.dumps(_descriptor(OLD_BOOT), canonical=True)
+    digest = secrets.token_hex(32)
+    grant = cbor2.dumps(["echo"])
+    per_neuron_records = 2  # grant_set, placement_bound
+    n_prepared = in_flight // 2
+    n_running = in_flight - n_prepared
+    inflight_records = 2 * n_prepared + 3 * n_running
+    n_done = (records - neurons * per_neuron_records - inflight_records) // 4
+    n_ops = n_done + in_flight
+
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO boots(boot_id, started_at, pid, version) VALUES (?,?,?,?)",
+                 (OLD_BOOT, AT, 1, "0.1.0"))
+    conn.executemany(
+        "INSERT INTO neurons(id, neuron, epoch, policy_version, placement_generation,"
+        " placement, placement_digest, created_at) VALUES (?,?,1,1,1,?,?,?)",
+        [(i + 1, secrets.token_hex(32), desc, digest, AT) for i in range(neurons)])
+    conn.executemany(
+        "INSERT INTO progs(id, neuron_id, prog, state, step_limit, grant_acts, grant_enabled)"
+        " VALUES (?,?,'p','active',1000000000,?,1)",
+        [(i + 1, i + 1, grant) for i in range(neurons)])
+    seq = 0
+    ev: list[tuple[Any, ...]] = []
+    for i in range(neurons):
+        for kind in ("grant_set", "placement_bound"):
+            seq += 1
+            ev.append((seq, AT, kind, i + 1, None, None, None, None))
+    conn.executemany("INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows,"
+                     " data) VALUES (?,?,?,?,?,?,?,?)", ev)
+
+    ops: list[tuple[Any, ...]] = []
+    attempts: list[tuple[Any, ...]] = []
+    claims: list[tuple[Any, ...]] = []
+    outcomes: list[tuple[Any, ...]] = []
+    ev = []
+    d_sub = cbor2.dumps({"prog": "p", "act": "echo"})
+    d_prep = cbor2.dumps({"kind": "guarded", "epoch": 1, "policy_version": 1,
+                          "placement_generation": 1, "digest": digest, "worker": "w0",
+                          "boot": OLD_BOOT})
+    d_claim = cbor2.dumps({"worker": "w0", "boot": OLD_BOOT, "placement_generation": 1,
+                           "digest": digest})
+    d_out = cbor2.dumps({"status": "succeeded", "source": "adapter"})
+    value = cbor2.dumps(b"x" * 32)
+
+    def flush() -> None:
+        conn.executemany("INSERT INTO operations(id, neuron_id, op, prog_id, act, args, state,"
+                         " attempts, result_epoch, last_seq) VALUES (?,?,?,?,'echo',?,?,1,?,?)",
+                         ops)
+        conn.executemany("INSERT INTO attempts(id, op_id, attempt, kind, epoch, policy_version,"
+                         " placement_generation, descriptor, digest, worker, boot, created_at,"
+                         " state) VALUES (?,?,1,'guarded',1,1,1,?,?,'w0',?,?,?)", attempts)
+        conn.executemany("INSERT INTO claims(attempt_id, placement_generation, digest, worker,"
+                         " boot, at) VALUES (?,1,?,'w0',?,?)", claims)
+        conn.executemany("INSERT INTO outcomes(attempt_id, status, value, source, at)"
+                         " VALUES (?,'succeeded',?,'adapter',?)", outcomes)
+        conn.executemany("INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows,"
+                         " data) VALUES (?,?,?,?,?,?,?,?)", ev)
+        for lst in (ops, attempts, claims, outcomes, ev):
+            lst.clear()
+
+    for op_id in range(1, n_ops + 1):
+        neuron = (op_id - 1) % neurons + 1
+        if op_id <= n_done:
+            kinds = ("submitted", "prepared", "claimed", "outcome")
+            state, a_state = "retained", "succeeded"
+        elif op_id <= n_done + n_running:
+            kinds = ("submitted", "prepared", "claimed")
+            state, a_state = "running", "running"
+        else:
+            kinds = ("submitted", "prepared")
+            state, a_state = "prepared", "prepared"
+        follows = None
+        for kind in kinds:
+            seq += 1
+            data = {"submitted": d_sub, "prepared": d_prep, "claimed": d_claim,
+                    "outcome": d_out}[kind]
+            ev.append((seq, AT, kind, neuron, op_id, None if kind == "submitted" else 1,
+                       follows, data))
+            follows = seq
+        ops.append((op_id, neuron, f"op-{op_id}", neuron, b"x" * 32, state,
+                    1 if a_state == "succeeded" else None, seq))
+        attempts.append((op_id, op_id, desc, digest, OLD_BOOT, AT, a_state))
+        if "claimed" in kinds:
+            claims.append((op_id, digest, OLD_BOOT, AT))
+        if a_state == "succeeded":
+            outcomes.append((op_id, value, AT))
+        if len(ops) >= 20_000:
+            flush()
+    flush()
+    conn.execute("UPDATE neurons SET last_seq = NULL")
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("ANALYZE") if os.environ.get("WARDD_BENCH_ANALYZE") else None
+    counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+              for t in ("events", "operations", "attempts", "claims", "outcomes")}
+    counts["in_flight"] = conn.execute(
+        "SELECT count(*) FROM attempts WHERE state IN ('prepared', 'running')").fetchone()[0]
+    conn.close()
+    counts["bytes"] = os.path.getsize(path)
+    return counts
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal"):
+        if os.path.exists(str(src) + suffix):
+            shutil.copyfile(str(src) + suffix, str(dst) + suffix)
+
+
+def timed(fn: Any) -> tuple[Any, float]:
+    t = time.perf_counter()
+    v = fn()
+    return v, time.perf_counter() - t
