@@ -241,6 +241,8 @@ def _insert_attempt(
     op: sqlite3.Row,
     descriptor: dict[str, Any] | None,
     kind: str,
+    *,
+    refresh: bool = True,
 ) -> AttemptRef:
     n = op["attempts"] + 1
     state = "prepared" if kind == "guarded" else "unknown"
@@ -277,7 +279,8 @@ def _insert_attempt(
     if descriptor:
         data.update(placement_generation=gen, digest=digest, worker=worker, boot=ctx.boot)
     append_event(conn, "prepared", neuron["id"], op_id=op["id"], attempt=n, data=data)
-    refresh_op_state(conn, op["id"])
+    if refresh:
+        refresh_op_state(conn, op["id"])
     assert cur.lastrowid is not None
     return AttemptRef(
         attempt_id=cur.lastrowid,
@@ -368,6 +371,17 @@ def _claim(
     if reason is not None:
         void_attempt(conn, ref.attempt_id, reason)
         return TokenVoid("the attempt's context changed before its claim", {"reason": reason})
+    return _insert_claim(conn, ref, worker, boot, claim_info)
+
+
+def _insert_claim(
+    conn: sqlite3.Connection,
+    ref: AttemptRef,
+    worker: str,
+    boot: str,
+    claim_info: dict[str, Any] | None,
+) -> AttemptRef:
+    """Insert the one claim of a prepared attempt (unique: CAS)."""
     try:
         conn.execute(
             "INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot,"
@@ -421,8 +435,10 @@ def invoke_claim(
         target: str = descriptor["executor"]["worker"]
         if target != worker:
             return target
-        ref = _insert_attempt(conn, ctx, nrow, op, descriptor, "guarded")
-        return _claim(conn, ref, worker, ctx.boot, claim_info(ref.act))
+        ref = _insert_attempt(conn, ctx, nrow, op, descriptor, "guarded", refresh=False)
+        # the context was verified a moment ago in this same unit, under the
+        # guard: the claim needs no second re-verification
+        return _insert_claim(conn, ref, worker, ctx.boot, claim_info(ref.act))
 
     return unit
 
