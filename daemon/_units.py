@@ -342,12 +342,24 @@ def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
     return None
 
 
-def claim(ref: AttemptRef, *, worker: str, boot: str, claim_info: dict[str, Any] | None) -> Unit:
+def claim(
+    ref: AttemptRef,
+    *,
+    worker: str,
+    boot: str,
+    claim_info: dict[str, Any] | None,
+    stopping: Callable[[], bool] = lambda: False,
+) -> Unit:
     """The claim (SPEC §3.2.2): re-verify, then insert the one claim of the
     attempt. A void context durably voids the attempt and answers
-    ``token_void``; a lost race answers ``claim_conflict``."""
+    ``token_void``; a lost race answers ``claim_conflict``. Once the daemon
+    is stopping (``stopping()``), no claim is made: the writer orders every
+    claim before or after the moment the shutdown began (SPEC §3.6)."""
 
     def unit(conn: sqlite3.Connection) -> AttemptRef | WarddError:
+        if stopping():
+            void_attempt(conn, ref.attempt_id, "shutdown")
+            return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
         return _claim(conn, ref, worker, boot, claim_info)
 
     return unit
@@ -423,12 +435,15 @@ def invoke_claim(
     *,
     worker: str,
     claim_info: Callable[[str], dict[str, Any] | None],
+    stopping: Callable[[], bool] = lambda: False,
 ) -> Unit:
     """SPEC §3.2.5: invoke records the attempt and the claim in one unit.
     Returns the AttemptRef, or a ``str`` naming the worker to route to when
     the placement's worker is not ``worker``."""
 
     def unit(conn: sqlite3.Connection) -> AttemptRef | str | WarddError:
+        if stopping():
+            return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
         nrow = neuron_row(conn, neuron)
         op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
         assert descriptor is not None
@@ -508,6 +523,13 @@ def record_outcome(
             )
     refresh_op_state(conn, row["op_id"])
     return status
+
+
+def void_many(attempt_ids: list[int], reason: str) -> Unit:
+    def unit(conn: sqlite3.Connection) -> int:
+        return sum(void_attempt(conn, i, reason) for i in attempt_ids)
+
+    return unit
 
 
 def void(attempt_id: int, reason: str) -> Unit:

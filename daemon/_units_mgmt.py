@@ -31,6 +31,7 @@ from wardd.protocol import (
     Terminal,
     UnknownAct,
     UnknownOperation,
+    encode_item,
 )
 
 from ._records import append_event, dec, enc, now, refresh_op_state
@@ -290,8 +291,10 @@ def reconcile(neuron: str, op: str, attempt: int, status: str, value: Any) -> Un
             raise NotReconcilable(
                 f"attempt {attempt} is {a['state']}; only unknown attempts can be reconciled"
             )
-        # compare encodings: True == 1 in Python, but not on the wire
-        if out["status"] == status and bytes(out["value"]) == enc(value):
+        # compare canonical encodings: True == 1 in Python but not on the wire,
+        # and map key order is no difference
+        same = encode_item(dec(out["value"]), canonical=True) == encode_item(value, canonical=True)
+        if out["status"] == status and same:
             return {**result, "already": True}
         raise Conflict(
             "the attempt was already resolved with another outcome",
@@ -407,12 +410,15 @@ def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
             "SELECT steps, state FROM reservations WHERE prog_id = ? AND reservation = ?",
             (p["id"], reservation),
         ).fetchone()
-        if row is not None:
-            if row["steps"] != steps or row["state"] != "open":
-                raise Conflict(
-                    f"reservation {reservation!r} exists with other steps or is {row['state']}"
-                )
-            return {"reservation": reservation, "steps": steps, "already": True}
+        if row is not None:  # idempotent for identical content (SPEC §3.4)
+            if row["steps"] != steps:
+                raise Conflict(f"reservation {reservation!r} exists with other steps")
+            return {
+                "reservation": reservation,
+                "steps": steps,
+                "already": True,
+                "state": row["state"],
+            }
         if p["exhausted"] or p["steps_used"] + p["steps_reserved"] + steps > p["step_limit"]:
             raise BudgetExhausted(
                 "the reservation exceeds the prog's step budget",

@@ -96,6 +96,7 @@ class Daemon:
         self.recovered = trio.Event()
         self._dispatch_scopes: set[trio.CancelScope] = set()
         self.stopping = False
+        self._background: trio.Nursery | None = None
         self.fatal: str | None = None
         self.adapters: dict[str, Adapter] = {"echo": echo_adapter()}
         for act in config.acts:
@@ -193,37 +194,46 @@ class Daemon:
             schema=SCHEMA_VERSION,
         )
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as requests, trio.open_nursery() as conns:
+            # connections outlive requests, so that replies computed during the
+            # shutdown still find their connection open
+            async with trio.open_nursery() as conns:
+                self._background = conns
                 if wd:  # kept alive through the shutdown grace
-                    requests.start_soon(self._watchdog, notifier, wd)
-                async with trio.open_nursery() as services:
-                    services.start_soon(self.server.serve, listener, requests, conns)
-                    services.start_soon(self._expire_tokens)
-                    services.start_soon(self._watch_signals, signals)
-                    await self.recovery.at_start()
-                    self.recovered.set()
-                    services.start_soon(self.recovery.background_receipts)
-                    notifier.ready()
-                    log.info("ready", boot=self.boot)
-                    await self._stop_event.wait()
-                    notifier.stopping()
-                    log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
-                    self.stopping = True
-                    # SPEC §3.6: no queued dispatch is claimed from here on, and
-                    # unconsumed tokens are voided before their connections close
-                    queued = self.pool.begin_stop()
-                    for d in queued:
-                        await self._refuse_dispatch(d)
-                    for token in self.tokens.void_all("shutdown"):
-                        await self._void_token(token)
-                    services.cancel_scope.cancel()
-                lsock.close()
-                await self._shutdown()
-                # past the grace: calls still running are left claimed (unknown
-                # at the next start); their callers get no answer
-                for scope in list(self._dispatch_scopes):
-                    scope.shield = False
-                requests.cancel_scope.cancel()
+                    conns.start_soon(self._watchdog, notifier, wd)
+                async with trio.open_nursery() as requests:
+                    async with trio.open_nursery() as services:
+                        accepting = trio.CancelScope()
+                        services.start_soon(self._accept, accepting, listener, requests, conns)
+                        services.start_soon(self._expire_tokens)
+                        services.start_soon(self._watch_signals, signals)
+                        await self.recovery.at_start()
+                        self.recovered.set()
+                        services.start_soon(self.recovery.background_receipts)
+                        notifier.ready()
+                        log.info("ready", boot=self.boot)
+                        await self._stop_event.wait()
+                        notifier.stopping()
+                        log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
+                        # SPEC §3.6, in this order and before any await: stop
+                        # accepting, refuse new writes, claim no queued dispatch,
+                        # and mark every unconsumed token void (its execute waits
+                        # for the void to be durable)
+                        accepting.cancel()
+                        self.stopping = True
+                        queued = self.pool.begin_stop()
+                        tokens = self.tokens.void_all("shutdown")
+                        for token in tokens:
+                            token.void_done = trio.Event()
+                        await self._void_shutdown(queued, tokens)
+                        services.cancel_scope.cancel()
+                    lsock.close()
+                    await self._shutdown()
+                    # past the grace: calls still running are left claimed (unknown
+                    # at the next start); their callers get no answer
+                    for scope in list(self._dispatch_scopes):
+                        scope.shield = False
+                    requests.cancel_scope.cancel()
+                # every request has answered (replies are shielded, bounded)
                 conns.cancel_scope.cancel()
         if self.fatal is None:
             await self._mark_clean_stop()
@@ -231,6 +241,31 @@ class Daemon:
         self.lock.release()
         log.info("stopped", boot=self.boot, clean=self.fatal is None)
         return 0 if self.fatal is None else EXIT_FAIL_STOP
+
+    async def _accept(self, scope: trio.CancelScope, *args: Any) -> None:
+        with scope:
+            await self.server.serve(*args)
+
+    async def _void_shutdown(self, queued: list[Dispatch], tokens: list[DispatchToken]) -> None:
+        """Void, in one unit, the attempts of unclaimed dispatches and unused
+        tokens (``shutdown``); answer only once that is durable."""
+        ids = [d.ref.attempt_id for d in queued if d.ref is not None]
+        ids += [t.ref.attempt_id for t in tokens]
+        ok = True
+        if ids:
+            try:
+                await self.writer.run(_units.void_many(ids, "shutdown"))
+            except WarddError as err:
+                log.error("void_failed", reason="shutdown", error=err.message)
+                ok = False
+        for t in tokens:
+            t.void_ok = ok
+            t.void_done.set()
+        for d in queued:
+            if ok or d.ref is None:
+                d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
+            else:
+                d.reply(None, Internal("the attempt could not be voided"))
 
     async def _watch_signals(self, signals: Any) -> None:
         async for sig in signals:
@@ -306,9 +341,9 @@ class Daemon:
 
     def _connection_closed(self, conn: Connection) -> None:
         refs = self.tokens.drop_connection(conn.id)
-        if refs and self.server.requests is not None:
+        if refs and self._background is not None:
             for ref in refs:
-                self.server.requests.start_soon(self._void, ref.attempt_id, "token_dropped")
+                self._background.start_soon(self._void, ref.attempt_id, "token_dropped")
 
     async def _expire_tokens(self) -> None:
         while True:
@@ -489,6 +524,10 @@ class Daemon:
 
     async def _prepare(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         ref = await self.writer.run(_units.prepare(self.ctx, neuron, p))
+        if self.stopping:  # admitted before the shutdown began: never a live token
+            if not await self._void(ref.attempt_id, "shutdown"):
+                raise Internal("the attempt could not be voided")
+            raise TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
         if conn.closed:  # the connection went away meanwhile: its token is dropped
             await self._void(ref.attempt_id, "token_dropped")
             raise Internal("the connection closed")
@@ -527,7 +566,14 @@ class Daemon:
             worker = w if self.pool.has(w) else worker
 
         def unit_for(w: str) -> _units.Unit:
-            return _units.invoke_claim(self.ctx, neuron, p, worker=w, claim_info=self._claim_info)
+            return _units.invoke_claim(
+                self.ctx,
+                neuron,
+                p,
+                worker=w,
+                claim_info=self._claim_info,
+                stopping=lambda: self.stopping,
+            )
 
         return await self._dispatch(
             worker, Dispatch(neuron=neuron, reply=_unset, invoke_unit=unit_for)

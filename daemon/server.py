@@ -207,9 +207,12 @@ class Server:
         if conn.in_flight >= self._max_in_flight:
             await conn.send(ErrorReply(req.id, Overloaded("too many requests in flight")).to_wire())
             return True
-        conn.in_flight += 1
         assert self.requests is not None
-        self.requests.start_soon(self._run, conn, req)
+        try:
+            self.requests.start_soon(self._run, conn, req)
+        except RuntimeError:  # the daemon has finished serving requests: close
+            return False
+        conn.in_flight += 1
         return True
 
     async def _greet(self, conn: Connection, req: Request) -> bool:

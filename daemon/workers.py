@@ -188,7 +188,13 @@ class WorkerPool:
                 assert d.ref is not None
                 info = _claim_info(self._adapters.get(d.ref.act))
                 ref = self._writer.call(
-                    _units.claim(d.ref, worker=state.id, boot=self._boot, claim_info=info)
+                    _units.claim(
+                        d.ref,
+                        worker=state.id,
+                        boot=self._boot,
+                        claim_info=info,
+                        stopping=lambda: self._stopping,
+                    )
                 )
         except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()

@@ -441,3 +441,43 @@ class TestShutdownOrder:
         )
         assert err.code == "bad_request"
         assert a.op("op")["attempts"][0]["state"] == "unknown"
+
+    def test_sigterm_answers_every_call_that_ends_within_the_grace(self, make_daemon):
+        import signal as _signal
+
+        d = make_daemon(Env(workers=4))
+        actors = [Actor(d, acts=("gated",), worker=i) for i in range(4)]
+        calls = []
+        for i, a in enumerate(actors):
+            a.submit(f"g{i}", "gated")
+            calls.append(Background(a.invoke, f"g{i}", 1, d.connect()))
+        for i in range(4):
+            wait_for(d.env.started_marker(f"g{i}").exists, what="every gated act to start")
+        d.proc.send_signal(_signal.SIGTERM)
+        for i in range(4):
+            d.env.open_gate(f"g{i}")
+        assert [c.result()["status"] for c in calls] == ["succeeded"] * 4
+        assert d.proc.wait(30) == 0
+
+    def test_reconcile_with_the_same_map_in_another_key_order_is_already(self, daemon):
+        a = Actor(daemon, acts=("boom",))
+        a.submit("op", "boom")
+        a.invoke("op")
+        first = {
+            "op": "op",
+            "attempt": 1,
+            "outcome": {"status": "succeeded", "value": {"a": 1, "b": 2}},
+        }
+        a.call("reconcile", first)
+        again = {
+            "op": "op",
+            "attempt": 1,
+            "outcome": {"status": "succeeded", "value": {"b": 2, "a": 1}},
+        }
+        assert a.call("reconcile", again)["already"] is True
+        other = {
+            "op": "op",
+            "attempt": 1,
+            "outcome": {"status": "succeeded", "value": {"a": True, "b": 2}},
+        }
+        assert code_of(a.call, "reconcile", other).code == "conflict"

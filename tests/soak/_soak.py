@@ -1,0 +1,695 @@
+"""The crash-injection soak: a mixed workload against a real daemon, SIGKILLed
+at random moments, restarted, and checked after every kill and restart.
+
+One cycle:
+
+1. start the daemon (READY=1), or, now and then, start it and SIGKILL it at
+   a random moment of its start-up and recovery instead;
+2. after READY, with no client yet: no attempt of an earlier boot is
+   ``prepared`` or ``running`` (``list_attempts``), every unknown attempt
+   carries evidence, in-process receipts are done, and every op touched so
+   far passes the checks of ``_invariants`` through the daemon's reads;
+3. bind every neuron to this boot (a boot never inherits a placement);
+4. run the workload: one driver thread per neuron (submit, invoke,
+   prepare/execute, abandoned and dropped tokens, retries, consume with
+   rebind, truthful reconcile of unknown attempts) and one chaos thread
+   (revoke and re-grant, rebind to the other worker, advance_epoch, cancel,
+   pause/resume, release and bind);
+5. after a random delay, check ``status`` answers, then SIGKILL;
+6. wait until no process of the acts is left (an orphaned ``cli`` act may
+   still write its effect after the daemon died), then open the database
+   read-only: ``PRAGMA integrity_check`` and every invariant, over the
+   whole database, against the acts' own ledgers and the clients' acks.
+
+A reconcile is always truthful: the soak only reconciles an attempt whose
+fate the ledgers settle (its act can no longer run: the call ended, or the
+daemon that ran it is dead and its orphans are gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import signal
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from tests.daemon.harness import NETWORK, Daemon, Env
+from tests.soak._invariants import (
+    EFFECT_ACTS,
+    Acks,
+    check_acks,
+    check_all_acks,
+    check_op,
+    read_effects,
+    view_from_database,
+    view_from_reads,
+)
+from wardd.client import Client, ClientError, Neuron
+from wardd.protocol import RebindRequired, TokenVoid, UnknownOperation, WarddError
+
+PROGS = ("pa", "pb")
+#: act -> weight in the workload
+ACTS = {"ledger": 5, "quick": 4, "slow": 3, "flaky": 1, "echo": 3, "nofx": 1}
+WORKERS = ("w0", "w1")
+ORPHAN_TIMEOUT = 30.0
+
+
+def soak_env() -> Env:
+    """The acts write their idempotency key to a ledger of their own; slow ones
+    write it before or after a pause, so a kill lands before or after the effect."""
+    env = Env(workers=2, token_ttl_s=1.0)
+    led = shlex.quote(str(env.cli_ledger))
+    key = '"$WARDD_IDEMPOTENCY_KEY"'
+    env.acts["slow"] = {
+        "adapter": "cli",
+        "argv": [
+            "/bin/sh",
+            "-c",
+            "read mode d || true; "
+            f'if [ "$mode" = pre ]; then echo {key} >> {led}; fi; sleep "${{d:-0}}"; '
+            f'if [ "$mode" = post ]; then echo {key} >> {led}; fi',
+        ],
+    }
+    env.acts["flaky"] = {  # the effect happens, then an exit that proves nothing: unknown
+        "adapter": "cli",
+        "argv": ["/bin/sh", "-c", f"echo {key} >> {led}; exit 7"],
+    }
+    env.write_config()
+    return env
+
+
+class Stats:
+    """Thread-safe counters for the figures."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.c: Counter[str] = Counter()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            self.c[name] += n
+
+
+class Cluster:
+    """The daemon, its neurons, the acks, and the figures."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.env = soak_env()
+        self.daemon = Daemon(self.env)
+        self.neurons: list[Neuron] = []
+        self.acks = Acks()
+        self.acks_lock = threading.Lock()
+        self.stats = Stats()
+        self.violations: list[str] = []
+        self.touched: set[tuple[str, str]] = set()  # ops to re-check through the reads
+        self.cycle_acks: set[tuple[str, str, int]] = set()
+        self.ops_seq = 0
+        self.ready_boots: list[str] = []
+        self.fences_seen: set[str] = set()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def signed(self, client: Client, n: Neuron, method: str, params: dict[str, Any]) -> Any:
+        return self.request(client, method, n.sign(method, params, NETWORK))
+
+    def request(self, client: Client, method: str, params: dict[str, Any]) -> Any:
+        """One request; refusals are counted by code, and ``internal`` is a violation
+        (nothing in this workload may make the daemon fail)."""
+        self.stats.add("requests")
+        try:
+            return client.call(method, params)
+        except WarddError as err:
+            self.stats.add(f"refused.{err.code}")
+            if err.code == "internal":
+                self.violations.append(f"internal error for {method}: {err}")
+            raise
+
+    def ack_outcome(self, n: Neuron, op: str, attempt: int, status: str) -> None:
+        with self.acks_lock:
+            self.acks.outcome[(n.id, op, attempt)] = status
+            self.cycle_acks.add((n.id, op, attempt))
+            self.touched.add((n.id, op))
+        self.stats.add(f"acked.{status}")
+
+    def touch(self, n: Neuron, op: str) -> None:
+        with self.acks_lock:
+            self.touched.add((n.id, op))
+
+    def effects(self) -> tuple[Counter[tuple[str, str, int]], int]:
+        return read_effects(self.env.ledger, self.env.cli_ledger)
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def setup(self, neurons: int) -> None:
+        self.start()
+        with self.daemon.connect() as c:
+            for _ in range(neurons):
+                n = Neuron.generate()
+                self.neurons.append(n)
+                self.signed(c, n, "register_neuron", {})
+                for prog in PROGS:
+                    self.signed(c, n, "create_prog", {"prog": prog, "step_limit": 10**9})
+                    self.grant(c, n, prog, sorted(ACTS), True)
+        self.rebind_all()
+
+    def grant(self, c: Client, n: Neuron, prog: str, acts: list[str], enabled: bool) -> None:
+        pv = self.request(c, "get_neuron", {"neuron": n.id})["policy_version"]
+        r = self.signed(
+            c,
+            n,
+            "set_grant",
+            {"prog": prog, "acts": acts, "enabled": enabled, "expected_policy_version": pv},
+        )
+        with self.acks_lock:
+            self.acks.at_least(self.acks.policy, n.id, r["policy_version"])
+
+    def bind(self, c: Client, n: Neuron, worker: str) -> None:
+        desc = next(
+            w["descriptor"]
+            for w in self.request(c, "list_workers", {})["workers"]
+            if w["worker"] == worker
+        )
+        gen = self.request(c, "get_neuron", {"neuron": n.id})["placement_generation"]
+        r = self.signed(c, n, "bind_placement", {"expected_generation": gen, "descriptor": desc})
+        with self.acks_lock:
+            self.acks.at_least(self.acks.generation, n.id, r["placement_generation"])
+
+    def rebind_all(self) -> None:
+        """A new boot inherits no placement (SPEC §3.1); now and then also undo
+        what the chaos left (a revoked grant, a paused prog)."""
+        with self.daemon.connect() as c:
+            for n in self.neurons:
+                self.bind(c, n, self.rng.choice(WORKERS))
+                if self.rng.random() < 0.5:
+                    for prog in PROGS:
+                        self.grant(c, n, prog, sorted(ACTS), True)  # set_prog_state needs it
+                        p = self.request(c, "get_prog", {"neuron": n.id, "prog": prog})
+                        if p["state"] == "paused":
+                            self.signed(
+                                c,
+                                n,
+                                "set_prog_state",
+                                {"prog": prog, "expected_state": "paused", "state": "active"},
+                            )
+
+    # -- the daemon's life ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self.daemon.start()
+        assert self.daemon.boot is not None
+        self.ready_boots.append(self.daemon.boot)
+        self.stats.add("starts")
+
+    def kill(self) -> None:
+        self.daemon.kill()
+        self.stats.add("kills")
+
+    def kill_during_start(self) -> None:
+        """SIGKILL at a random moment of start-up, migration and recovery."""
+        self.daemon.spawn()
+        time.sleep(self.rng.uniform(0.0, 0.4))  # the random moment is the point
+        self.kill()
+        self.stats.add("kills_during_start")
+
+    def wait_for_orphans(self) -> None:
+        """No act of the dead daemon may still be running before the ledgers are read."""
+        marker = str(self.env.root).encode()
+        deadline = time.monotonic() + ORPHAN_TIMEOUT
+        while True:
+            alive = [pid for pid in _pids() if marker in _cmdline(pid)]
+            if not alive:
+                return
+            if time.monotonic() > deadline:
+                for pid in alive:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                raise AssertionError(f"act processes still running: {alive}")
+            time.sleep(0.01)  # bounded polling of outside processes
+
+    # -- checks --------------------------------------------------------------------------
+
+    def check_after_kill(self) -> None:
+        """Offline: the database as the kill left it, read-only, whole."""
+        view = view_from_database(self.env.database)
+        if view.integrity != ["ok"]:
+            self.violations.append(f"integrity_check: {view.integrity}")
+        self.violations += [f for f in view.fences if f not in self.fences_seen]
+        self.fences_seen.update(view.fences)  # the checks cover the whole history each time
+        effects, torn = self.effects()
+        self.stats.c["torn_lines"] = torn
+        # Attempts of boots started before the last boot that reached READY were
+        # marked by its recovery; the boots since may still hold open attempts.
+        last_ready = view.boots.index(self.ready_boots[-1])
+        open_boots = view.boots[last_ready:]
+        for op in view.ops.values():
+            self.violations += check_op(op, effects, open_boots=open_boots)
+        known = {(o.neuron, o.op, a.attempt) for o in view.ops.values() for a in o.attempts}
+        for key in effects:
+            if key not in known:
+                self.violations.append(f"an effect for an attempt the daemon never had: {key}")
+        with self.acks_lock:
+            self.violations += check_all_acks(view.ops, self.acks)
+        self.last_db = view
+
+    def check_after_restart(self) -> None:
+        """Live, through the reads, before any client acts in this boot."""
+        boot = self.daemon.boot
+        assert boot is not None
+        with self.daemon.connect() as c:
+            for state in ("prepared", "running"):
+                left = self.pages(c, state)
+                if left:
+                    self.violations.append(
+                        f"after restart, {len(left)} attempts still {state} (SPEC §3.6): {left[:3]}"
+                    )
+            unknown = self.pages(c, "unknown")
+            st = self.request(c, "status", {})
+            if st["unknown_attempts"] != len(unknown):
+                self.violations.append(
+                    f"status.unknown_attempts {st['unknown_attempts']} but "
+                    f"list_attempts has {len(unknown)}"
+                )
+            for u in unknown:
+                ev = u.get("evidence")
+                where = f"{u['neuron'][:8]}/{u['op']}/{u['attempt']}"
+                if not isinstance(ev, dict) or ev.get("claimed") is not u["claimed"]:
+                    self.violations.append(f"{where}: unknown with evidence {ev}")
+                elif "boot" in ev and ev["boot"] != u["boot"]:
+                    self.violations.append(f"{where}: evidence.boot {ev} vs boot {u['boot']}")
+                if u["act"] == "ledger" and u["kind"] == "guarded":
+                    self.violations.append(
+                        f"{where}: a file.append attempt still unknown after READY "
+                        "(SPEC §3.6: in-process receipts are checked before serving)"
+                    )
+            self.check_touched(c, boot)
+
+    def pages(self, c: Client, state: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"state": state, "limit": 1000}
+        while True:
+            page = self.request(c, "list_attempts", params)
+            out += page["attempts"]
+            if "next" not in page:
+                return out
+            params["after"] = page["next"]
+
+    def check_touched(self, c: Client, boot: str, *, every: bool = False) -> None:
+        """The per-op invariants through get_operation/history for the ops the last
+        cycle touched (or every op), and the acks of the last cycle."""
+        with self.acks_lock:
+            if every:
+                todo = sorted({k[:2] for k in self.acks.outcome} | self.acks.submitted)
+            else:
+                todo = sorted(self.touched)
+            self.touched = set()
+            acked = sorted(self.cycle_acks) if not every else sorted(self.acks.outcome)
+            self.cycle_acks = set()
+        effects, _ = self.effects()
+
+        def get_operation(neuron: str, op: str) -> Any:
+            return self.request(c, "get_operation", {"neuron": neuron, "op": op})
+
+        def history(neuron: str, op: str) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            params: dict[str, Any] = {"neuron": neuron, "op": op, "limit": 1000}
+            while True:
+                page = self.request(c, "history", params)
+                out += page["records"]
+                if "next" not in page:
+                    return out
+                params["after"] = page["next"]
+
+        ops = {}
+        for neuron, op in todo:
+            try:
+                view = view_from_reads(get_operation, history, neuron, op)
+            except UnknownOperation:
+                if (neuron, op) in self.acks.submitted:
+                    self.violations.append(f"{neuron[:8]}/{op}: acknowledged submit, op gone")
+                continue  # its submit never got through (the kill, or a refusal)
+            ops[(neuron, op)] = view
+            self.violations += check_op(view, effects, open_boots={boot})
+        with self.acks_lock:
+            self.violations += check_acks(ops, self.acks, [k for k in acked if k[:2] in ops])
+        self.stats.add("ops_checked_through_reads", len(todo))
+
+    # -- one cycle -----------------------------------------------------------------------
+
+    def cycle(self, delay: tuple[float, float]) -> None:
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=Driver(self, n, stop).run, name=f"driver-{i}", daemon=True)
+            for i, n in enumerate(self.neurons)
+        ]
+        threads.append(threading.Thread(target=Chaos(self, stop).run, name="chaos", daemon=True))
+        for t in threads:
+            t.start()
+        time.sleep(self.rng.uniform(*delay))  # the random moment is the point
+        try:
+            with Client(str(self.env.socket), timeout=10) as c:
+                c.call("status")
+        except (ClientError, OSError) as exc:
+            self.violations.append(f"status did not answer before the kill: {exc!r}")
+        self.kill()
+        stop.set()
+        for t in threads:
+            t.join(30)
+            if t.is_alive():
+                self.violations.append(f"{t.name} still blocked 30 s after the kill")
+
+    def figures(self) -> dict[str, Any]:
+        effects, torn = self.effects()
+        db = self.last_db
+        c = self.stats.c
+        return {
+            "seed": self.seed,
+            "kills": c["kills"],
+            "kills_during_start": c["kills_during_start"],
+            "starts": c["starts"],
+            "neurons": len(self.neurons),
+            "ops": len(db.ops),
+            "attempts": sum(len(o.attempts) for o in db.ops.values()),
+            "requests": c["requests"],
+            "acked_outcomes": sum(v for k, v in c.items() if k.startswith("acked.")),
+            "effects": sum(effects.values()),
+            "torn_ledger_lines": torn,
+            "unknowns": db.figures.get("attempts_ever_unknown", 0),
+            "marked_unknown_at_restart": db.figures.get("marked_unknown", 0),
+            "resolved_by_receipt": db.figures.get("receipt", 0),
+            "reconciled": db.figures.get("reconciled", 0),
+            "still_unknown": sum(
+                1 for o in db.ops.values() for a in o.attempts if a.state == "unknown"
+            ),
+            "voided": db.figures.get("voided", 0),
+            "claims": db.figures.get("claimed", 0),
+            "refusals": {
+                k.split(".", 1)[1]: v for k, v in sorted(c.items()) if k.startswith("refused.")
+            },
+            "violations": len(self.violations),
+        }
+
+
+def _pids() -> list[int]:
+    me = os.getpid()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+# -- the workload -------------------------------------------------------------------------
+
+
+class Worker:
+    """A thread with its own connection; it ends quietly when the daemon is killed."""
+
+    def __init__(self, cluster: Cluster, stop: threading.Event) -> None:
+        self.k = cluster
+        self.stop = stop
+        self.rng = random.Random(cluster.rng.random())
+        self.client: Client | None = None
+
+    def run(self) -> None:
+        try:
+            self.client = Client(str(self.k.env.socket), timeout=30)
+            while not self.stop.is_set():
+                try:
+                    self.step()
+                except WarddError:
+                    pass  # counted by Cluster.signed; races are the workload's point
+        except (ClientError, OSError):
+            return  # the kill
+        except Exception as exc:  # noqa: BLE001 - a surprise is a finding, not a crash
+            self.k.violations.append(f"{type(self).__name__} failed: {exc!r}")
+        finally:
+            if self.client is not None:
+                self.client.close()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def c(self) -> Client:
+        assert self.client is not None
+        return self.client
+
+    def root(self, n: Neuron) -> dict[str, Any]:
+        return self.k.request(self.c, "get_neuron", {"neuron": n.id})
+
+    def pick_op(self, n: Neuron, state: str | None = None) -> str | None:
+        params: dict[str, Any] = {"neuron": n.id, "limit": 50}
+        if state:
+            params["state"] = state
+        ops = self.k.request(self.c, "list_operations", params)["operations"]
+        if not ops:
+            return None
+        return self.rng.choice(ops)["op"]
+
+
+class Driver(Worker):
+    """One neuron's dispatches: every way an attempt can begin and end."""
+
+    def __init__(self, cluster: Cluster, n: Neuron, stop: threading.Event) -> None:
+        super().__init__(cluster, stop)
+        self.n = n
+
+    def step(self) -> None:
+        r = self.rng.random()
+        if r < 0.5:
+            self.new_op()
+        elif r < 0.62:
+            op = self.pick_op(self.n, "pending")
+            if op is not None:
+                self.dispatch(op, len(self.op(op)["attempts"]) + 1)
+        elif r < 0.77:
+            self.consume()
+        elif r < 0.92:
+            self.reconcile()
+        else:
+            op = self.pick_op(self.n)
+            if op is not None:
+                self.op(op)
+
+    def op(self, op: str) -> dict[str, Any]:
+        return self.k.request(self.c, "get_operation", {"neuron": self.n.id, "op": op})
+
+    def new_op(self) -> None:
+        k, n = self.k, self.n
+        with k.acks_lock:
+            k.ops_seq += 1
+            op = f"o{k.ops_seq}"
+        act = self.rng.choices(list(ACTS), weights=list(ACTS.values()))[0]
+        args = b"x"
+        if act == "slow":
+            mode = self.rng.choice(["pre", "post"])
+            args = f"{mode} {self.rng.choice(['0', '0.02', '0.1', '0.2'])}\n".encode()
+        prog = self.rng.choice(PROGS)
+        k.touch(n, op)
+        k.signed(self.c, n, "submit", {"prog": prog, "op": op, "act": act, "args": args})
+        with k.acks_lock:
+            k.acks.submitted.add((n.id, op))
+        self.dispatch(op, 1)
+
+    def params(self, op: str, attempt: int) -> dict[str, Any]:
+        root = self.root(self.n)
+        return {
+            "op": op,
+            "expected_attempt": attempt,
+            "placement_generation": root["placement_generation"],
+            "expected_epoch": root["epoch"],
+        }
+
+    def dispatch(self, op: str, attempt: int) -> None:
+        """invoke, or prepare then execute (maybe cancelled between), or an
+        abandoned token (expired, or dropped with its connection)."""
+        k, n = self.k, self.n
+        k.touch(n, op)
+        r = self.rng.random()
+        if r < 0.5:
+            res = k.signed(self.c, n, "invoke", self.params(op, attempt))
+            k.ack_outcome(n, op, res["attempt"], res["status"])
+            return
+        res = k.signed(self.c, n, "prepare", self.params(op, attempt))
+        token, number = res["token"], res["attempt"]["attempt"]
+        with k.acks_lock:
+            k.acks.prepared.add((n.id, op, number))
+        if r < 0.88:
+            if self.rng.random() < 0.1:
+                self.cancel(op)
+            try:
+                out = self.k.request(self.c, "execute", {"token": token})
+            except TokenVoid:
+                k.ack_outcome(n, op, number, "void")  # SPEC §4: it durably voids its attempt
+                return
+            k.ack_outcome(n, op, number, out["status"])
+        elif r < 0.94:
+            k.stats.add("tokens_dropped")
+            self.client.close()  # type: ignore[union-attr]
+            self.client = Client(str(self.k.env.socket), timeout=30)
+        else:
+            k.stats.add("tokens_left_to_expire")
+
+    def cancel(self, op: str) -> None:
+        r = self.k.signed(self.c, self.n, "cancel", {"op": op})
+        with self.k.acks_lock:
+            self.k.acks.terminal[(self.n.id, op)] = r["state"]
+
+    def consume(self) -> None:
+        k, n = self.k, self.n
+        op = self.pick_op(n, "retained")
+        if op is None:
+            return
+        k.touch(n, op)
+        try:
+            r = k.signed(self.c, n, "consume", {"op": op})
+        except RebindRequired:
+            k.signed(self.c, n, "rebind", {"op": op, "expected_epoch": self.root(n)["epoch"]})
+            r = k.signed(self.c, n, "consume", {"op": op})
+        with k.acks_lock:
+            k.acks.terminal[(n.id, op)] = "consumed"
+        assert r["op"] == op
+
+    def reconcile(self) -> None:
+        """Resolve unknown attempts with the truth the ledgers settle."""
+        k, n = self.k, self.n
+        op = self.pick_op(n, "unknown")
+        if op is None:
+            return
+        k.touch(n, op)
+        info = self.op(op)
+        effects, _ = k.effects()
+        for a in info["attempts"]:
+            if a["state"] != "unknown":
+                continue
+            done = effects.get((n.id, op, a["attempt"]), 0) > 0
+            if info["act"] in EFFECT_ACTS:
+                status = "succeeded" if done else "not_executed"
+            elif info["act"] == "echo" and a["claimed"]:
+                status = self.rng.choice(["succeeded", "not_executed"])  # no outside effect
+            else:
+                status = "not_executed"  # nofx has no effect; unclaimed never ran
+            outcome: dict[str, Any] = {"status": status}
+            res = k.signed(
+                self.c, n, "reconcile", {"op": op, "attempt": a["attempt"], "outcome": outcome}
+            )
+            k.ack_outcome(n, op, a["attempt"], res["status"])
+            k.stats.add("reconciles")
+
+
+class Chaos(Worker):
+    """Management writes racing the dispatches (each holds the ward guard exclusively)."""
+
+    def step(self) -> None:
+        k = self.k
+        n = self.rng.choice(k.neurons)
+        r = self.rng.random()
+        if r < 0.25:
+            prog = self.rng.choice(PROGS)
+            g = self.root(n)["grants"].get(prog)
+            full = g is not None and g["enabled"] and set(g["acts"]) == set(ACTS)
+            if full:
+                acts = self.rng.sample(sorted(ACTS), self.rng.randrange(len(ACTS)))
+                k.grant(self.c, n, prog, acts, self.rng.random() < 0.8)
+                k.stats.add("revokes")
+            else:
+                k.grant(self.c, n, prog, sorted(ACTS), True)
+        elif r < 0.45:
+            k.bind(self.c, n, self.rng.choice(WORKERS))
+            k.stats.add("rebinds")
+        elif r < 0.57:
+            res = k.signed(self.c, n, "advance_epoch", {"expected_epoch": self.root(n)["epoch"]})
+            with k.acks_lock:
+                k.acks.at_least(k.acks.epoch, n.id, res["epoch"])
+            k.stats.add("epoch_advances")
+        elif r < 0.72:
+            op = self.pick_op(n)
+            if op is not None:
+                k.touch(n, op)
+                res = k.signed(self.c, n, "cancel", {"op": op})
+                with k.acks_lock:
+                    k.acks.terminal[(n.id, op)] = res["state"]
+                k.stats.add("cancels")
+        elif r < 0.85:
+            prog = self.rng.choice(PROGS)
+            p = k.request(self.c, "get_prog", {"neuron": n.id, "prog": prog})
+            new = "paused" if p["state"] == "active" else "active"
+            k.signed(
+                self.c,
+                n,
+                "set_prog_state",
+                {"prog": prog, "expected_state": p["state"], "state": new},
+            )
+            k.stats.add("pauses" if new == "paused" else "resumes")
+        else:
+            gen = self.root(n)["placement_generation"]
+            res = k.signed(self.c, n, "release_placement", {"expected_generation": gen})
+            with k.acks_lock:
+                k.acks.at_least(k.acks.generation, n.id, res["placement_generation"])
+            k.bind(self.c, n, self.rng.choice(WORKERS))
+        self.stop.wait(self.rng.uniform(0.005, 0.04))  # pacing, not synchronization
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def run_soak(
+    *,
+    kills: int,
+    neurons: int,
+    delay: tuple[float, float],
+    kill_during_start: float = 0.1,
+    seed: int | None = None,
+) -> tuple[dict[str, Any], list[str], Cluster]:
+    """Run `kills` crash cycles; return (figures, violations, cluster)."""
+    seed = random.randrange(1 << 32) if seed is None else seed
+    k = Cluster(seed)
+    try:
+        return _run(k, kills, neurons, delay, kill_during_start)
+    except BaseException:
+        k.daemon.cleanup()  # no daemon outlives a failed run
+        raise
+
+
+def _run(
+    k: Cluster, kills: int, neurons: int, delay: tuple[float, float], kill_during_start: float
+) -> tuple[dict[str, Any], list[str], Cluster]:
+    t0 = time.monotonic()
+    k.setup(neurons)
+    while k.stats.c["kills"] < kills:
+        if k.rng.random() < kill_during_start and k.stats.c["kills"]:
+            k.kill_during_start()
+        else:
+            if k.stats.c["kills"]:
+                k.start()
+                k.check_after_restart()
+                k.rebind_all()
+            k.cycle(delay)
+        k.wait_for_orphans()
+        k.check_after_kill()
+    # a last start: everything through the reads, then a clean stop
+    k.start()
+    k.check_after_restart()
+    with k.daemon.connect() as c:
+        k.check_touched(c, k.daemon.boot or "", every=True)
+    code = k.daemon.terminate()
+    if code != 0:
+        k.violations.append(f"SIGTERM after the soak: exit status {code}")
+    k.check_after_kill()
+    figures = k.figures()
+    figures["seconds"] = round(time.monotonic() - t0, 1)
+    (k.env.root / "soak-figures.json").write_text(json.dumps(figures, indent=2))
+    return figures, k.violations, k
