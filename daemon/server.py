@@ -33,6 +33,7 @@ from wardd.protocol import (
     Request,
     Response,
     WarddError,
+    decode_item,
     encode_frame,
     encode_item,
     parse_request,
@@ -186,12 +187,13 @@ class Server:
             decoder.feed(data)
             while True:
                 try:
-                    item = decoder.next_item()
+                    body = decoder.next_body()
+                    if body is NEED_DATA:
+                        break
+                    item = await _decode(body)
                 except BadFrame as err:
                     await conn.send(ErrorReply(None, err).to_wire())
                     return
-                if item is NEED_DATA:
-                    break
                 if not await self._dispatch(conn, item):
                     return
 
@@ -249,6 +251,19 @@ class Server:
         # a computed reply is sent even while the daemon shuts down (bounded)
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await conn.send(reply)
+
+
+# The strict decoder is pure Python: a hostile frame of a megabyte of tiny
+# items takes tens to hundreds of milliseconds. Large bodies are decoded on a
+# thread, so the event loop keeps serving (the GIL is handed over every few
+# milliseconds) instead of stalling every connection for the whole decode.
+INLINE_DECODE_BYTES = 65536
+
+
+async def _decode(body: bytes) -> Any:
+    if len(body) <= INLINE_DECODE_BYTES:
+        return decode_item(body)
+    return await trio.to_thread.run_sync(decode_item, body)
 
 
 def _peer_uid(sock: trio.socket.SocketType) -> int:

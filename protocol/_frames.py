@@ -64,6 +64,22 @@ class FrameDecoder:
         header is buffered) or a body that is not exactly one well-formed
         CBOR item; the decoder then stays failed.
         """
+        body = self.next_body()
+        if body is NEED_DATA:
+            return NEED_DATA
+        try:
+            return decode_item(body)
+        except BadFrame as exc:
+            raise self._fail(exc) from None
+
+    def next_body(self) -> bytes | NeedData:
+        """The undecoded body of the next whole frame, or `NEED_DATA`, for a
+        caller that decodes large bodies elsewhere (`decode_item`); a body
+        that then fails to decode is the caller's to report.
+
+        Raises `BadFrame` for a length outside 1..max_frame, as soon as the
+        header is buffered; the decoder then stays failed.
+        """
         if self._error is not None:
             raise BadFrame(self._error.message)
         buffer = self._buffer
@@ -78,10 +94,7 @@ class FrameDecoder:
         with memoryview(buffer) as view:  # one copy of the body, not two
             body = bytes(view[_HEADER_SIZE:end])
         del buffer[:end]
-        try:
-            return decode_item(body)
-        except BadFrame as exc:
-            raise self._fail(exc) from None
+        return body
 
     @property
     def buffered(self) -> int:

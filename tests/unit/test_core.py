@@ -224,3 +224,17 @@ async def test_trio_callers_are_answered_after_commit(tmp_path):
     finally:
         w.stop()
     assert sqlite3.connect(tmp_path / "t.db").execute("SELECT count(*) FROM t").fetchone() == (20,)
+
+
+def test_frame_bodies_can_be_taken_undecoded_in_order():
+    """FrameDecoder.next_body hands out whole bodies for decoding elsewhere."""
+    from wardd.protocol import NEED_DATA, FrameDecoder, decode_item, encode_frame
+
+    d = FrameDecoder()
+    data = encode_frame({"id": 1}) + encode_frame([2, 3])
+    d.feed(data[:5])
+    assert d.next_body() is NEED_DATA
+    d.feed(data[5:])
+    assert decode_item(d.next_body()) == {"id": 1}
+    assert d.next_item() == [2, 3]
+    assert d.next_body() is NEED_DATA
