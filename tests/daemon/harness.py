@@ -6,9 +6,11 @@ datagram socket this harness binds), never on a sleep.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +23,17 @@ from wardd.client import Client, Neuron
 
 NETWORK = "test-net"
 START_TIMEOUT = 30.0
+_BASE: list[str] = []
+
+
+def _base() -> str:
+    """One short temp dir per test process, removed at exit (kept with
+    WARDD_TEST_KEEP=1): every Env lives under it (socket paths stay short)."""
+    if not _BASE:
+        _BASE.append(tempfile.mkdtemp(prefix="wardd-t-", dir="/tmp"))
+        if os.environ.get("WARDD_TEST_KEEP") != "1":
+            atexit.register(shutil.rmtree, _BASE[0], True)
+    return _BASE[0]
 
 
 def toml_value(v: Any) -> str:
@@ -43,7 +56,7 @@ class Env:
     def __init__(
         self, *, workers: int = 2, acts: dict[str, dict[str, Any]] | None = None, **top: Any
     ) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="wardd-t-", dir="/tmp"))
+        self.root = Path(tempfile.mkdtemp(prefix="e-", dir=_base()))
         self.socket = self.root / "s.sock"
         self.database = self.root / "db" / "wardd.db"
         self.ledger = self.root / "ledger.log"  # file.append act "ledger"
