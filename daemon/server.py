@@ -136,6 +136,8 @@ class Server:
         self._max_in_flight = max_in_flight
         self._on_close = on_close
         self.connections: set[Connection] = set()
+        # large frames are decoded on threads of their own, at most two at once
+        self._decode_limiter = trio.CapacityLimiter(2)
         self.requests: trio.Nursery | None = None
 
     async def serve(
@@ -190,7 +192,7 @@ class Server:
                     body = decoder.next_body()
                     if body is NEED_DATA:
                         break
-                    item = await _decode(body)
+                    item = await _decode(body, self._decode_limiter)
                 except BadFrame as err:
                     await conn.send(ErrorReply(None, err).to_wire())
                     return
@@ -210,6 +212,8 @@ class Server:
             await conn.send(ErrorReply(req.id, Overloaded("too many requests in flight")).to_wire())
             return True
         assert self.requests is not None
+        if self.requests.cancel_scope.cancel_called:  # past the shutdown grace
+            return False
         try:
             self.requests.start_soon(self._run, conn, req)
         except RuntimeError:  # the daemon has finished serving requests: close
@@ -246,11 +250,14 @@ class Server:
             reply = ErrorReply(req.id, Internal("internal error")).to_wire()
         else:
             reply = Response(req.id, result).to_wire()
+        # a computed reply is sent even while the daemon shuts down (bounded);
+        # the request counts as in flight until then, so max_in_flight also
+        # holds back a client that sends without reading
+        try:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await conn.send(reply)
         finally:
             conn.in_flight -= 1
-        # a computed reply is sent even while the daemon shuts down (bounded)
-        with trio.CancelScope(shield=True), trio.move_on_after(5):
-            await conn.send(reply)
 
 
 # The strict decoder is pure Python: a hostile frame of a megabyte of tiny
@@ -260,10 +267,10 @@ class Server:
 INLINE_DECODE_BYTES = 65536
 
 
-async def _decode(body: bytes) -> Any:
+async def _decode(body: bytes, limiter: trio.CapacityLimiter) -> Any:
     if len(body) <= INLINE_DECODE_BYTES:
         return decode_item(body)
-    return await trio.to_thread.run_sync(decode_item, body)
+    return await trio.to_thread.run_sync(decode_item, body, limiter=limiter)
 
 
 def _peer_uid(sock: trio.socket.SocketType) -> int:

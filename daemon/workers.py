@@ -79,6 +79,7 @@ class WorkerPool:
         }
         self._stopping = False
         self._counts_lock = threading.Lock()
+        self._grace_over = False
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
@@ -116,7 +117,13 @@ class WorkerPool:
         deadline = time.monotonic() + grace
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self._threads)
+        finished = not any(t.is_alive() for t in self._threads)
+        if not finished:
+            # SPEC §3.6: a call still running now is left claimed without an
+            # outcome (unknown at the next start, with its evidence), even if
+            # killing its process group makes it return in this boot
+            self._grace_over = True
+        return finished
 
     # -- the thread -------------------------------------------------------------
 
@@ -242,6 +249,9 @@ class WorkerPool:
         commit's callback (SPEC §3.2.3: only once the outcome is durable),
         so the worker serves its next dispatch while the outcome waits for
         its batch, and outcomes of several workers share one fsync."""
+        if self._grace_over:
+            log.warning("outcome_left_unrecorded", op=ref.op, attempt=ref.attempt, status=status)
+            return
         fut = self._writer.submit(
             _units.outcome(ref, status, value, error, "adapter"), critical=True
         )

@@ -481,3 +481,42 @@ class TestShutdownOrder:
             "outcome": {"status": "succeeded", "value": {"a": True, "b": 2}},
         }
         assert code_of(a.call, "reconcile", other).code == "conflict"
+
+    def test_sigterm_finishes_while_a_client_sends_without_reading(self, daemon):
+        """A client that keeps sending and never reads cannot hold the daemon
+        past its shutdown (requests after the grace are not taken)."""
+        import signal as _signal
+        import socket
+        import struct
+        import threading
+
+        import cbor2
+
+        def frame(obj):
+            body = cbor2.dumps(obj)
+            return struct.pack(">I", len(body)) + body
+
+        stop = threading.Event()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(daemon.env.socket))
+        s.sendall(frame({"id": 0, "method": "hello", "params": {"protocol": 1, "client": "t"}}))
+
+        def flood():
+            i = 1
+            try:
+                while not stop.is_set():
+                    s.sendall(frame({"id": i, "method": "status", "params": {}}))
+                    i += 1
+                    stop.wait(0.01)  # paced, never reading
+            except OSError:
+                pass
+
+        t = threading.Thread(target=flood, daemon=True)
+        t.start()
+        try:
+            daemon.proc.send_signal(_signal.SIGTERM)
+            assert daemon.proc.wait(30) == 0
+        finally:
+            stop.set()
+            t.join(10)
+            s.close()
