@@ -52,6 +52,7 @@ class Connection:
     max_frame: int
     id: int = attrs.field(factory=lambda: next(_ids))
     in_flight: int = 0
+    unsent: int = 0
     closed: bool = False
     greeted: bool = False
     send_lock: trio.Lock = attrs.field(factory=trio.Lock)
@@ -208,7 +209,7 @@ class Server:
             return conn.greeted
         if not conn.greeted:
             return await self._greet(conn, req)
-        if conn.in_flight >= self._max_in_flight:
+        if conn.in_flight >= self._max_in_flight or conn.unsent > self._max_in_flight:
             await conn.send(ErrorReply(req.id, Overloaded("too many requests in flight")).to_wire())
             return True
         assert self.requests is not None
@@ -250,14 +251,18 @@ class Server:
             reply = ErrorReply(req.id, Internal("internal error")).to_wire()
         else:
             reply = Response(req.id, result).to_wire()
+        finally:
+            conn.in_flight -= 1
         # a computed reply is sent even while the daemon shuts down (bounded);
-        # the request counts as in flight until then, so max_in_flight also
-        # holds back a client that sends without reading
+        # replies not yet sent are bounded too, so a client that sends without
+        # reading is held back (a strictly sequential client is never refused:
+        # it has at most one reply on its way while it sends the next request)
+        conn.unsent += 1
         try:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await conn.send(reply)
         finally:
-            conn.in_flight -= 1
+            conn.unsent -= 1
 
 
 # The strict decoder is pure Python: a hostile frame of a megabyte of tiny

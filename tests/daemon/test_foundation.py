@@ -398,6 +398,13 @@ class TestLimits:
         assert c1.call("status")["connections"] == 2
         c2.close()
 
+    def test_a_sequential_client_is_never_overloaded(self, make_daemon):
+        """A reply on its way while the next request arrives is not in flight."""
+        d = make_daemon(Env(max_in_flight=1))
+        with d.connect() as c:
+            for _ in range(200):
+                assert c.call("status")["boot"] == d.boot
+
     def test_requests_in_flight_over_the_limit_are_overloaded(self, make_daemon):
         from tests.daemon.harness import Actor
         from tests.daemon.test_dispatch import wait_for
