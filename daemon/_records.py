@@ -99,6 +99,37 @@ def append_event(
     return seq
 
 
+def move_attempt(
+    conn: sqlite3.Connection,
+    *,
+    attempt_id: int,
+    neuron_id: int,
+    op_id: int,
+    attempt: int,
+    state: str,
+    kind: str,
+    data: dict[str, Any] | None,
+    reason: str | None = None,
+    evidence: dict[str, Any] | None = None,
+    at: str | None = None,
+) -> None:
+    """The one way an attempt changes state: the new state (with its void
+    reason or its evidence), the event record of the transition, and the
+    op state that follows from it (SPEC §2: states evolve only by
+    appending records; the binding never changes)."""
+    sets: list[str] = ["state = ?"]
+    params: list[Any] = [state]
+    if reason is not None:
+        sets.append("reason = ?")
+        params.append(reason)
+    if evidence is not None:
+        sets.append("evidence = ?")
+        params.append(enc(evidence))
+    conn.execute(f"UPDATE attempts SET {', '.join(sets)} WHERE id = ?", (*params, attempt_id))
+    append_event(conn, kind, neuron_id, op_id=op_id, attempt=attempt, data=data, at=at)
+    refresh_op_state(conn, op_id)
+
+
 def derive_op_state(cancelled: bool, consumed: bool, latest: str | None) -> str:
     """SPEC §3.3: the op state follows its latest attempt; cancelled and
     consumed are terminal and override it."""

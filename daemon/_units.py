@@ -40,7 +40,7 @@ from wardd.protocol import (
     WarddError,
 )
 
-from ._records import append_event, dec, enc, now, refresh_op_state
+from ._records import append_event, dec, enc, move_attempt, now, refresh_op_state
 
 Unit = Callable[[sqlite3.Connection], Any]
 
@@ -137,18 +137,17 @@ def void_attempt(conn: sqlite3.Connection, attempt_id: int, reason: str) -> bool
     ).fetchone()
     if row is None or row["state"] != "prepared":
         return False
-    conn.execute(
-        "UPDATE attempts SET state = 'void', reason = ? WHERE id = ?", (reason, attempt_id)
-    )
-    append_event(
+    move_attempt(
         conn,
-        "voided",
-        row["neuron_id"],
+        attempt_id=attempt_id,
+        neuron_id=row["neuron_id"],
         op_id=row["op_id"],
         attempt=row["attempt"],
+        state="void",
+        kind="voided",
         data={"reason": reason},
+        reason=reason,
     )
-    refresh_op_state(conn, row["op_id"])
     return True
 
 
@@ -410,21 +409,22 @@ def _insert_claim(
         )
     except sqlite3.IntegrityError:
         raise ClaimConflict("the attempt is already claimed") from None
-    conn.execute("UPDATE attempts SET state = 'running' WHERE id = ?", (ref.attempt_id,))
-    append_event(
+    data = {
+        "worker": worker,
+        "boot": boot,
+        "placement_generation": ref.placement_generation,
+        "digest": ref.digest,
+    }
+    move_attempt(
         conn,
-        "claimed",
-        ref.neuron_id,
+        attempt_id=ref.attempt_id,
+        neuron_id=ref.neuron_id,
         op_id=ref.op_id,
         attempt=ref.attempt,
-        data={
-            "worker": worker,
-            "boot": boot,
-            "placement_generation": ref.placement_generation,
-            "digest": ref.digest,
-        },
+        state="running",
+        kind="claimed",
+        data=data,
     )
-    refresh_op_state(conn, ref.op_id)
     return ref
 
 
@@ -483,45 +483,36 @@ def record_outcome(
         (attempt_id,),
     ).fetchone()
     at = now()
+    where = {
+        "attempt_id": attempt_id,
+        "neuron_id": row["neuron_id"],
+        "op_id": row["op_id"],
+        "attempt": row["attempt"],
+        "at": at,
+    }
     if status == "unknown":
-        conn.execute(
-            "UPDATE attempts SET state = 'unknown', evidence = ? WHERE id = ?",
-            (enc({"claimed": True, "error": error}), attempt_id),
-        )
-        append_event(
+        move_attempt(
             conn,
-            "outcome",
-            row["neuron_id"],
-            op_id=row["op_id"],
-            attempt=row["attempt"],
+            **where,
+            state="unknown",
+            kind="outcome",
             data={"status": "unknown", "error": error},
-            at=at,
+            evidence={"claimed": True, "error": error},
         )
-    else:
+        return status
+    conn.execute(
+        "INSERT INTO outcomes(attempt_id, status, value, error, source, at) VALUES (?,?,?,?,?,?)",
+        (attempt_id, status, enc(value), error, source, at),
+    )
+    if status == "succeeded" and not row["cancelled"]:
         conn.execute(
-            "INSERT INTO outcomes(attempt_id, status, value, error, source, at)"
-            " VALUES (?,?,?,?,?,?)",
-            (attempt_id, status, enc(value), error, source, at),
+            "UPDATE operations SET result_epoch = ? WHERE id = ?", (row["epoch"], row["op_id"])
         )
-        conn.execute("UPDATE attempts SET state = ? WHERE id = ?", (status, attempt_id))
-        data: dict[str, Any] = {"status": status, "source": source}
-        if error is not None:
-            data["error"] = error
-        kind = {"adapter": "outcome", "receipt": "receipt", "reconcile": "reconciled"}[source]
-        append_event(
-            conn,
-            kind,
-            row["neuron_id"],
-            op_id=row["op_id"],
-            attempt=row["attempt"],
-            data=data,
-            at=at,
-        )
-        if status == "succeeded" and not row["cancelled"]:
-            conn.execute(
-                "UPDATE operations SET result_epoch = ? WHERE id = ?", (row["epoch"], row["op_id"])
-            )
-    refresh_op_state(conn, row["op_id"])
+    data: dict[str, Any] = {"status": status, "source": source}
+    if error is not None:
+        data["error"] = error
+    kind = {"adapter": "outcome", "receipt": "receipt", "reconcile": "reconciled"}[source]
+    move_attempt(conn, **where, state=status, kind=kind, data=data)
     return status
 
 

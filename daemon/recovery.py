@@ -29,7 +29,7 @@ import trio
 from wardd.adapters import Adapter, Receipt, has_receipt
 
 from ._reads import Reads
-from ._records import append_event, dec, enc, refresh_op_state, wire_safe
+from ._records import append_event, dec, enc, move_attempt, wire_safe
 from ._units import record_outcome
 from ._writer import Writer
 
@@ -66,19 +66,17 @@ def mark_unknown(boot: str) -> Any:
         ).fetchall()
         for r in rows:
             evidence = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
-            conn.execute(
-                "UPDATE attempts SET state = 'unknown', evidence = ? WHERE id = ?",
-                (enc(evidence), r["id"]),
-            )
-            append_event(
+            move_attempt(
                 conn,
-                "marked_unknown",
-                r["neuron_id"],
+                attempt_id=r["id"],
+                neuron_id=r["neuron_id"],
                 op_id=r["op_id"],
                 attempt=r["attempt"],
+                state="unknown",
+                kind="marked_unknown",
                 data=evidence,
+                evidence=evidence,
             )
-            refresh_op_state(conn, r["op_id"])
         return len(rows)
 
     return unit

@@ -115,6 +115,16 @@ def _db(tmp_path):
     return conn
 
 
+def _db_failing_at_commit(tmp_path):
+    """A unit inserting into c passes, and its COMMIT fails (a deferred
+    foreign-key violation), like a full disk at commit time."""
+    conn = _db(tmp_path)
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("CREATE TABLE p(id INTEGER PRIMARY KEY)")
+    conn.execute("CREATE TABLE c(pid INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+    return conn
+
+
 class TestWriter:
     def test_refused_unit_changes_nothing_and_others_commit(self, tmp_path):
         w = Writer(_db(tmp_path), on_fatal=lambda why: None)
@@ -167,10 +177,7 @@ class TestWriter:
     def test_failed_commit_of_a_critical_unit_fail_stops(self, tmp_path):
         """SPEC §3.2.3: an outcome whose COMMIT fails is never reported, and the
         writer refuses every later write."""
-        conn = _db(tmp_path)
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("CREATE TABLE p(id INTEGER PRIMARY KEY)")
-        conn.execute("CREATE TABLE c(pid INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+        conn = _db_failing_at_commit(tmp_path)
         fatal: list[str] = []
         w = Writer(conn, on_fatal=fatal.append)
         w.start()
@@ -190,10 +197,7 @@ class TestWriter:
         )
 
     def test_failed_commit_of_an_ordinary_unit_keeps_the_writer(self, tmp_path):
-        conn = _db(tmp_path)
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("CREATE TABLE p(id INTEGER PRIMARY KEY)")
-        conn.execute("CREATE TABLE c(pid INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+        conn = _db_failing_at_commit(tmp_path)
         fatal: list[str] = []
         w = Writer(conn, on_fatal=fatal.append)
         w.start()
