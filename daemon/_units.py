@@ -341,6 +341,11 @@ def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
     return None
 
 
+def shutdown_void() -> TokenVoid:
+    """The refusal of a dispatch the shutdown keeps from its claim (SPEC §3.6)."""
+    return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
+
+
 def claim(
     ref: AttemptRef,
     *,
@@ -358,7 +363,7 @@ def claim(
     def unit(conn: sqlite3.Connection) -> AttemptRef | WarddError:
         if stopping():
             void_attempt(conn, ref.attempt_id, "shutdown")
-            return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
+            return shutdown_void()
         return _claim(conn, ref, worker, boot, claim_info)
 
     return unit
@@ -443,7 +448,7 @@ def invoke_claim(
 
     def unit(conn: sqlite3.Connection) -> AttemptRef | str | WarddError:
         if stopping():
-            return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
+            return shutdown_void()
         nrow = neuron_row(conn, neuron)
         op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
         assert descriptor is not None

@@ -31,7 +31,6 @@ from wardd.protocol import (
     Internal,
     Overloaded,
     Request,
-    TokenVoid,
     Unauthenticated,
     UnknownMethod,
     UnknownNeuron,
@@ -263,7 +262,7 @@ class Daemon:
             t.void_done.set()
         for d in queued:
             if ok or d.ref is None:
-                d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
+                d.reply(None, _units.shutdown_void())
             else:
                 d.reply(None, Internal("the attempt could not be voided"))
 
@@ -337,7 +336,7 @@ class Daemon:
         if d.ref is not None and not await self._void(d.ref.attempt_id, "shutdown"):
             d.reply(None, Internal("the attempt could not be voided"))
             return
-        d.reply(None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"}))
+        d.reply(None, _units.shutdown_void())
 
     def _connection_closed(self, conn: Connection) -> None:
         refs = self.tokens.drop_connection(conn.id)
@@ -527,7 +526,7 @@ class Daemon:
         if self.stopping:  # admitted before the shutdown began: never a live token
             if not await self._void(ref.attempt_id, "shutdown"):
                 raise Internal("the attempt could not be voided")
-            raise TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
+            raise _units.shutdown_void()
         if conn.closed:  # the connection went away meanwhile: its token is dropped
             await self._void(ref.attempt_id, "token_dropped")
             raise Internal("the connection closed")

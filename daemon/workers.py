@@ -25,7 +25,7 @@ import attrs
 import structlog
 
 from wardd.adapters import ActRequest, Adapter, DefiniteFailure
-from wardd.protocol import Internal, TokenVoid, WarddError
+from wardd.protocol import Internal, WarddError
 
 from . import _units
 from ._records import wire_safe
@@ -186,9 +186,7 @@ class WorkerPool:
                     if not self.has(got):
                         d.reply(None, Internal("the placement names no worker of this daemon"))
                     elif not self.submit(got, d):
-                        d.reply(
-                            None, TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
-                        )
+                        d.reply(None, _units.shutdown_void())
                     return None
                 ref: AttemptRef = got
             else:

@@ -867,6 +867,18 @@ class TestSlowHalfClosedIdle:
             assert reply.id == rid and reply.error.code == "unknown_operation"
 
 
+def _half_close(w: Wire) -> None:
+    """Close our sending side, then read until the daemon closes (the reply
+    may or may not come before the close)."""
+    w.sock.shutdown(socket.SHUT_WR)
+    while True:
+        try:
+            w.reply()
+        except Closed:
+            break
+    w.close()
+
+
 def test_a_write_sent_before_a_half_close_is_applied_exactly_once(target):
     """SPEC §3.1: a request's effect does not depend on its connection staying open."""
     t = target
@@ -877,13 +889,7 @@ def test_a_write_sent_before_a_half_close_is_applied_exactly_once(target):
     )
     w = Wire(t.path).hello()
     w.send_frame(cbor2.dumps({"id": 3, "method": "submit", "params": signed}))
-    w.sock.shutdown(socket.SHUT_WR)
-    while True:  # the reply may or may not come before the close
-        try:
-            w.reply()
-        except Closed:
-            break
-    w.close()
+    _half_close(w)
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -905,13 +911,7 @@ def test_a_prepare_on_a_half_closed_connection_drops_its_token(target):
     signed = t.actor.neuron.sign("prepare", t.actor.prepare_params(op), NETWORK)
     w = Wire(t.path).hello()
     w.send_frame(cbor2.dumps({"id": 4, "method": "prepare", "params": signed}))
-    w.sock.shutdown(socket.SHUT_WR)
-    while True:
-        try:
-            w.reply()
-        except Closed:
-            break
-    w.close()
+    _half_close(w)
     deadline = time.monotonic() + 20
     while True:
         atts = t.actor.op(op)["attempts"]

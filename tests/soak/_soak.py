@@ -293,11 +293,17 @@ class Cluster:
             self.check_touched(c, boot)
 
     def pages(self, c: Client, state: str) -> list[dict[str, Any]]:
+        return self.paged(c, "list_attempts", {"state": state}, "attempts")
+
+    def paged(
+        self, c: Client, method: str, params: dict[str, Any], key: str
+    ) -> list[dict[str, Any]]:
+        """Every entry of a paged read, following ``next``."""
         out: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"state": state, "limit": 1000}
+        params = {**params, "limit": 1000}
         while True:
-            page = self.request(c, "list_attempts", params)
-            out += page["attempts"]
+            page = self.request(c, method, params)
+            out += page[key]
             if "next" not in page:
                 return out
             params["after"] = page["next"]
@@ -319,14 +325,7 @@ class Cluster:
             return self.request(c, "get_operation", {"neuron": neuron, "op": op})
 
         def history(neuron: str, op: str) -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = []
-            params: dict[str, Any] = {"neuron": neuron, "op": op, "limit": 1000}
-            while True:
-                page = self.request(c, "history", params)
-                out += page["records"]
-                if "next" not in page:
-                    return out
-                params["after"] = page["next"]
+            return self.paged(c, "history", {"neuron": neuron, "op": op}, "records")
 
         ops = {}
         for neuron, op in todo:
