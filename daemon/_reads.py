@@ -7,8 +7,9 @@ stored. Pages end early (with ``next``) rather than exceed ``max_frame``.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
@@ -34,6 +35,21 @@ class Reads:
         if not rows:
             raise UnknownNeuron("neuron is not registered")
         return rows[0]
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """The reader connection inside one read transaction: every
+        statement sees the same committed state."""
+        self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            self.conn.execute("COMMIT")
+
+    def attempt_state(self, attempt_id: int) -> tuple[str, str | None] | None:
+        """(state, void reason) of an attempt by its row id, or None."""
+        rows = self._q("SELECT state, reason FROM attempts WHERE id = ?", (attempt_id,))
+        return (rows[0]["state"], rows[0]["reason"]) if rows else None
 
     def get_neuron(self, neuron: str) -> dict[str, Any]:
         n = self._neuron(neuron)

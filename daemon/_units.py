@@ -463,6 +463,19 @@ def invoke_claim(
     return unit
 
 
+def invoke_precheck(
+    conn: sqlite3.Connection, ctx: BootContext, neuron: str, params: Mapping[str, Any]
+) -> str:
+    """SPEC §3.2.5 [2.2]: ``invoke``'s checks on arrival, on a read
+    connection (they write nothing). Raises the first refusal that applies
+    now; returns the worker the placement names. The claim unit runs them
+    again under the guard: this only answers a refusal at once."""
+    nrow = neuron_row(conn, neuron)
+    _op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
+    assert descriptor is not None
+    return str(descriptor["executor"]["worker"])
+
+
 def outcome(ref: AttemptRef, status: str, value: Any, error: str | None, source: str) -> Unit:
     """Accept an outcome pinned to the original op and attempt (SPEC §3.2.3):
     accepted whatever changed meanwhile."""

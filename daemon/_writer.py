@@ -227,10 +227,17 @@ class Writer:
             else:
                 job.future.set_exception(value)
 
+    def fail_stop(self, why: str) -> None:
+        """Stop taking writes and tell the daemon to stop (SPEC §3.2.3):
+        something the daemon must record could not be recorded."""
+        self._go_fatal(why)
+
     def _go_fatal(self, why: str) -> None:
-        if self.fatal is None:
+        with self._lock:
+            if self.fatal is not None:
+                return
             self.fatal = why
-            self._on_fatal(why)
+        self._on_fatal(why)
 
     def _fail_batch(self, batch: list[_Job], exc: BaseException, *, fatal: bool = False) -> None:
         """The batch's transaction is lost: every unit of it fails."""

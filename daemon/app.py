@@ -31,6 +31,8 @@ from wardd.protocol import (
     Internal,
     Overloaded,
     Request,
+    TokenInvalid,
+    TokenVoid,
     Unauthenticated,
     UnknownMethod,
     UnknownNeuron,
@@ -55,7 +57,7 @@ from .descriptors import build_descriptors, check_descriptor, device_id
 from .guard import GuardTable
 from .recovery import Recovery
 from .server import Connection, Server, bind_unix
-from .tokens import DispatchToken, TokenRegistry
+from .tokens import DeadHandle, DispatchToken, TokenRegistry
 from .workers import Dispatch, WorkerPool
 
 __all__ = ["Daemon", "VERSION"]
@@ -221,7 +223,7 @@ class Daemon:
                         self.stopping = True
                         queued = self.pool.begin_stop()
                         tokens = self.tokens.void_all("shutdown")
-                        for token in tokens:
+                        for _handle, token in tokens:
                             token.void_done = trio.Event()
                         await self._void_shutdown(queued, tokens)
                         services.cancel_scope.cancel()
@@ -245,21 +247,25 @@ class Daemon:
         with scope:
             await self.server.serve(*args)
 
-    async def _void_shutdown(self, queued: list[Dispatch], tokens: list[DispatchToken]) -> None:
+    async def _void_shutdown(
+        self, queued: list[Dispatch], tokens: list[tuple[bytes, DispatchToken]]
+    ) -> None:
         """Void, in one unit, the attempts of unclaimed dispatches and unused
-        tokens (``shutdown``); answer only once that is durable."""
+        tokens (``shutdown``); answer only once that is durable. A void that
+        cannot be written fail-stops (the next start marks them unknown)."""
         ids = [d.ref.attempt_id for d in queued if d.ref is not None]
-        ids += [t.ref.attempt_id for t in tokens]
+        ids += [t.ref.attempt_id for _h, t in tokens]
         ok = True
         if ids:
             try:
-                await self.writer.run(_units.void_many(ids, "shutdown"))
+                await self.writer.run(_units.void_many(ids, "shutdown"), critical=True)
             except WarddError as err:
                 log.error("void_failed", reason="shutdown", error=err.message)
                 ok = False
-        for t in tokens:
+        for handle, t in tokens:
             t.void_ok = ok
             t.void_done.set()
+            self.tokens.void_written(handle)
         for d in queued:
             if ok or d.ref is None:
                 d.reply(None, _units.shutdown_void())
@@ -316,20 +322,27 @@ class Daemon:
     # -- tokens ---------------------------------------------------------------------
 
     async def _void(self, attempt_id: int, reason: str) -> bool:
-        """Durably void a prepared attempt; False if the write failed."""
+        """Durably void a prepared attempt; False if the write failed.
+
+        SPEC §3.6 [2.2]: a void the daemon must write is critical: if it
+        cannot be written the daemon fail-stops, so that the next start
+        marks the attempt unknown and no op stays blocked by a prepared
+        attempt whose token can no longer be used."""
         try:
-            await self.writer.run(_units.void(attempt_id, reason))
+            await self.writer.run(_units.void(attempt_id, reason), critical=True)
         except WarddError as err:
             log.error("void_failed", reason=reason, error=err.message)
+            self.writer.fail_stop(f"a void ({reason}) could not be written")
             return False
         return True
 
-    async def _void_token(self, token: DispatchToken) -> None:
+    async def _void_token(self, handle: bytes, token: DispatchToken) -> None:
         """Void a token's attempt; an ``execute`` of it waits for this."""
         assert token.void_reason is not None
         token.void_done = done = trio.Event()
         token.void_ok = await self._void(token.ref.attempt_id, token.void_reason)
         done.set()
+        self.tokens.void_written(handle)
 
     async def _refuse_dispatch(self, d: Dispatch) -> None:
         """An accepted dispatch that will never be claimed (shutdown)."""
@@ -355,7 +368,7 @@ class Daemon:
             self._expiry.popleft()
             token = self.tokens.expire(handle)
             if token is not None:
-                await self._void_token(token)
+                await self._void_token(handle, token)
 
     # -- dispatch -------------------------------------------------------------------
 
@@ -540,9 +553,20 @@ class Daemon:
     async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:
         handle = p["token"]
         token = self.tokens.lookup(handle, conn.id)
+        if isinstance(token, DeadHandle):
+            # used, or voided durably: the attempt's record says which
+            raise _dead_token(self.reads.attempt_state(token.attempt_id))
         if token.void_reason is None and trio.current_time() >= token.deadline:
             self.tokens.expire(handle)  # its timer has not fired yet
-            await self._void_token(token)
+            await self._void_token(handle, token)
+        if token.void_reason is None:
+            # SPEC §3.2.2 [2.2]: a token whose attempt a write already voided
+            # (a pause, an exhaustion, a revocation) is answered at once, never
+            # after waiting in a worker's queue; the claim checks again
+            record = self.reads.attempt_state(token.ref.attempt_id)
+            if record is not None and record[0] == "void":
+                self.tokens.consume_void(handle, token)
+                raise TokenVoid("the token's attempt was voided", {"reason": record[1]})
         if token.void_reason is not None:
             if token.void_done is not None:
                 await token.void_done.wait()  # reply only once the void is durable
@@ -554,15 +578,14 @@ class Daemon:
         return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset, ref=ref))
 
     async def _invoke(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        placement = self.reads.conn.execute(
-            "SELECT placement FROM neurons WHERE neuron = ?", (neuron,)
-        ).fetchone()
-        worker = "w0"
-        if placement is not None and placement[0] is not None:
-            from ._records import dec
-
-            w = dec(placement[0])["executor"]["worker"]
-            worker = w if self.pool.has(w) else worker
+        # SPEC §3.2.5 [2.2]: prepare's checks on arrival, on a read, so that a
+        # refusal (attempt_busy for a running attempt, say) is answered at once
+        # and only a request that passes waits in its worker's queue; the
+        # claim unit checks again, under the guard
+        with self.reads.snapshot() as rconn:
+            worker = _units.invoke_precheck(rconn, self.ctx, neuron, p)
+        if not self.pool.has(worker):
+            raise Internal("the placement names no worker of this daemon")
 
         def unit_for(w: str) -> _units.Unit:
             return _units.invoke_claim(
@@ -655,6 +678,13 @@ class Daemon:
             "tokens": len(self.tokens),
             "recovering": not self.recovered.is_set(),
         }
+
+
+def _dead_token(record: tuple[str, str | None] | None) -> WarddError:
+    """The answer to a handle whose token is gone, from its attempt's record."""
+    if record is not None and record[0] == "void":
+        return TokenVoid("the token's attempt was voided", {"reason": record[1]})
+    return TokenInvalid("the token was already used")
 
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch

@@ -1,23 +1,40 @@
-"""Dispatch tokens (SPEC §2, §3.2).
+"""Dispatch tokens (SPEC §2, §3.2; docs/contract.md).
 
 A token lives only in this process's memory. It cannot be copied,
 deep-copied or pickled, is consumed by value exactly once, is bound to the
 connection that prepared it and expires after ``token_ttl_s``. On the wire
-it is a 32-byte random handle: nothing public (attempt metadata, an old
-signature, a history record) can construct one, and the handle is never
-logged or stored (``repr`` shows only the attempt).
+it is a 32-byte handle that looks random: nothing public (attempt metadata,
+an old signature, a history record) can construct one, and the handle is
+never logged or stored (``repr`` shows only the attempt).
+
+Memory is bounded by the *live* tokens only. A used, expired or voided
+token leaves nothing behind but what its attempt's record holds: the
+handle itself carries its attempt id, masked and authenticated with a key
+of this boot and bound to the connection id, so a later presentation of a
+dead handle is recognised (the attempt's record then says ``token_void``
+and why, or that the token was used) without keeping a tombstone per token.
+A token whose void is still being written is kept until that void is
+durable, so that its ``execute`` answers only after it is.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from typing import Any, NoReturn
+
+import attrs
 
 from wardd.protocol import TokenInvalid, TokenVoid
 
 from ._units import AttemptRef
 
-__all__ = ["DispatchToken", "TokenRegistry"]
+__all__ = ["DeadHandle", "DispatchToken", "TokenRegistry"]
+
+HANDLE_BYTES = 32
+_ID_BYTES = 8
+_TAG_BYTES = HANDLE_BYTES - _ID_BYTES
 
 
 class DispatchToken:
@@ -48,71 +65,150 @@ class DispatchToken:
         return f"<DispatchToken op={self.ref.op!r} attempt={self.ref.attempt}>"
 
 
+@attrs.frozen
+class DeadHandle:
+    """A handle this boot issued to this connection whose token is gone
+    (used, or voided durably): its attempt's record tells which."""
+
+    attempt_id: int
+
+
 class TokenRegistry:
-    """Handle → token, owned by the event loop (single-threaded access)."""
+    """Handle → live token, owned by the event loop (single-threaded access)."""
 
     def __init__(self) -> None:
-        self._by_handle: dict[bytes, DispatchToken] = {}
+        self._key = secrets.token_bytes(32)
+        self._live: dict[bytes, DispatchToken] = {}
+        self._voiding: dict[bytes, DispatchToken] = {}  # void not yet durable
         self._by_conn: dict[int, set[bytes]] = {}
 
     def __len__(self) -> int:
-        return sum(1 for t in self._by_handle.values() if t.void_reason is None)
+        """The number of live tokens."""
+        return len(self._live)
+
+    def held(self) -> int:
+        """Every token this registry still holds (live, or voided and not yet durable)."""
+        return len(self._live) + len(self._voiding)
+
+    # -- handles ----------------------------------------------------------------
+
+    def _tag(self, conn_id: int, attempt_id: int) -> bytes:
+        msg = b"wardd-token/1|%d|%d" % (conn_id, attempt_id)
+        return hmac.digest(self._key, msg, hashlib.sha256)[:_TAG_BYTES]
+
+    def _mask(self, tag: bytes) -> int:
+        pad = hmac.digest(self._key, b"wardd-token-mask/1|" + tag, hashlib.sha256)
+        return int.from_bytes(pad[:_ID_BYTES], "big")
+
+    def _handle(self, conn_id: int, attempt_id: int) -> bytes:
+        tag = self._tag(conn_id, attempt_id)
+        masked = attempt_id ^ self._mask(tag)
+        return masked.to_bytes(_ID_BYTES, "big") + tag
+
+    def _attempt_of(self, handle: bytes, conn_id: int) -> int | None:
+        """The attempt id a handle was issued for on ``conn_id``, or None."""
+        if len(handle) != HANDLE_BYTES:
+            return None
+        tag = handle[_ID_BYTES:]
+        attempt_id = int.from_bytes(handle[:_ID_BYTES], "big") ^ self._mask(tag)
+        if not hmac.compare_digest(tag, self._tag(conn_id, attempt_id)):
+            return None
+        return attempt_id
+
+    # -- the life of a token -----------------------------------------------------
 
     def issue(self, conn_id: int, ref: AttemptRef, deadline: float) -> tuple[bytes, DispatchToken]:
-        handle = secrets.token_bytes(32)
+        handle = self._handle(conn_id, ref.attempt_id)
         token = DispatchToken(conn_id, ref, deadline)
-        self._by_handle[handle] = token
+        self._live[handle] = token
         self._by_conn.setdefault(conn_id, set()).add(handle)
         return handle, token
 
-    def lookup(self, handle: Any, conn_id: int) -> DispatchToken:
-        """The token behind ``handle`` for ``conn_id`` (SPEC §3.2.2): unknown,
-        used, or another connection's handle is ``token_invalid`` (and a
-        handle presented on the wrong connection is not consumed by that)."""
-        token = self._by_handle.get(handle) if isinstance(handle, bytes) else None
-        if token is None or token.conn_id != conn_id:
+    def lookup(self, handle: Any, conn_id: int) -> DispatchToken | DeadHandle:
+        """The token behind ``handle`` for ``conn_id`` (SPEC §3.2.2).
+
+        A live or still-voiding token is returned; a handle this boot issued
+        to this connection whose token is gone is a :class:`DeadHandle`;
+        anything else (unknown, forged, another connection's handle) is
+        ``token_invalid``, and a handle presented on the wrong connection
+        is not consumed by that."""
+        if not isinstance(handle, bytes):
             raise TokenInvalid("unknown token")
-        return token
+        token = self._live.get(handle) or self._voiding.get(handle)
+        if token is not None:
+            if token.conn_id != conn_id:
+                raise TokenInvalid("unknown token")
+            return token
+        attempt_id = self._attempt_of(handle, conn_id)
+        if attempt_id is None:
+            raise TokenInvalid("unknown token")
+        return DeadHandle(attempt_id)
 
     def consume(self, handle: bytes, token: DispatchToken) -> AttemptRef:
         if token.void_reason is not None:
             raise TokenVoid("the token's attempt was voided", {"reason": token.void_reason})
         ref = token.consume()
-        self._drop(handle, token)
+        self._forget(handle, token)
         return ref
 
+    def consume_void(self, handle: bytes, token: DispatchToken) -> None:
+        """Forget a live token whose attempt a write has voided durably
+        (found on arrival: a pause, an exhaustion, a revocation)."""
+        token.consume()
+        self._forget(handle, token)
+
     def take(self, handle: Any, conn_id: int) -> AttemptRef:
-        """lookup + consume."""
-        return self.consume(handle, self.lookup(handle, conn_id))
+        """lookup + consume (a dead handle is ``token_invalid``)."""
+        token = self.lookup(handle, conn_id)
+        if isinstance(token, DeadHandle):
+            raise TokenInvalid("the token was already used")
+        return self.consume(handle, token)
+
+    def void(self, handle: bytes, reason: str) -> DispatchToken | None:
+        """Mark a live token void (``reason``); it is held until
+        :meth:`void_written` says the void is durable. Returns it, or None
+        if it is not live."""
+        token = self._live.pop(handle, None)
+        if token is None:
+            return None
+        token.void_reason = reason
+        self._voiding[handle] = token
+        return token
 
     def expire(self, handle: bytes) -> DispatchToken | None:
         """Mark a live token void (``token_expired``); returns it."""
-        token = self._by_handle.get(handle)
-        if token is None or token.void_reason is not None:
-            return None
-        token.void_reason = "token_expired"
-        return token
+        return self.void(handle, "token_expired")
+
+    def void_written(self, handle: bytes) -> None:
+        """The void of ``handle``'s attempt is durable (or failed, and the
+        daemon fail-stops): forget the token."""
+        token = self._voiding.pop(handle, None)
+        if token is not None:
+            self._unindex(handle, token.conn_id)
 
     def drop_connection(self, conn_id: int) -> list[AttemptRef]:
-        """Forget a closed connection's tokens; returns the live ones' attempts."""
+        """Forget a closed connection's live tokens; returns their attempts."""
         live = []
-        for handle in self._by_conn.pop(conn_id, set()):
-            token = self._by_handle.pop(handle)
-            if token.void_reason is None:
+        for handle in list(self._by_conn.get(conn_id, ())):
+            token = self._live.pop(handle, None)
+            if token is not None:
                 live.append(token.ref)
+                self._unindex(handle, conn_id)
         return live
 
-    def void_all(self, reason: str) -> list[DispatchToken]:
+    def void_all(self, reason: str) -> list[tuple[bytes, DispatchToken]]:
         """At shutdown: void every live token."""
-        tokens = []
-        for token in self._by_handle.values():
-            if token.void_reason is None:
-                token.void_reason = reason
-                tokens.append(token)
-        return tokens
+        handles = list(self._live)
+        return [(h, t) for h in handles if (t := self.void(h, reason)) is not None]
 
-    def _drop(self, handle: bytes, token: DispatchToken) -> None:
-        del self._by_handle[handle]
-        handles = self._by_conn.get(token.conn_id)
+    def _forget(self, handle: bytes, token: DispatchToken) -> None:
+        self._live.pop(handle, None)
+        self._voiding.pop(handle, None)
+        self._unindex(handle, token.conn_id)
+
+    def _unindex(self, handle: bytes, conn_id: int) -> None:
+        handles = self._by_conn.get(conn_id)
         if handles is not None:
             handles.discard(handle)
+            if not handles:
+                del self._by_conn[conn_id]

@@ -155,7 +155,14 @@ class WorkerPool:
                 d.reply(None, Internal("the worker failed"))
 
     def _dispatch(self, state: WorkerState, d: Dispatch) -> None:
-        """Run with the neuron's guard held shared (taken by ``_next``)."""
+        """Run with the neuron's guard held shared (taken by ``_next``).
+
+        SPEC §3.6 [2.2]: once the claim is durable, nothing that goes wrong
+        leaves the attempt ``running`` for the rest of the boot: an
+        exception anywhere between the claim and the outcome (in the
+        adapter, in checking its value, here) records ``unknown`` with the
+        error's text, and if even that cannot be stored, the daemon
+        fail-stops."""
         released = False
 
         def release() -> None:
@@ -164,16 +171,31 @@ class WorkerPool:
                 released = True
                 self._guards.release_shared(d.neuron)
 
+        ref: AttemptRef | None = None
         try:
             ref = self._claim(state, d, release)
             if ref is None:
                 return
             state.busy = ref
             status, value, error = self._call(ref)
+        except BaseException as exc:  # noqa: BLE001 - after the claim: unknown, never running
+            if ref is None:
+                raise  # before the claim: nothing was started (the loop answers)
+            log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
+            status, value, error = "unknown", None, _fault(exc)
         finally:
             release()
             state.busy = None
-        self._accept(state, d, ref, status, value, error)
+        try:
+            self._accept(state, d, ref, status, value, error)
+        except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
+            # _accept raises only before its outcome is submitted
+            log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
+            try:
+                self._accept(state, d, ref, "unknown", None, _fault(exc))
+            except BaseException as again:
+                self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
+                raise
 
     def _claim(
         self, state: WorkerState, d: Dispatch, release: Callable[[], None]
@@ -209,9 +231,13 @@ class WorkerPool:
                 # invoke's attempt and claim were one unit, so nothing is left
                 if d.ref is not None:
                     try:
-                        self._writer.call(_units.void(d.ref.attempt_id, "claim_failed"))
+                        self._writer.call(
+                            _units.void(d.ref.attempt_id, "claim_failed"), critical=True
+                        )
                     except WarddError:
-                        pass  # recovery marks it unknown with claimed: false
+                        # SPEC §3.6 [2.2]: fail-stop; the next start marks it
+                        # unknown with claimed: false
+                        self._writer.fail_stop("a void (claim_failed) could not be written")
                 err = Internal("the claim could not be committed", {"reason": "claim_failed"})
             d.reply(None, err)
             return None
@@ -246,7 +272,8 @@ class WorkerPool:
         """Submit the outcome and move on: the reply is sent from the
         commit's callback (SPEC §3.2.3: only once the outcome is durable),
         so the worker serves its next dispatch while the outcome waits for
-        its batch, and outcomes of several workers share one fsync."""
+        its batch, and outcomes of several workers share one fsync. The
+        outcome is critical: if it cannot be stored, the daemon fail-stops."""
         if self._grace_over:
             log.warning("outcome_left_unrecorded", op=ref.op, attempt=ref.attempt, status=status)
             return
@@ -255,6 +282,13 @@ class WorkerPool:
         )
 
         def committed(f: concurrent.futures.Future[Any]) -> None:
+            try:
+                _answer(f)
+            except BaseException as exc:  # noqa: BLE001 - a reply must always leave
+                log.error("reply_failed", op=ref.op, attempt=ref.attempt, error=repr(exc))
+                d.reply(None, Internal("the outcome's reply failed"))
+
+        def _answer(f: concurrent.futures.Future[Any]) -> None:
             if f.exception() is not None:
                 # never report an outcome that is not stored
                 d.reply(None, Internal("the outcome could not be stored", {"reason": "fail_stop"}))
@@ -282,4 +316,14 @@ def _claim_info(adapter: Adapter | None) -> dict[str, Any] | None:
 
 
 def _text(exc: BaseException) -> str:
-    return str(exc)[:ERROR_TEXT_MAX]
+    try:
+        return str(exc)[:ERROR_TEXT_MAX]
+    except Exception:  # noqa: BLE001 - an exception whose str() raises
+        return type(exc).__name__
+
+
+def _fault(exc: BaseException) -> str:
+    """The error text recorded for a fault after the claim."""
+    return f"the worker failed after the claim: {type(exc).__name__}: {_text(exc)}"[
+        :ERROR_TEXT_MAX
+    ]

@@ -309,3 +309,53 @@ class Actor:
 
     def invoke(self, op: str, attempt: int = 1, client: Client | None = None) -> Any:
         return self.call("invoke", self.prepare_params(op, attempt), client=client)
+
+
+def code_of(fn: Any, *args: Any, **kw: Any) -> Any:
+    """The WarddError that ``fn(*args, **kw)`` raises (the test fails if none)."""
+    import pytest
+
+    from wardd.protocol import WarddError
+
+    with pytest.raises(WarddError) as ei:
+        fn(*args, **kw)
+    return ei.value
+
+
+def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> None:
+    """Bounded polling of an outside process's effect (a file, a state, a
+    status field): the observable the test waits on, never a fixed sleep."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Background:
+    """A blocking call run on a thread, its result taken later."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        import threading
+
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.value = fn(*args)
+            except BaseException as e:  # noqa: BLE001
+                self.error = e
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def result(self, timeout: float = 60) -> Any:
+        assert self.done.wait(timeout), "background call did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.value

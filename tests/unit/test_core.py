@@ -7,6 +7,7 @@ import pickle
 import sqlite3
 import threading
 
+import attrs
 import pytest
 import trio
 
@@ -79,6 +80,39 @@ class TestTokens:
         with pytest.raises(TokenInvalid):
             reg.take(h1, 1)
         assert len(reg) == 1
+
+
+    def test_dead_tokens_leave_nothing_behind(self):
+        """Used, expired and dropped tokens hold no memory; a dead handle is
+        still recognised on its own connection, and only there."""
+        reg = TokenRegistry()
+        used, _ = reg.issue(1, REF, 0.0)
+        reg.take(used, 1)
+        ref2 = attrs.evolve(REF, attempt_id=2)
+        expired, _ = reg.issue(1, ref2, 0.0)
+        assert reg.expire(expired) is not None
+        assert reg.held() == 1  # until its void is durable
+        reg.void_written(expired)
+        reg.issue(2, attrs.evolve(REF, attempt_id=3), 0.0)
+        assert reg.drop_connection(2)
+        assert reg.held() == 0 and len(reg) == 0 and not reg._by_conn
+        from wardd.daemon.tokens import DeadHandle
+
+        assert reg.lookup(used, 1) == DeadHandle(1)
+        assert reg.lookup(expired, 1) == DeadHandle(2)
+        with pytest.raises(TokenInvalid):
+            reg.lookup(used, 2)
+        forged = bytes(32)
+        with pytest.raises(TokenInvalid):
+            reg.lookup(forged, 1)
+
+    def test_handles_are_unlinkable_to_their_attempts(self):
+        """Two handles of consecutive attempts share no visible structure."""
+        reg = TokenRegistry()
+        h1, _ = reg.issue(1, REF, 0.0)
+        h2, _ = reg.issue(1, attrs.evolve(REF, attempt_id=2), 0.0)
+        assert len(h1) == len(h2) == 32
+        assert h1[:8] != h2[:8] and (1).to_bytes(8, "big") not in (h1, h2)
 
 
 class TestGuard:
