@@ -33,7 +33,7 @@ import pytest
 
 from tests.daemon.harness import NETWORK, Actor, Daemon, Env
 from tests.daemon.test_dispatch import Background, code_of, wait_for
-from wardd.client import Client, Neuron
+from wardd.client import Client, Neuron, Session
 
 # -- replay ---------------------------------------------------------------------------------
 
@@ -255,6 +255,18 @@ class TestReplay:
         assert settled["steps_used"] == 8
         prog = a.get_prog()
         assert prog["steps_used"] + prog["steps_reserved"] <= prog["step_limit"]
+
+    def test_the_bundled_session_fences_prog_writes_with_what_get_prog_shows(self, shared):
+        """SPEC §3.4: Session sends expected_state_version and before, read from get_prog."""
+        a = Actor(shared, acts=("echo",))
+        session = Session(a.client, a.neuron)
+        assert session.set_prog_state(a.prog, "paused")["state_version"] == 2
+        stale = code_of(session.set_prog_state, a.prog, "active", expected_state_version=1)
+        assert stale.code == "state_mismatch" and a.get_prog()["state"] == "paused"
+        assert session.set_prog_state(a.prog, "active")["state_version"] == 3
+        session.reserve_steps(a.prog, "r", 1)
+        assert session.recover_reservations(a.prog, before=1) == {"released": 0}
+        assert session.recover_reservations(a.prog) == {"released": 1}
 
     def test_a_request_signed_before_advance_epoch_can_never_prepare(self, shared):
         """SPEC §4: what a CAS cannot fence, the epoch does."""
