@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import shlex
+import shutil
+import sqlite3
+from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import Actor, Env
+from tests.daemon.harness import NETWORK, Actor, Env
 from tests.daemon.test_dispatch import Background, code_of, key, wait_for
+from wardd.client import Neuron
 from wardd.daemon._schema import SCHEMA_VERSION
 from wardd.protocol import WarddError
 
@@ -445,10 +449,6 @@ def _gone(pid: int) -> bool:
 
 def _fixture(make_daemon, version):
     """A daemon on a copy of tests/data/schema-vN.db; returns (daemon, neuron id, old boot)."""
-    import shutil
-    import sqlite3
-    from pathlib import Path
-
     data = Path(__file__).parent.parent / "data"
     env = Env()
     env.database.parent.mkdir(parents=True)
@@ -467,8 +467,6 @@ class TestMigration:
     ):
         """tests/data/schema-vN.db was written by schema version N; its daemon
         died with one attempt prepared and one claimed and running."""
-        import sqlite3
-
         d, neuron, old_boot = _fixture(make_daemon, version)
         env = d.env
         with d.connect() as c:
@@ -509,11 +507,6 @@ class TestMigration:
         """schema-v3.db: prog-a made a1 (released), a2 (open), a3 (settled), then
         prog-b b1 (open), then prog-a a4 (open); the numbers follow that order per
         prog, and `before` fences them at once."""
-        from pathlib import Path
-
-        from tests.daemon.harness import NETWORK
-        from wardd.client import Neuron
-
         d, neuron_id, _ = _fixture(make_daemon, 3)
         neuron = Neuron.load(Path(__file__).parent.parent / "data" / "schema-v3.key")
         assert neuron.id == neuron_id
@@ -537,8 +530,8 @@ class TestMigration:
         prog = c.call("get_prog", {"neuron": neuron_id, "prog": "prog-a"})
         assert (prog["steps_reserved"], prog["reservation_seq"]) == (1, 5)
         assert call("reserve_steps", prog="prog-a", reservation="a5", steps=1)["number"] == 5
-        resume = {"prog": "prog-a", "expected_state": "active", "state": "paused"}
-        assert call("set_prog_state", **resume, expected_state_version=1)["state_version"] == 2
+        pause = {"prog": "prog-a", "expected_state": "active", "state": "paused"}
+        assert call("set_prog_state", **pause, expected_state_version=1)["state_version"] == 2
 
 
 class TestShutdownOrder:
