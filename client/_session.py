@@ -14,6 +14,12 @@ the epoch it was started under pins it: ``Session(client, neuron,
 epoch=N)`` sends ``expected_epoch=N`` on every `prepare`, `invoke`,
 `manual_take` and `rebind` (SPEC §4: the bundled clients always send it),
 so `advance_epoch` retires everything that program would still sign.
+
+The same holds for the prog fences (SPEC §3.4): `set_prog_state` always
+sends ``expected_state_version`` and `recover_reservations` always sends
+``before``, read from `get_prog` unless given, so the signed request can
+never be replayed after a later state change, nor release a reservation
+made after it was signed.
 """
 
 from __future__ import annotations
@@ -160,12 +166,31 @@ class _Plans:
 
     # -- progs ------------------------------------------------------------------
     def set_prog_state(
-        self, prog: str, state: str, expected_state: str | None
+        self, prog: str, state: str, expected_state: str | None, expected_version: int | None
     ) -> Plan[dict[str, Any]]:
-        if expected_state is None:
-            expected_state = (yield from self.prog(prog))["state"]
-        params = {"prog": prog, "expected_state": expected_state, "state": state}
+        """Always with ``expected_state_version`` (SPEC §3.4), so a captured
+        pause or resume can never be replayed after a later state change."""
+        if expected_state is None or expected_version is None:
+            current = yield from self.prog(prog)
+            if expected_state is None:
+                expected_state = current["state"]
+            if expected_version is None:
+                expected_version = current["state_version"]
+        params = {
+            "prog": prog,
+            "expected_state": expected_state,
+            "state": state,
+            "expected_state_version": expected_version,
+        }
         return (yield from _ask("set_prog_state", params, True))
+
+    def recover_reservations(self, prog: str, before: int | None) -> Plan[dict[str, Any]]:
+        """Always with ``before`` (SPEC §3.4), so a replay never releases a
+        reservation made after this request was signed."""
+        if before is None:
+            before = (yield from self.prog(prog))["reservation_seq"]
+        params = {"prog": prog, "before": before}
+        return (yield from _ask("recover_reservations", params, True))
 
     # -- attempts (SPEC §3.2, §3.5) ------------------------------------------------
     def _attempt_params(
@@ -365,10 +390,18 @@ class Session(_SessionBase):
         return self._run(self._plans.one("create_prog", {"prog": prog, "step_limit": step_limit}))
 
     def set_prog_state(
-        self, prog: str, state: str, *, expected_state: str | None = None
+        self,
+        prog: str,
+        state: str,
+        *,
+        expected_state: str | None = None,
+        expected_state_version: int | None = None,
     ) -> dict[str, Any]:
-        """`set_prog_state`; `expected_state` defaults to the prog's current state."""
-        return self._run(self._plans.set_prog_state(prog, state, expected_state))
+        """`set_prog_state`, always fenced by ``expected_state_version``; both
+        expected values default to the prog's current ones (read first)."""
+        return self._run(
+            self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
+        )
 
     def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
         """`reserve_steps` (SPEC §3.4)."""
@@ -380,9 +413,11 @@ class Session(_SessionBase):
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return self._run(self._plans.one("settle_steps", params))
 
-    def recover_reservations(self, prog: str) -> dict[str, Any]:
-        """`recover_reservations` (SPEC §3.4)."""
-        return self._run(self._plans.one("recover_reservations", {"prog": prog}))
+    def recover_reservations(self, prog: str, *, before: int | None = None) -> dict[str, Any]:
+        """`recover_reservations`, always with ``before``: only open reservations
+        numbered below it are released (default: the prog's current
+        ``reservation_seq``, read first, i.e. every reservation made so far)."""
+        return self._run(self._plans.recover_reservations(prog, before))
 
     # -- operations -----------------------------------------------------------------
     def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> dict[str, Any]:
@@ -563,10 +598,18 @@ class TrioSession(_SessionBase):
         )
 
     async def set_prog_state(
-        self, prog: str, state: str, *, expected_state: str | None = None
+        self,
+        prog: str,
+        state: str,
+        *,
+        expected_state: str | None = None,
+        expected_state_version: int | None = None,
     ) -> dict[str, Any]:
-        """`set_prog_state`; `expected_state` defaults to the prog's current state."""
-        return await self._run(self._plans.set_prog_state(prog, state, expected_state))
+        """`set_prog_state`, always fenced by ``expected_state_version``; both
+        expected values default to the prog's current ones (read first)."""
+        return await self._run(
+            self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
+        )
 
     async def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
         """`reserve_steps` (SPEC §3.4)."""
@@ -578,9 +621,11 @@ class TrioSession(_SessionBase):
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return await self._run(self._plans.one("settle_steps", params))
 
-    async def recover_reservations(self, prog: str) -> dict[str, Any]:
-        """`recover_reservations` (SPEC §3.4)."""
-        return await self._run(self._plans.one("recover_reservations", {"prog": prog}))
+    async def recover_reservations(self, prog: str, *, before: int | None = None) -> dict[str, Any]:
+        """`recover_reservations`, always with ``before``: only open reservations
+        numbered below it are released (default: the prog's current
+        ``reservation_seq``, read first, i.e. every reservation made so far)."""
+        return await self._run(self._plans.recover_reservations(prog, before))
 
     # -- operations -----------------------------------------------------------------
     async def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> dict[str, Any]:

@@ -171,6 +171,28 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PROG_STATES,
         help="expected current state (default: read it first)",
     )
+    sub.add_argument(
+        "--expected-version",
+        type=int,
+        metavar="N",
+        help="expected state_version, always sent (default: read it first)",
+    )
+    sub = prog.add_parser(
+        "recover",
+        parents=[common],
+        help="release a crashed runner's open step reservations",
+        description="Releases the prog's open reservations numbered below --before "
+        "(always sent), so the signed request can never release one made after it.",
+    )
+    sub.set_defaults(handler=_prog_recover, parser=sub, read_only=False)
+    sub.add_argument("prog", metavar="PROG")
+    sub.add_argument(
+        "--before",
+        type=int,
+        metavar="N",
+        help="release only reservations numbered below N "
+        "(default: the prog's reservation_seq, read first: every one made so far)",
+    )
     sub = prog.add_parser("show", parents=[common], help="show a prog")
     sub.set_defaults(handler=_prog_show, parser=sub, read_only=True)
     sub.add_argument("prog", metavar="PROG")
@@ -602,10 +624,26 @@ def _prog_create(ctx: _Context) -> int:
 
 
 def _prog_state(ctx: _Context) -> int:
+    if ctx.args.expected_version is not None and ctx.args.expected_version < 0:
+        ctx.args.parser.error("--expected-version must be 0 or more")
     result = ctx.session().set_prog_state(
-        ctx.args.prog, ctx.args.state, expected_state=ctx.args.expected
+        ctx.args.prog,
+        ctx.args.state,
+        expected_state=ctx.args.expected,
+        expected_state_version=ctx.args.expected_version,
     )
-    return _out(ctx, result, f"prog {result.get('prog')}: {result.get('state')}")
+    version = result.get("state_version")
+    shown = "" if version is None else f" (state_version {version})"
+    return _out(ctx, result, f"prog {result.get('prog')}: {result.get('state')}{shown}")
+
+
+def _prog_recover(ctx: _Context) -> int:
+    if ctx.args.before is not None and ctx.args.before < 0:
+        ctx.args.parser.error("--before must be 0 or more")
+    result = ctx.session().recover_reservations(ctx.args.prog, before=ctx.args.before)
+    return _out(
+        ctx, result, f"prog {ctx.args.prog}: {result.get('released')} reservation(s) released"
+    )
 
 
 def _read_args(ctx: _Context) -> bytes:

@@ -112,7 +112,7 @@ SIGNED: dict[str, Spec] = {
     "create_prog": ({"prog": _id, "step_limit": _uint}, {}),
     "set_prog_state": (
         {"prog": _id, "expected_state": _enum(*PROG_STATES), "state": _enum(*PROG_STATES)},
-        {},
+        {"expected_state_version": _uint},
     ),
     "submit": ({"prog": _id, "op": _id, "act": _id, "args": _bytes}, {}),
     "prepare": _PREPARE,
@@ -124,7 +124,7 @@ SIGNED: dict[str, Spec] = {
     "rebind": ({"op": _id}, {"expected_epoch": _uint}),
     "reserve_steps": _STEPS,
     "settle_steps": _STEPS,
-    "recover_reservations": ({"prog": _id}, {}),
+    "recover_reservations": ({"prog": _id}, {"before": _uint}),
     "check_receipts": ({}, {}),
 }
 

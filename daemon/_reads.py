@@ -82,9 +82,11 @@ class Reads:
         return {
             "prog": prog,
             "state": p["state"],
+            "state_version": p["state_version"],
             "step_limit": p["step_limit"],
             "steps_used": p["steps_used"],
             "steps_reserved": p["steps_reserved"],
+            "reservation_seq": p["reservation_seq"],
             "exhausted": bool(p["exhausted"]),
             "grant": grant,
         }

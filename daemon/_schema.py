@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = """
 CREATE TABLE boots(
@@ -174,10 +174,35 @@ DROP INDEX operations_prog;
 CREATE INDEX operations_prog ON operations(prog_id);
 """
 
+# Version 4 (SPEC 2.2 §3.1, §3.4): the replay fences of the prog writes.
+# - progs.state_version: 1 at creation, +1 with every state change of the prog
+#   (set_prog_state, set_step_limit), never back; `set_prog_state` checks
+#   `expected_state_version` against it. An existing prog starts at 1.
+# - reservations.number: the prog's next number when the reservation is made
+#   (1, 2, ...); progs.reservation_seq is the number the next one will get.
+#   `recover_reservations.before` releases only open ones numbered below it.
+#   Existing reservations are numbered per prog in rowid order (the order they
+#   were made: a reservation row is never deleted); the window function and
+#   the temporary table keep that linear on a large table.
+_V4 = """
+ALTER TABLE progs ADD COLUMN state_version INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE progs ADD COLUMN reservation_seq INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE reservations ADD COLUMN number INTEGER NOT NULL DEFAULT 0;
+CREATE TEMP TABLE v4_numbers(id INTEGER PRIMARY KEY, number INTEGER NOT NULL);
+INSERT INTO v4_numbers(id, number)
+    SELECT id, row_number() OVER (PARTITION BY prog_id ORDER BY id) FROM reservations;
+UPDATE reservations SET number = (SELECT n.number FROM v4_numbers n WHERE n.id = reservations.id);
+DROP TABLE v4_numbers;
+CREATE UNIQUE INDEX reservations_number ON reservations(prog_id, number);
+UPDATE progs SET reservation_seq = 1 + coalesce(
+    (SELECT max(r.number) FROM reservations r WHERE r.prog_id = progs.id), 0
+);
+"""
+
 # version -> the script that brings a database at version-1 to version.
 # A released version's script never changes: tests/data keeps a database
 # of each released version and proves it migrates.
-_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
+_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 class SchemaTooNew(Exception):

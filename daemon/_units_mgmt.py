@@ -180,13 +180,42 @@ def create_prog(neuron: str, prog: str, step_limit: int) -> Unit:
     return unit
 
 
-def set_prog_state(neuron: str, prog: str, expected: str, state: str) -> Unit:
+def change_prog(conn: sqlite3.Connection, prog_id: int, **columns: Any) -> int:
+    """A state change of a prog (SPEC §3.1 [2.2]): sets ``columns`` and
+    increments ``state_version`` in the same UPDATE; returns the new version.
+
+    Every write that changes a prog's state (``set_prog_state``, and
+    ``set_step_limit``) goes through here, so the version a signed request
+    was fenced on never comes back. Other prog writes (budget counters,
+    grant, exhaustion) are not state changes and leave it alone."""
+    sets = "".join(f"{name} = ?, " for name in columns)
+    conn.execute(
+        f"UPDATE progs SET {sets}state_version = state_version + 1 WHERE id = ?",
+        (*columns.values(), prog_id),
+    )
+    (version,) = conn.execute("SELECT state_version FROM progs WHERE id = ?", (prog_id,)).fetchone()
+    return int(version)
+
+
+def set_prog_state(
+    neuron: str, prog: str, expected: str, state: str, expected_version: int | None
+) -> Unit:
+    """SPEC §3.4 order: ownership, grant, the state CAS, then (when given)
+    ``expected_state_version`` (both ``state_mismatch``), the transition
+    (``bad_transition``), then the archive check (``open_operations``)."""
+
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         n = neuron_row(conn, neuron)
         p = prog_row(conn, n["id"], prog)
         require_enabled_grant(p)
+        current = {"state": p["state"], "state_version": p["state_version"]}
         if p["state"] != expected:
-            raise StateMismatch(f"the prog is {p['state']}", {"state": p["state"]})
+            raise StateMismatch(f"the prog is {p['state']}", current)
+        if expected_version is not None and expected_version != p["state_version"]:
+            raise StateMismatch(
+                f"the prog's state_version is {p['state_version']}, not {expected_version}",
+                current,
+            )
         if (expected, state) not in _TRANSITIONS:
             raise BadTransition(f"{expected} -> {state} is not a prog transition")
         if state == "archived":
@@ -205,14 +234,17 @@ def set_prog_state(neuron: str, prog: str, expected: str, state: str) -> Unit:
                     "the prog has open operations or in-doubt attempts",
                     {"operations": open_ops, "attempts": open_atts},
                 )
-        conn.execute("UPDATE progs SET state = ? WHERE id = ?", (state, p["id"]))
+        version = change_prog(conn, p["id"], state=state)
         voided = 0
         if state in ("paused", "retired"):
             voided = void_prepared(conn, "o.prog_id = ?", (p["id"],), "prog_inactive")
         append_event(
-            conn, "prog_state_set", n["id"], data={"prog": prog, "state": state, "voided": voided}
+            conn,
+            "prog_state_set",
+            n["id"],
+            data={"prog": prog, "state": state, "state_version": version, "voided": voided},
         )
-        return {"prog": prog, "state": state}
+        return {"prog": prog, "state": state, "state_version": version}
 
     return unit
 
@@ -404,18 +436,25 @@ def _owned_prog(
 
 
 def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
+    """SPEC §3.4: idempotent for identical content (``conflict`` otherwise),
+    ``budget_exhausted`` over the limit. A new reservation gets the prog's
+    next reservation number. An existing one, whatever its state, answers
+    ``already`` with its state and number: a settled or released reservation
+    never reopens."""
+
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         n, p = _owned_prog(conn, neuron, prog)
         row = conn.execute(
-            "SELECT steps, state FROM reservations WHERE prog_id = ? AND reservation = ?",
+            "SELECT steps, state, number FROM reservations WHERE prog_id = ? AND reservation = ?",
             (p["id"], reservation),
         ).fetchone()
-        if row is not None:  # idempotent for identical content (SPEC §3.4)
+        if row is not None:
             if row["steps"] != steps:
                 raise Conflict(f"reservation {reservation!r} exists with other steps")
             return {
                 "reservation": reservation,
                 "steps": steps,
+                "number": row["number"],
                 "already": True,
                 "state": row["state"],
             }
@@ -428,20 +467,24 @@ def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
                     "step_limit": p["step_limit"],
                 },
             )
+        number = p["reservation_seq"]
         conn.execute(
-            "INSERT INTO reservations(prog_id, reservation, steps, state) VALUES (?,?,?, 'open')",
-            (p["id"], reservation, steps),
+            "INSERT INTO reservations(prog_id, reservation, steps, state, number)"
+            " VALUES (?,?,?, 'open', ?)",
+            (p["id"], reservation, steps, number),
         )
         conn.execute(
-            "UPDATE progs SET steps_reserved = steps_reserved + ? WHERE id = ?", (steps, p["id"])
+            "UPDATE progs SET steps_reserved = steps_reserved + ?, reservation_seq = ?"
+            " WHERE id = ?",
+            (steps, number + 1, p["id"]),
         )
         append_event(
             conn,
             "steps_reserved",
             n["id"],
-            data={"prog": prog, "reservation": reservation, "steps": steps},
+            data={"prog": prog, "reservation": reservation, "steps": steps, "number": number},
         )
-        return {"reservation": reservation, "steps": steps}
+        return {"reservation": reservation, "steps": steps, "number": number}
 
     return unit
 
@@ -503,27 +546,31 @@ def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
         cancel_op(conn, neuron_id, o, "budget_exhausted")
 
 
-def recover_reservations(neuron: str, prog: str) -> Unit:
+def recover_reservations(neuron: str, prog: str, before: int | None) -> Unit:
+    """SPEC §3.4: release the prog's open reservations (a crashed runner's)
+    and return how many. With ``before`` only those numbered below it, so a
+    replay never releases a reservation made after the request was signed.
+    A ``before`` above ``reservation_seq`` is accepted: it fences nothing
+    more than its absence would."""
+
     def unit(conn: sqlite3.Connection) -> dict[str, Any]:
         n, p = _owned_prog(conn, neuron, prog)
+        where = "prog_id = ? AND state = 'open'"
+        args: tuple[Any, ...] = (p["id"],)
+        if before is not None:
+            where += " AND number < ?"
+            args += (before,)
         (total, count) = conn.execute(
-            "SELECT coalesce(sum(steps), 0), count(*) FROM reservations"
-            " WHERE prog_id = ? AND state = 'open'",
-            (p["id"],),
+            f"SELECT coalesce(sum(steps), 0), count(*) FROM reservations WHERE {where}", args
         ).fetchone()
-        conn.execute(
-            "UPDATE reservations SET state = 'released' WHERE prog_id = ? AND state = 'open'",
-            (p["id"],),
-        )
+        conn.execute(f"UPDATE reservations SET state = 'released' WHERE {where}", args)
         conn.execute(
             "UPDATE progs SET steps_reserved = steps_reserved - ? WHERE id = ?", (total, p["id"])
         )
-        append_event(
-            conn,
-            "reservations_recovered",
-            n["id"],
-            data={"prog": prog, "released": count, "steps": total},
-        )
+        data: dict[str, Any] = {"prog": prog, "released": count, "steps": total}
+        if before is not None:
+            data["before"] = before
+        append_event(conn, "reservations_recovered", n["id"], data=data)
         return {"released": count}
 
     return unit

@@ -474,7 +474,10 @@ class Daemon:
             mgmt.create_prog(n, p["prog"], p["step_limit"])
         )
         s["set_prog_state"] = lambda c, n, p: self._exclusive(
-            n, mgmt.set_prog_state(n, p["prog"], p["expected_state"], p["state"])
+            n,
+            mgmt.set_prog_state(
+                n, p["prog"], p["expected_state"], p["state"], p.get("expected_state_version")
+            ),
         )
         s["submit"] = lambda c, n, p: self.writer.run(
             mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], self.act_bounds)
@@ -495,7 +498,7 @@ class Daemon:
             mgmt.settle_steps(n, p["prog"], p["reservation"], p["steps"])
         )
         s["recover_reservations"] = lambda c, n, p: self.writer.run(
-            mgmt.recover_reservations(n, p["prog"])
+            mgmt.recover_reservations(n, p["prog"], p.get("before"))
         )
         s["check_receipts"] = lambda c, n, p: self.recovery.check_receipts(n)
         u["status"] = self._status

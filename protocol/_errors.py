@@ -240,7 +240,8 @@ class PolicyMismatch(WarddError):
 
 
 class StateMismatch(WarddError):
-    """`expected_state` is not the prog's current state."""
+    """`expected_state` is not the prog's current state, or `expected_state_version` is not
+    its current `state_version` (data: `state`, `state_version`)."""
 
     code = "state_mismatch"
 

@@ -254,6 +254,23 @@ class Actor:
     def op(self, op: str) -> dict[str, Any]:
         return self.read("get_operation", {"neuron": self.id, "op": op})
 
+    def get_prog(self, prog: str | None = None) -> dict[str, Any]:
+        return self.read("get_prog", {"neuron": self.id, "prog": prog or self.prog})
+
+    def prog_state_params(
+        self, expected: str, state: str, prog: str | None = None
+    ) -> dict[str, Any]:
+        """set_prog_state params fenced like the bundled clients: with the
+        prog's current state_version (SPEC §3.4)."""
+        prog = prog or self.prog
+        version = self.get_prog(prog)["state_version"]
+        return {
+            "prog": prog,
+            "expected_state": expected,
+            "state": state,
+            "expected_state_version": version,
+        }
+
     def state(self, op: str) -> str:
         return self.op(op)["state"]
 

@@ -557,6 +557,14 @@ WRONG = {
 }
 
 
+#: optional params in _valid_signed_params (leaving one out is no error)
+OPTIONAL_SIGNED = {
+    ("prepare", "expected_epoch"),
+    ("set_prog_state", "expected_state_version"),
+    ("recover_reservations", "before"),
+}
+
+
 def _valid_signed_params(t: Target) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     """(well-formed params, field -> kind) per signed method."""
     op = {"op": "fz-pending"}
@@ -574,8 +582,18 @@ def _valid_signed_params(t: Target) -> dict[str, tuple[dict[str, Any], dict[str,
         ),
         "create_prog": ({"prog": "p2", "step_limit": 5}, {"prog": "id", "step_limit": "uint"}),
         "set_prog_state": (
-            {"prog": t.actor.prog, "expected_state": "active", "state": "paused"},
-            {"prog": "id", "expected_state": "state", "state": "state"},
+            {
+                "prog": t.actor.prog,
+                "expected_state": "active",
+                "state": "paused",
+                "expected_state_version": 1,
+            },
+            {
+                "prog": "id",
+                "expected_state": "state",
+                "state": "state",
+                "expected_state_version": "uint",
+            },
         ),
         "submit": (
             {"prog": t.actor.prog, "op": "new", "act": "echo", "args": b""},
@@ -610,7 +628,10 @@ def _valid_signed_params(t: Target) -> dict[str, tuple[dict[str, Any], dict[str,
             {"prog": t.actor.prog, "reservation": "r", "steps": 1},
             {"prog": "id", "reservation": "id", "steps": "uint"},
         ),
-        "recover_reservations": ({"prog": t.actor.prog}, {"prog": "id"}),
+        "recover_reservations": (
+            {"prog": t.actor.prog, "before": 1},
+            {"prog": "id", "before": "uint"},
+        ),
         "check_receipts": ({}, {}),
     }
 
@@ -629,7 +650,7 @@ def fuzz_signed_wrong_types(t: Target, examples: int) -> None:
             field = draw(st.sampled_from(sorted(kinds)))
             params[field] = draw(st.sampled_from(WRONG[kinds[field]]))
         elif how == "missing" and kinds:
-            required = [k for k in kinds if (method, k) != ("prepare", "expected_epoch")]
+            required = [k for k in kinds if (method, k) not in OPTIONAL_SIGNED]
             del params[draw(st.sampled_from(required))]
         elif how == "float":
             params["acts" if method == "set_grant" else "x"] = [1.5]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import shlex
+import shutil
+import sqlite3
+from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import Actor, Env
+from tests.daemon.harness import NETWORK, Actor, Env
 from tests.daemon.test_dispatch import Background, code_of, key, wait_for
+from wardd.client import Neuron
 from wardd.daemon._schema import SCHEMA_VERSION
 from wardd.protocol import WarddError
 
@@ -250,7 +254,7 @@ class TestResolution:
         a.submit("prep")
         token, _ = a.prepare("prep")
         r = a.call("reserve_steps", {"prog": a.prog, "reservation": "r1", "steps": 8})
-        assert r == {"reservation": "r1", "steps": 8}
+        assert r == {"reservation": "r1", "steps": 8, "number": 1}
         assert (
             a.call("reserve_steps", {"prog": a.prog, "reservation": "r1", "steps": 8})["already"]
             is True
@@ -309,7 +313,95 @@ class TestResolution:
         state("active", "retired")
         assert code_of(state, "retired", "archived").code == "open_operations"
         a.call("cancel", {"op": "op"})
-        assert state("retired", "archived") == {"prog": a.prog, "state": "archived"}
+        assert state("retired", "archived") == {
+            "prog": a.prog,
+            "state": "archived",
+            "state_version": 3,
+        }
+
+    def test_state_version_counts_each_state_change_and_nothing_else(self, daemon):
+        """SPEC §3.1: 1 at creation, +1 per state change; refusals and the
+        grant, budget and op writes leave it as it is."""
+        a = Actor(daemon, acts=("echo",), step_limit=5)
+        assert a.get_prog()["state_version"] == 1
+        assert a.call("set_prog_state", a.prog_state_params("active", "paused")) == {
+            "prog": a.prog,
+            "state": "paused",
+            "state_version": 2,
+        }
+        a.call("set_prog_state", a.prog_state_params("paused", "active"))
+        assert a.get_prog()["state_version"] == 3
+        assert code_of(a.call, "set_prog_state", a.prog_state_params("active", "archived"))
+        a.grant(["echo"])
+        a.submit("op")
+        a.invoke("op")
+        a.call("reserve_steps", {"prog": a.prog, "reservation": "r", "steps": 5})
+        a.call("settle_steps", {"prog": a.prog, "reservation": "r", "steps": 5})  # exhausts
+        prog = a.get_prog()
+        assert prog["exhausted"] is True and prog["state_version"] == 3
+
+    def test_a_stale_expected_state_version_is_state_mismatch_and_changes_nothing(self, daemon):
+        """SPEC §3.4: checked right after the state CAS, before the transition."""
+        a = Actor(daemon, acts=("echo",))
+        a.submit("op")
+        token, _ = a.prepare("op")
+        stale = a.prog_state_params("active", "paused")
+        a.call("set_prog_state", a.prog_state_params("active", "paused"))
+        a.call("set_prog_state", a.prog_state_params("paused", "active"))
+        a.submit("op2")
+        token2, _ = a.prepare("op2")
+        for state in ("paused", "archived"):  # the version is checked before the transition
+            err = code_of(a.call, "set_prog_state", {**stale, "state": state})
+            assert err.code == "state_mismatch"
+            assert err.data == {"state": "active", "state_version": 3}
+        wrong_state = {**a.prog_state_params("active", "paused"), "expected_state": "paused"}
+        assert code_of(a.call, "set_prog_state", wrong_state).data["state"] == "active"
+        assert a.get_prog()["state_version"] == 3
+        assert a.execute(token2)["status"] == "succeeded"  # not voided by a refused pause
+        assert code_of(a.execute, token).code == "token_void"  # the applied pause voided it
+
+    def test_reservations_are_numbered_and_before_releases_only_lower_numbers(self, daemon):
+        """SPEC §3.4: each reservation gets the prog's next number; recover with
+        `before` releases only the open ones numbered below it."""
+        a = Actor(daemon, acts=("echo",), step_limit=100)
+
+        def reserve(name, steps):
+            return a.call("reserve_steps", {"prog": a.prog, "reservation": name, "steps": steps})
+
+        assert a.get_prog()["reservation_seq"] == 1
+        assert [reserve(n, 10)["number"] for n in ("a", "b", "c")] == [1, 2, 3]
+        a.call("settle_steps", {"prog": a.prog, "reservation": "b", "steps": 4})
+        prog = a.get_prog()
+        assert (prog["reservation_seq"], prog["steps_reserved"], prog["steps_used"]) == (4, 20, 4)
+        recover = {"prog": a.prog, "before": 3}
+        assert a.call("recover_reservations", recover) == {"released": 1}  # a, not c
+        assert a.get_prog()["steps_reserved"] == 10
+        assert a.call("recover_reservations", {"prog": a.prog, "before": 0}) == {"released": 0}
+        assert a.call("settle_steps", {"prog": a.prog, "reservation": "c", "steps": 1})
+        assert a.get_prog()["reservation_seq"] == 4  # recover and settle take no number
+        assert reserve("d", 1)["number"] == 4
+        assert a.call("recover_reservations", {"prog": a.prog}) == {"released": 1}  # all open
+
+    def test_a_released_reservation_never_reopens(self, daemon):
+        """SPEC §3.4: reserve_steps with a released reservation's id answers
+        `already` with its state; it holds no steps and cannot be settled."""
+        a = Actor(daemon, acts=("echo",), step_limit=10)
+        x = {"prog": a.prog, "reservation": "x", "steps": 6}
+        a.call("reserve_steps", x)
+        a.call("recover_reservations", {"prog": a.prog, "before": 2})
+        again = a.call("reserve_steps", x)
+        assert again == {
+            "reservation": "x",
+            "steps": 6,
+            "number": 1,
+            "already": True,
+            "state": "released",
+        }
+        prog = a.get_prog()
+        assert (prog["steps_reserved"], prog["reservation_seq"]) == (0, 2)
+        assert code_of(a.call, "reserve_steps", {**x, "steps": 5}).code == "conflict"
+        assert code_of(a.call, "settle_steps", {**x, "steps": 1}).code == "conflict"
+        assert a.get_prog()["steps_used"] == 0
 
 
 class TestShutdown:
@@ -355,26 +447,28 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _fixture(make_daemon, version):
+    """A daemon on a copy of tests/data/schema-vN.db; returns (daemon, neuron id, old boot)."""
+    data = Path(__file__).parent.parent / "data"
+    env = Env()
+    env.database.parent.mkdir(parents=True)
+    shutil.copy(data / f"schema-v{version}.db", env.database)
+    neuron = (data / f"schema-v{version}.neuron").read_text().strip()
+    db = sqlite3.connect(env.database)
+    (old_boot,) = db.execute("SELECT boot_id FROM boots").fetchone()
+    db.close()
+    return make_daemon(env), neuron, old_boot
+
+
 class TestMigration:
-    @pytest.mark.parametrize("version", [1, 2])
+    @pytest.mark.parametrize("version", [1, 2, 3])
     def test_database_of_an_earlier_schema_is_migrated_and_its_attempts_become_unknown(
         self, make_daemon, version
     ):
         """tests/data/schema-vN.db was written by schema version N; its daemon
         died with one attempt prepared and one claimed and running."""
-        import shutil
-        import sqlite3
-        from pathlib import Path
-
-        data = Path(__file__).parent.parent / "data"
-        env = Env()
-        env.database.parent.mkdir(parents=True)
-        shutil.copy(data / f"schema-v{version}.db", env.database)
-        neuron = (data / f"schema-v{version}.neuron").read_text().strip()
-        db = sqlite3.connect(env.database)
-        (old_boot,) = db.execute("SELECT boot_id FROM boots").fetchone()
-        db.close()
-        d = make_daemon(env)
+        d, neuron, old_boot = _fixture(make_daemon, version)
+        env = d.env
         with d.connect() as c:
             st = c.call("status")
             assert st["db"]["schema_version"] == SCHEMA_VERSION and st["unknown_attempts"] == 1
@@ -395,6 +489,49 @@ class TestMigration:
         db = sqlite3.connect(env.database)
         assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         db.close()
+
+    @pytest.mark.parametrize("version", [1, 2, 3])
+    def test_a_migrated_prog_starts_at_state_version_1_and_numbers_its_reservations(
+        self, make_daemon, version
+    ):
+        """Schema 4: an existing prog gets state_version 1 (whatever states it went
+        through) and reservation_seq 1 + its reservations; the fence works at once."""
+        d, neuron, _ = _fixture(make_daemon, version)
+        with d.connect() as c:
+            prog = c.call("get_prog", {"neuron": neuron, "prog": "prog-a"})
+        # schema-v3.db made 4 reservations in prog-a (the older fixtures none)
+        assert (prog["state"], prog["state_version"]) == ("active", 1)
+        assert prog["reservation_seq"] == (5 if version == 3 else 1)
+
+    def test_v3_reservations_are_numbered_per_prog_in_the_order_they_were_made(self, make_daemon):
+        """schema-v3.db: prog-a made a1 (released), a2 (open), a3 (settled), then
+        prog-b b1 (open), then prog-a a4 (open); the numbers follow that order per
+        prog, and `before` fences them at once."""
+        d, neuron_id, _ = _fixture(make_daemon, 3)
+        neuron = Neuron.load(Path(__file__).parent.parent / "data" / "schema-v3.key")
+        assert neuron.id == neuron_id
+        c = d.connect()
+
+        def call(method, **params):
+            return c.call(method, neuron.sign(method, params, NETWORK))
+
+        def number(prog, reservation, steps):
+            r = call("reserve_steps", prog=prog, reservation=reservation, steps=steps)
+            assert r["already"] is True
+            return r["number"], r["state"]
+
+        assert number("prog-a", "a1", 2) == (1, "released")
+        assert number("prog-a", "a2", 3) == (2, "open")
+        assert number("prog-a", "a3", 4) == (3, "settled")
+        assert number("prog-a", "a4", 1) == (4, "open")
+        assert number("prog-b", "b1", 5) == (1, "open")
+        assert c.call("get_prog", {"neuron": neuron_id, "prog": "prog-b"})["reservation_seq"] == 2
+        assert call("recover_reservations", prog="prog-a", before=4) == {"released": 1}  # a2
+        prog = c.call("get_prog", {"neuron": neuron_id, "prog": "prog-a"})
+        assert (prog["steps_reserved"], prog["reservation_seq"]) == (1, 5)
+        assert call("reserve_steps", prog="prog-a", reservation="a5", steps=1)["number"] == 5
+        pause = {"prog": "prog-a", "expected_state": "active", "state": "paused"}
+        assert call("set_prog_state", **pause, expected_state_version=1)["state_version"] == 2
 
 
 class TestShutdownOrder:

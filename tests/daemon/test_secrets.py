@@ -33,7 +33,7 @@ import pytest
 
 from tests.daemon.harness import NETWORK, Actor, Daemon, Env
 from tests.daemon.test_dispatch import Background, code_of, wait_for
-from wardd.client import Client, Neuron
+from wardd.client import Client, Neuron, Session
 
 # -- replay ---------------------------------------------------------------------------------
 
@@ -113,7 +113,12 @@ REPLAYS: dict[str, tuple[Callable[[Actor], tuple[str, dict[str, Any]]], str]] = 
     "set_prog_state": (
         lambda a: (
             "set_prog_state",
-            {"prog": a.prog, "expected_state": "active", "state": "paused"},
+            {
+                "prog": a.prog,
+                "expected_state": "active",
+                "state": "paused",
+                "expected_state_version": a.get_prog()["state_version"],
+            },
         ),
         "state_mismatch",
     ),
@@ -167,6 +172,17 @@ REPLAYS: dict[str, tuple[Callable[[Actor], tuple[str, dict[str, Any]]], str]] = 
         )[1],
         "already",
     ),
+    # a replay finds nothing open below `before` any more: released 0, nothing changes
+    "recover_reservations": (
+        lambda a: (
+            a.call("reserve_steps", {"prog": a.prog, "reservation": "rr", "steps": 2}),
+            (
+                "recover_reservations",
+                {"prog": a.prog, "before": a.get_prog()["reservation_seq"]},
+            ),
+        )[1],
+        "already",
+    ),
 }
 
 
@@ -183,46 +199,74 @@ class TestReplay:
         before = snapshot(a)
         if answer == "already":
             again = a.client.call(name, signed)
-            if name not in ("reserve_steps", "settle_steps"):
+            if name not in ("reserve_steps", "settle_steps", "recover_reservations"):
                 assert again.get("already") is True, again
         else:
             assert code_of(a.client.call, name, signed).code == answer
         assert snapshot(a) == before
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="SPEC gap: set_prog_state's CAS is on a value that comes back (active -> "
-        "paused -> active), so a captured signed pause replays after a resume; it pauses "
-        "the prog again and voids prepared tokens (prog_inactive)",
-    )
     def test_a_pause_replayed_after_a_resume_is_refused(self, shared):
-        """SPEC §4: every signed write is a CAS or idempotent, so a replay changes nothing."""
+        """SPEC §3.1: the state comes back, its state_version never does."""
         a = Actor(shared, acts=("echo",))
-        pause, _ = signed_call(
-            a, "set_prog_state", {"prog": a.prog, "expected_state": "active", "state": "paused"}
-        )
-        a.call("set_prog_state", {"prog": a.prog, "expected_state": "paused", "state": "active"})
+        pause, _ = signed_call(a, "set_prog_state", a.prog_state_params("active", "paused"))
+        a.call("set_prog_state", a.prog_state_params("paused", "active"))
         a.submit("op")
         a.prepare("op")
         before = snapshot(a)
-        assert code_of(a.client.call, "set_prog_state", pause).code == "state_mismatch"
+        err = code_of(a.client.call, "set_prog_state", pause)
+        assert err.code == "state_mismatch"
+        assert err.data == {"state": "active", "state_version": 3}
         assert snapshot(a) == before
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="SPEC gap: recover_reservations is neither a CAS nor idempotent over time; "
-        "a replay releases reservations made after it was signed (a live runner's settle "
-        "then fails with conflict)",
-    )
-    def test_a_replayed_recover_reservations_leaves_later_reservations_alone(self, shared):
-        """SPEC §4: every signed write is a CAS or idempotent, so a replay changes nothing."""
-        a = Actor(shared, acts=("echo",))
-        recover, _ = signed_call(a, "recover_reservations", {"prog": a.prog})
-        a.call("reserve_steps", {"prog": a.prog, "reservation": "live", "steps": 5})
+    def test_a_resume_replayed_after_a_pause_and_an_epoch_advance_is_refused(self, shared):
+        """Issue history 1: pause, resume (captured), pause, advance_epoch, replay the
+        resume: state_mismatch, the prog stays paused and nothing runs."""
+        a = Actor(shared, acts=("ledger",))
+        a.submit("op", "ledger", b"x")
+        a.call("set_prog_state", a.prog_state_params("active", "paused"))
+        resume, _ = signed_call(a, "set_prog_state", a.prog_state_params("paused", "active"))
+        a.call("set_prog_state", a.prog_state_params("active", "paused"))
+        a.call("advance_epoch", {"expected_epoch": a.root()["epoch"]})
         before = snapshot(a)
-        a.client.call("recover_reservations", recover)
+        assert code_of(a.client.call, "set_prog_state", resume).code == "state_mismatch"
         assert snapshot(a) == before
-        assert a.call("settle_steps", {"prog": a.prog, "reservation": "live", "steps": 3})
+        assert a.get_prog()["state"] == "paused"
+        assert code_of(a.invoke, "op").code == "prog_inactive"
+        assert [x for x in shared.env.ledger_lines() if a.id in x] == []
+
+    def test_a_replayed_recover_reservations_leaves_later_reservations_alone(self, shared):
+        """Issue history 2: a reservation made after the recovery was signed is not
+        released by its replay, so the step limit holds."""
+        a = Actor(shared, acts=("echo",), step_limit=10)
+        a.call("reserve_steps", {"prog": a.prog, "reservation": "crashed", "steps": 8})
+        recover, first = signed_call(
+            a,
+            "recover_reservations",
+            {"prog": a.prog, "before": a.get_prog()["reservation_seq"]},
+        )
+        assert first == {"released": 1}
+        a.call("reserve_steps", {"prog": a.prog, "reservation": "live", "steps": 8})
+        before = snapshot(a)
+        assert a.client.call("recover_reservations", recover) == {"released": 0}
+        assert snapshot(a) == before
+        over = {"prog": a.prog, "reservation": "more", "steps": 8}
+        assert code_of(a.call, "reserve_steps", over).code == "budget_exhausted"
+        settled = a.call("settle_steps", {"prog": a.prog, "reservation": "live", "steps": 8})
+        assert settled["steps_used"] == 8
+        prog = a.get_prog()
+        assert prog["steps_used"] + prog["steps_reserved"] <= prog["step_limit"]
+
+    def test_the_bundled_session_fences_prog_writes_with_what_get_prog_shows(self, shared):
+        """SPEC §3.4: Session sends expected_state_version and before, read from get_prog."""
+        a = Actor(shared, acts=("echo",))
+        session = Session(a.client, a.neuron)
+        assert session.set_prog_state(a.prog, "paused")["state_version"] == 2
+        stale = code_of(session.set_prog_state, a.prog, "active", expected_state_version=1)
+        assert stale.code == "state_mismatch" and a.get_prog()["state"] == "paused"
+        assert session.set_prog_state(a.prog, "active")["state_version"] == 3
+        session.reserve_steps(a.prog, "r", 1)
+        assert session.recover_reservations(a.prog, before=1) == {"released": 0}
+        assert session.recover_reservations(a.prog) == {"released": 1}
 
     def test_a_request_signed_before_advance_epoch_can_never_prepare(self, shared):
         """SPEC §4: what a CAS cannot fence, the epoch does."""

@@ -196,7 +196,12 @@ class Cluster:
                                 c,
                                 n,
                                 "set_prog_state",
-                                {"prog": prog, "expected_state": "paused", "state": "active"},
+                                {
+                                    "prog": prog,
+                                    "expected_state": "paused",
+                                    "state": "active",
+                                    "expected_state_version": p["state_version"],
+                                },
                             )
 
     # -- the daemon's life ---------------------------------------------------------------
@@ -630,7 +635,12 @@ class Chaos(Worker):
                 self.c,
                 n,
                 "set_prog_state",
-                {"prog": prog, "expected_state": p["state"], "state": new},
+                {
+                    "prog": prog,
+                    "expected_state": p["state"],
+                    "state": new,
+                    "expected_state_version": p["state_version"],
+                },
             )
             k.stats.add("pauses" if new == "paused" else "resumes")
         else:

@@ -735,6 +735,7 @@ ROOT = {
     "grants": {"p": {"acts": ["echo", "tool.run"], "enabled": True}},
 }
 DESCRIPTOR = {"v": 1, "executor": {"worker": "w1"}}
+PROG = {"prog": "p", "state": "paused", "state_version": 4, "reservation_seq": 12}
 
 
 def assert_signed_by(neuron: Neuron, method: str, params: dict[str, Any]) -> None:
@@ -815,6 +816,35 @@ class TestSession:
         assert first["expected_policy_version"] == 7
         assert second["acts"] == ["echo", "tool.run"] and second["enabled"] is False
 
+    def test_set_prog_state_always_sends_expected_state_version(self) -> None:
+        """SPEC §3.4: the bundled clients always send it, read from get_prog unless given."""
+        neuron = Neuron.generate()
+        fake = FakeClient({"get_prog": PROG, "set_prog_state": {"state_version": 5}})
+        session = Session(fake, neuron)  # type: ignore[arg-type]
+        session.set_prog_state("p", "active")
+        session.set_prog_state("p", "active", expected_state="active")
+        reads = len(fake.calls)
+        session.set_prog_state("p", "retired", expected_state="active", expected_state_version=9)
+        assert len(fake.calls) == reads + 1  # both given: nothing read first
+        sent = fake.signed_calls()
+        assert [p["expected_state_version"] for _, p in sent] == [4, 4, 9]
+        assert [p["expected_state"] for _, p in sent] == ["paused", "active", "active"]
+        assert ("get_prog", {"neuron": neuron.id, "prog": "p"}) in fake.calls
+        for method, params in sent:
+            assert_signed_by(neuron, method, params)
+
+    def test_recover_reservations_always_sends_before(self) -> None:
+        """SPEC §3.4: `before` is always sent; by default the prog's reservation_seq."""
+        neuron = Neuron.generate()
+        fake = FakeClient({"get_prog": PROG, "recover_reservations": {"released": 1}})
+        session = Session(fake, neuron)  # type: ignore[arg-type]
+        assert session.recover_reservations("p") == {"released": 1}
+        session.recover_reservations("p", before=2)
+        sent = fake.signed_calls()
+        assert [p["before"] for _, p in sent] == [12, 2]
+        assert [m for m, _ in fake.calls].count("get_prog") == 1
+        assert_signed_by(neuron, *sent[0])
+
     def test_reconcile_distinguishes_no_value_from_null(self) -> None:
         """NO_VALUE omits outcome.value; None sends a null value."""
         fake = FakeClient({"reconcile": {}})
@@ -866,6 +896,35 @@ class TestSession:
         params = seen[1]["params"]
         assert params["expected_epoch"] == 3
         assert_signed_by(neuron, "advance_epoch", params)
+        await client.aclose()
+
+    async def test_trio_session_sends_the_prog_fences(self, nursery: trio.Nursery) -> None:
+        """TrioSession also always sends expected_state_version and before (from get_prog)."""
+        client, peer = await trio_pair(nursery)
+        neuron = Neuron.generate()
+        session = TrioSession(client, neuron)
+        seen: list[dict[str, Any]] = []
+
+        async def daemon() -> None:
+            for answer in (PROG, {"state_version": 5}, PROG, {"released": 0}):
+                req = await peer.request()
+                seen.append(req)
+                await peer.send(ok(req["id"], answer))
+
+        nursery.start_soon(daemon)
+        await session.set_prog_state("p", "active")
+        await session.recover_reservations("p")
+        assert [r["method"] for r in seen] == [
+            "get_prog",
+            "set_prog_state",
+            "get_prog",
+            "recover_reservations",
+        ]
+        state, recover = seen[1]["params"], seen[3]["params"]
+        assert (state["expected_state"], state["expected_state_version"]) == ("paused", 4)
+        assert recover["before"] == 12
+        assert_signed_by(neuron, "set_prog_state", state)
+        assert_signed_by(neuron, "recover_reservations", recover)
         await client.aclose()
 
 

@@ -64,6 +64,7 @@ class TestHelp:
             ("grant",),
             ("prog", "create"),
             ("prog", "state"),
+            ("prog", "recover"),
             ("prog", "show"),
             ("submit",),
             ("invoke",),
@@ -123,6 +124,9 @@ class TestUsage:
             ("reconcile", "op", "1", "--failed", "--succeeded"),
             ("submit", "p", "o", "echo", "--args", "a", "--args-hex", "00"),
             ("prog", "state", "p", "frozen"),
+            ("prog", "state", "p", "paused", "--expected-version", "-1"),
+            ("prog", "recover", "p", "--before", "-1"),
+            ("prog", "recover", "p", "--before", "x"),
         ],
         ids=repr,
     )
@@ -398,6 +402,41 @@ class TestAgainstAStub:
             params["expected_epoch"],
             params["placement_generation"],
         ) == (2, 2, 3)
+
+    def test_prog_state_and_recover_always_send_their_fences(
+        self, capsys, daemon_stub, tmp_path
+    ) -> None:
+        """prog state sends expected_state_version and prog recover sends before, read
+        from get_prog unless given on the command line."""
+        key = tmp_path / "k"
+        neuron = Neuron.generate()
+        neuron.save(key)
+        prog = {"prog": "p", "state": "paused", "state_version": 4, "reservation_seq": 7}
+        path, seen = daemon_stub(
+            {
+                "get_prog": prog,
+                "set_prog_state": lambda p: {"prog": "p", "state": p["state"], "state_version": 5},
+                "recover_reservations": {"released": 2},
+            }
+        )
+        base = ("--socket", path, "--key", str(key), "prog")
+        code, out, _ = run(capsys, *base, "state", "p", "active")
+        assert code == 0 and out.strip() == "prog p: active (state_version 5)"
+        code, out, _ = run(capsys, *base, "recover", "p")
+        assert code == 0 and out.strip() == "prog p: 2 reservation(s) released"
+        assert run(capsys, *base, "state", "p", "retired", "--expected-version", "9")[0] == 0
+        assert run(capsys, *base, "recover", "p", "--before", "3")[0] == 0
+        states = [r["params"] for r in seen if r["method"] == "set_prog_state"]
+        recovers = [r["params"] for r in seen if r["method"] == "recover_reservations"]
+        assert [(p["expected_state"], p["expected_state_version"]) for p in states] == [
+            ("paused", 4),
+            ("paused", 9),
+        ]
+        assert [p["before"] for p in recovers] == [7, 3]
+        for p in states:
+            assert verify(neuron.id, p["sig"], "local", "set_prog_state", p)
+        for p in recovers:
+            assert verify(neuron.id, p["sig"], "local", "recover_reservations", p)
 
     def test_invoke_with_an_unknown_outcome_exits_1(self, capsys, daemon_stub, tmp_path) -> None:
         """An attempt that did not succeed is not an ok exit, and says how to resolve it."""
