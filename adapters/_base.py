@@ -118,6 +118,10 @@ class Adapter(Protocol):
       and handed back to ``receipt`` (``file.append``: ``{"path": ...}``).
     - ``kill_all() -> None``: SIGKILL every process group the adapter still
       runs (``cli``); called by the daemon at shutdown after its grace.
+    - ``abortable: bool`` and ``abort(idempotency_key) -> None``: the call
+      with that key can be stopped from outside (``cli``: its process group
+      is killed), so that the operator's ``abort`` can end a hung call. An
+      adapter without them answers ``abort`` with ``not_abortable``.
     """
 
     tag: str

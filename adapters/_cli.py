@@ -173,6 +173,7 @@ class CliAdapter:
     env: tuple[tuple[str, EnvValue], ...] = ()
     receipt_argv: tuple[str, ...] | None = None
     in_process: bool = attrs.field(default=False, init=False)
+    abortable: bool = attrs.field(default=True, init=False)
     _groups: _process.ProcessGroups = attrs.field(factory=_process.ProcessGroups, init=False)
     _base_env: dict[str, str] = attrs.field(factory=_base_environment, init=False)
 
@@ -210,6 +211,12 @@ class CliAdapter:
         """SIGKILL every process group this adapter runs; refuse new calls from now on."""
         self._groups.kill_all()
 
+    def abort(self, idempotency_key: str) -> None:
+        """SIGKILL the process group of the call for ``idempotency_key`` (the
+        operator's ``abort``); a call whose program is still starting is
+        killed as soon as it exists. The call then ends unknown."""
+        self._groups.abort(idempotency_key)
+
     def call(self, request: ActRequest) -> dict[str, Any]:
         """Run the program once for ``request`` (see the module docstring for outcomes)."""
         if len(request.args) > self.max_arg_bytes:
@@ -230,6 +237,7 @@ class CliAdapter:
                 timeout_s=self.timeout_s,
                 stdout_head=self.stdout_limit + margin,
                 stderr_tail=STDERR_TAIL_BYTES + margin,
+                key=request.idempotency_key,
             )
         except DefiniteFailure as exc:
             raise DefiniteFailure(_redact.redact_text(str(exc), secrets)) from None

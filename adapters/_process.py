@@ -65,15 +65,27 @@ class ProcessGroups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: dict[int, subprocess.Popen[bytes]] = {}
+        self._by_key: dict[str, int] = {}  # a call's key -> its leader's pid
+        self._aborted: set[str] = set()  # keys whose call is aborted
         self._closed = False
 
     def spawn(
-        self, argv: Sequence[str], env: Mapping[str, str | bytes], *, stdin: bool
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str | bytes],
+        *,
+        stdin: bool,
+        key: str | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv``; `DefiniteFailure` when it cannot start (it never ran)."""
+        """Start ``argv``; `DefiniteFailure` when it cannot start (it never ran).
+
+        ``key`` names the call so that :meth:`abort` can find its group."""
         with self._lock:
             if self._closed:
                 raise DefiniteFailure("the adapter has been shut down; nothing was started")
+            if key is not None and key in self._aborted:
+                self._aborted.discard(key)
+                raise DefiniteFailure("the call was aborted before its program started")
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -93,10 +105,24 @@ class ProcessGroups:
             raise DefiniteFailure(f"cannot start {argv[0]}: {exc}") from exc
         with self._lock:
             self._live[proc.pid] = proc
-            closed = self._closed
-        if closed:  # kill_all ran while we were spawning: this child must not live on
+            if key is not None:
+                self._by_key[key] = proc.pid
+            # kill_all or an abort ran while we were spawning: it must not live on
+            doomed = self._closed or (key is not None and key in self._aborted)
+        if doomed:
             _kill_group(proc.pid)
         return proc
+
+    def abort(self, key: str) -> None:
+        """SIGKILL the group of the call named ``key``, now or as soon as it
+        is spawned (an ``abort`` of a call whose program is starting)."""
+        with self._lock:
+            pid = self._by_key.get(key)
+            if pid is None:
+                self._aborted.add(key)
+                return
+            self._aborted.add(key)
+            _kill_group(pid)
 
     def finish(self, proc: subprocess.Popen[bytes]) -> int:
         """SIGKILL ``proc``'s whole group, wait for the leader to die, reap it: its returncode."""
@@ -106,10 +132,18 @@ class ProcessGroups:
         except ChildProcessError as exc:
             with self._lock:
                 self._live.pop(proc.pid, None)
+                self._forget_key(proc.pid)
             raise OutcomeUnknown(f"lost track of child process {proc.pid}") from exc
         with self._lock:  # reap under the lock: kill_all never signals a reaped (reusable) pid
             self._live.pop(proc.pid, None)
+            self._forget_key(proc.pid)
             return proc.wait()
+
+    def _forget_key(self, pid: int) -> None:
+        for key, live in list(self._by_key.items()):
+            if live == pid:
+                del self._by_key[key]
+                self._aborted.discard(key)
 
     def kill_all(self) -> None:
         """SIGKILL every live group and refuse new children from now on (shutdown)."""
@@ -315,6 +349,7 @@ def run(
     stdout_head: int,
     stderr_tail: int,
     use_pidfd: bool = True,
+    key: str | None = None,
 ) -> Finished:
     """Run ``argv`` to its end (or its timeout), then kill its group and reap it.
 
@@ -324,7 +359,7 @@ def run(
     `DefiniteFailure` only when the program could not be started; any other
     error propagates and means the run's effect is unknown.
     """
-    proc = groups.spawn(argv, env, stdin=stdin_data is not None)
+    proc = groups.spawn(argv, env, stdin=stdin_data is not None, key=key)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     head, tail = _Head(stdout_head), _Tail(stderr_tail)
     pump: _Pump | None = None

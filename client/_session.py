@@ -192,6 +192,27 @@ class _Plans:
         params = {"prog": prog, "before": before}
         return (yield from _ask("recover_reservations", params, True))
 
+    def set_step_limit(
+        self, prog: str, step_limit: int, expected_version: int | None
+    ) -> Plan[dict[str, Any]]:
+        """Always fenced by ``expected_state_version`` (read from ``get_prog``
+        when not given), like ``set_prog_state``."""
+        if expected_version is None:
+            expected_version = (yield from self.prog(prog))["state_version"]
+        params = {
+            "prog": prog,
+            "step_limit": step_limit,
+            "expected_state_version": expected_version,
+        }
+        return (yield from _ask("set_step_limit", params, True))
+
+    def abort(self, op: str, attempt: int | None) -> Plan[dict[str, Any]]:
+        """`abort` the op's running attempt (default: its latest attempt)."""
+        if attempt is None:
+            attempts = (yield from self.operation(op))["attempts"]
+            attempt = attempts[-1]["attempt"] if attempts else 1
+        return (yield from _ask("abort", {"op": op, "attempt": attempt}, True))
+
     # -- attempts (SPEC §3.2, §3.5) ------------------------------------------------
     def _attempt_params(
         self,
@@ -403,6 +424,22 @@ class Session(_SessionBase):
             self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
         )
 
+    def set_step_limit(
+        self, prog: str, step_limit: int, *, expected_state_version: int | None = None
+    ) -> dict[str, Any]:
+        """`set_step_limit`, always fenced by ``expected_state_version`` (default:
+        the prog's current one, read first). Raising the limit of an exhausted
+        prog lets new work pass; what the exhaustion cancelled stays cancelled."""
+        return self._run(
+            self._plans.set_step_limit(prog, step_limit, expected_state_version)
+        )
+
+    def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
+        """`abort` a hung call of a running attempt (default: the op's latest
+        attempt): its process group is killed and the attempt ends
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        return self._run(self._plans.abort(op, attempt))
+
     def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
         """`reserve_steps` (SPEC §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
@@ -610,6 +647,22 @@ class TrioSession(_SessionBase):
         return await self._run(
             self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
         )
+
+    async def set_step_limit(
+        self, prog: str, step_limit: int, *, expected_state_version: int | None = None
+    ) -> dict[str, Any]:
+        """`set_step_limit`, always fenced by ``expected_state_version`` (default:
+        the prog's current one, read first). Raising the limit of an exhausted
+        prog lets new work pass; what the exhaustion cancelled stays cancelled."""
+        return await self._run(
+            self._plans.set_step_limit(prog, step_limit, expected_state_version)
+        )
+
+    async def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
+        """`abort` a hung call of a running attempt (default: the op's latest
+        attempt): its process group is killed and the attempt ends
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        return await self._run(self._plans.abort(op, attempt))
 
     async def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
         """`reserve_steps` (SPEC §3.4)."""

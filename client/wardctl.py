@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -193,6 +194,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="release only reservations numbered below N "
         "(default: the prog's reservation_seq, read first: every one made so far)",
     )
+    sub = prog.add_parser(
+        "limit",
+        parents=[common],
+        help="set a prog's step limit",
+        description="Raise or lower the prog's step limit (not below steps used + reserved). "
+        "Raising the limit of an exhausted prog lets new work pass; what the exhaustion "
+        "cancelled stays cancelled. Fenced by the prog's state_version.",
+    )
+    sub.set_defaults(handler=_prog_limit, parser=sub, read_only=False)
+    sub.add_argument("prog", metavar="PROG")
+    sub.add_argument("step_limit", metavar="N", type=int, help="the new step limit")
+    sub.add_argument(
+        "--expected-version",
+        type=int,
+        metavar="N",
+        help="expected state_version, always sent (default: read it first)",
+    )
     sub = prog.add_parser("show", parents=[common], help="show a prog")
     sub.set_defaults(handler=_prog_show, parser=sub, read_only=True)
     sub.add_argument("prog", metavar="PROG")
@@ -232,21 +250,56 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = add("attempts", _attempts, "list attempts in one state across all neurons", read=True)
     sub.add_argument("--state", required=True, choices=ATTEMPT_LIST_STATES)
+    sub.add_argument(
+        "--watch",
+        type=float,
+        metavar="SECONDS",
+        help="list again every SECONDS until none is left (then exit 0)",
+    )
 
     sub = add("history", _history, "show the event records of an operation", read=True)
     sub.add_argument("op", metavar="OP")
     _neuron_option(sub)
 
-    sub = add("reconcile", _reconcile, "record the definite outcome of an unknown attempt")
-    sub.add_argument("op", metavar="OP")
-    sub.add_argument("attempt", metavar="ATTEMPT", type=int)
-    status = sub.add_mutually_exclusive_group(required=True)
+    sub = add(
+        "reconcile",
+        _reconcile,
+        "record the definite outcome of an unknown attempt",
+        epilog="With --unclaimed (no OP, ATTEMPT or status): every unknown attempt of the "
+        "neuron whose evidence says claimed: false never reached its adapter, so each is "
+        "reconciled not_executed, one signed request per attempt, each printed. Safe to run "
+        "again. Exit status 1 if any was refused.",
+    )
+    sub.add_argument("op", metavar="OP", nargs="?")
+    sub.add_argument("attempt", metavar="ATTEMPT", type=int, nargs="?")
+    sub.add_argument(
+        "--unclaimed",
+        action="store_true",
+        help="reconcile every unclaimed unknown attempt of the neuron as not_executed",
+    )
+    sub.add_argument(
+        "--dry-run", action="store_true", help="with --unclaimed: list them, sign nothing"
+    )
+    status = sub.add_mutually_exclusive_group()
     status.add_argument("--succeeded", dest="status", action="store_const", const="succeeded")
     status.add_argument("--failed", dest="status", action="store_const", const="failed")
     status.add_argument("--not-executed", dest="status", action="store_const", const="not_executed")
     value = sub.add_mutually_exclusive_group()
     value.add_argument("--value", metavar="TEXT", help="the outcome's value, as text")
     value.add_argument("--value-hex", metavar="HEX", help="the outcome's value, as bytes")
+
+    sub = add(
+        "abort",
+        _abort,
+        "end a hung call: kill its process group; the attempt becomes unknown",
+        epilog="Only for a running attempt of an act whose adapter can be stopped from "
+        "outside (cli). The attempt is recorded unknown with evidence aborted: true (its "
+        "effect may have happened): check, then reconcile it.",
+    )
+    sub.add_argument("op", metavar="OP")
+    sub.add_argument(
+        "attempt", metavar="ATTEMPT", type=int, nargs="?", help="default: the op's latest"
+    )
 
     sub = add("cancel", _cancel, "cancel an operation (executes nothing)")
     sub.add_argument("op", metavar="OP")
@@ -442,6 +495,7 @@ def _status_lines(s: Mapping[str, Any]) -> list[str]:
     ops = s.get("operations") or {}
     by_state = ", ".join(f"{k} {v}" for k, v in ops.items() if v) or "none"
     lines.append(f"operations:  {by_state}")
+    lines.extend(_recovery_lines(s))
     lines.append(f"unknown attempts: {s.get('unknown_attempts', '?')}")
     lines.append(f"receipts pending: {s.get('receipts_pending', '?')}")
     writer = s.get("writer") or {}
@@ -453,6 +507,26 @@ def _status_lines(s: Mapping[str, Any]) -> list[str]:
     )
     lines.append(f"connections: {s.get('connections', '?')}")
     return lines
+
+
+def _recovery_lines(s: Mapping[str, Any]) -> list[str]:
+    """The previous boot and this start's recovery, in one line (SPEC §3.8)."""
+    prev = s.get("previous_boot")
+    if not isinstance(prev, Mapping):
+        return ["previous boot: none (a new database)"] if "previous_boot" in s else []
+    rec = s.get("recovery") or {}
+    marked, resolved = rec.get("marked_unknown", 0), rec.get("resolved_by_receipt", 0)
+    if prev.get("clean"):
+        head = f"previous boot {_short(prev.get('boot'))} stopped cleanly"
+    else:
+        head = f"previous boot {_short(prev.get('boot'))} did not stop cleanly"
+    if not marked:
+        return [f"{head}: no attempt marked unknown"]
+    text = f"{head}: {marked} attempts marked unknown, {resolved} resolved by receipt"
+    unknown = s.get("unknown_attempts")
+    if isinstance(unknown, int) and unknown:
+        text += f", {unknown} wait for you: wardctl attempts --state unknown"
+    return [text]
 
 
 def _short(value: Any, n: int = 12) -> str:
@@ -547,7 +621,28 @@ def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
 
 
 def _attempts(ctx: _Context) -> int:
+    every = ctx.args.watch
+    if every is None:
+        return _attempts_once(ctx)
+    if not every > 0:
+        ctx.args.parser.error("--watch needs a positive number of seconds")
+    while True:
+        if not ctx.json:
+            print(f"-- {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", flush=True)
+        if _attempts_once(ctx, flush=True) == 0 and not _attempts_left(ctx):
+            return 0
+        time.sleep(every)  # the operator's refresh interval
+
+
+def _attempts_left(ctx: _Context) -> bool:
+    return bool(ctx.read("list_attempts", state=ctx.args.state, limit=1)["attempts"])
+
+
+def _attempts_once(ctx: _Context, *, flush: bool = False) -> int:
     attempts = _pages(ctx, "list_attempts", "attempts", state=ctx.args.state)
+    if ctx.args.watch is not None and not attempts:
+        print(f"no {ctx.args.state} attempts left", flush=flush)
+        return 0
     lines: list[str] = []
     for a in attempts:
         lines.append(
@@ -691,6 +786,17 @@ def _invoke(ctx: _Context) -> int:
 
 def _reconcile(ctx: _Context) -> int:
     a = ctx.args
+    if a.unclaimed:
+        if a.op is not None or a.status is not None or a.value is not None or a.value_hex:
+            a.parser.error("--unclaimed takes no OP, ATTEMPT, status or value")
+        return _reconcile_unclaimed(ctx)
+    if a.dry_run:
+        a.parser.error("--dry-run goes with --unclaimed")
+    if a.op is None or a.attempt is None or a.status is None:
+        a.parser.error(
+            "OP, ATTEMPT and one of --succeeded, --failed, --not-executed are required "
+            "(or --unclaimed)"
+        )
     value: Any = NO_VALUE
     if a.value is not None:
         value = a.value
@@ -702,6 +808,73 @@ def _reconcile(ctx: _Context) -> int:
     result = ctx.session().reconcile(a.op, a.attempt, a.status, value)
     text = f"op {result.get('op')} attempt {result.get('attempt')}: {result.get('status')}"
     return _out(ctx, result, text + _already(result))
+
+
+def _reconcile_unclaimed(ctx: _Context) -> int:
+    """SPEC §3.8: an unknown attempt whose evidence says ``claimed: false``
+    never reached its adapter (the adapter is called only after the claim is
+    durable), so ``not_executed`` is always right for it."""
+    me = ctx.neuron_id()
+    todo = [
+        a
+        for a in _pages(ctx, "list_attempts", "attempts", state="unknown")
+        if a.get("neuron") == me
+        and a.get("kind") == "guarded"
+        and isinstance(a.get("evidence"), Mapping)
+        and a["evidence"].get("claimed") is False
+    ]
+    if not todo:
+        return _out(ctx, [], "no unclaimed unknown attempts")
+    results: list[dict[str, Any]] = []
+    refused = 0
+    for a in todo:
+        op, attempt = a["op"], a["attempt"]
+        if ctx.args.dry_run:
+            results.append({"op": op, "attempt": attempt, "dry_run": True})
+            if not ctx.json:
+                print(f"op {op} attempt {attempt}: would reconcile not_executed (unclaimed)")
+            continue
+        try:
+            result = ctx.session().reconcile(op, attempt, "not_executed", NO_VALUE)
+        except WarddError as exc:
+            refused += 1
+            results.append({"op": op, "attempt": attempt, "error": exc.code})
+            if not ctx.json:
+                print(f"op {op} attempt {attempt}: refused: {exc.code}: {exc.message}")
+            continue
+        results.append(result)
+        if not ctx.json:
+            print(f"op {op} attempt {attempt}: not_executed{_already(result)}")
+    if ctx.json:
+        write_json(results)
+    return 1 if refused else 0
+
+
+def _abort(ctx: _Context) -> int:
+    a = ctx.args
+    result = ctx.session().abort(a.op, a.attempt)
+    text = (
+        f"op {result.get('op')} attempt {result.get('attempt')}: aborted, now unknown "
+        f"(its effect may have happened: check, then wardctl reconcile {result.get('op')} "
+        f"{result.get('attempt')} --succeeded|--failed|--not-executed)"
+    )
+    return _out(ctx, result, text)
+
+
+def _prog_limit(ctx: _Context) -> int:
+    a = ctx.args
+    if a.step_limit < 0:
+        a.parser.error("N must be 0 or more")
+    if a.expected_version is not None and a.expected_version < 0:
+        a.parser.error("--expected-version must be 0 or more")
+    result = ctx.session().set_step_limit(
+        a.prog, a.step_limit, expected_state_version=a.expected_version
+    )
+    text = (
+        f"prog {result.get('prog')}: step limit {result.get('step_limit')} "
+        f"(state_version {result.get('state_version')})"
+    )
+    return _out(ctx, result, text)
 
 
 def _cancel(ctx: _Context) -> int:

@@ -29,6 +29,7 @@ from wardd.protocol import (
     EpochMismatch,
     GenerationMismatch,
     GrantDisabled,
+    NotRunning,
     PlacementStale,
     PlacementUnbound,
     ProgInactive,
@@ -353,18 +354,24 @@ def claim(
     boot: str,
     claim_info: dict[str, Any] | None,
     stopping: Callable[[], bool] = lambda: False,
+    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
 ) -> Unit:
     """The claim (SPEC §3.2.2): re-verify, then insert the one claim of the
     attempt. A void context durably voids the attempt and answers
     ``token_void``; a lost race answers ``claim_conflict``. Once the daemon
     is stopping (``stopping()``), no claim is made: the writer orders every
-    claim before or after the moment the shutdown began (SPEC §3.6)."""
+    claim before or after the moment the shutdown began (SPEC §3.6).
+    ``on_claim(ref)`` runs inside the unit once the claim is inserted, so
+    whatever it registers exists before the claim is visible to a read."""
 
     def unit(conn: sqlite3.Connection) -> AttemptRef | WarddError:
         if stopping():
             void_attempt(conn, ref.attempt_id, "shutdown")
             return shutdown_void()
-        return _claim(conn, ref, worker, boot, claim_info)
+        got = _claim(conn, ref, worker, boot, claim_info)
+        if isinstance(got, AttemptRef):
+            on_claim(got)
+        return got
 
     return unit
 
@@ -441,6 +448,7 @@ def invoke_claim(
     worker: str,
     claim_info: Callable[[str], dict[str, Any] | None],
     stopping: Callable[[], bool] = lambda: False,
+    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
 ) -> Unit:
     """SPEC §3.2.5: invoke records the attempt and the claim in one unit.
     Returns the AttemptRef, or a ``str`` naming the worker to route to when
@@ -458,9 +466,30 @@ def invoke_claim(
         ref = _insert_attempt(conn, ctx, nrow, op, descriptor, "guarded", refresh=False)
         # the context was verified a moment ago in this same unit, under the
         # guard: the claim needs no second re-verification
-        return _insert_claim(conn, ref, worker, ctx.boot, claim_info(ref.act))
+        claimed = _insert_claim(conn, ref, worker, ctx.boot, claim_info(ref.act))
+        on_claim(claimed)
+        return claimed
 
     return unit
+
+
+def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -> tuple[int, str]:
+    """SPEC §3.8 [2.2] ``abort``'s checks, on a read: ownership
+    (``unknown_operation``), then the prog's grant (``grant_disabled``),
+    then a running guarded attempt (``not_running`` otherwise). Returns the
+    attempt's row id and the op's act; whether its adapter can be stopped
+    from outside (``not_abortable``) is the caller's to check."""
+    nrow = neuron_row(conn, neuron)
+    o = op_row(conn, nrow["id"], op)
+    prog = conn.execute("SELECT * FROM progs WHERE id = ?", (o["prog_id"],)).fetchone()
+    require_enabled_grant(prog)
+    row = conn.execute(
+        "SELECT id, kind, state FROM attempts WHERE op_id = ? AND attempt = ?", (o["id"], attempt)
+    ).fetchone()
+    if row is None or row["state"] != "running" or row["kind"] != "guarded":
+        what = "has no such attempt" if row is None else f"attempt is {row['state']}"
+        raise NotRunning(f"nothing to abort: the op {what}")
+    return int(row["id"]), str(o["act"])
 
 
 def invoke_precheck(
@@ -476,12 +505,21 @@ def invoke_precheck(
     return str(descriptor["executor"]["worker"])
 
 
-def outcome(ref: AttemptRef, status: str, value: Any, error: str | None, source: str) -> Unit:
+def outcome(
+    ref: AttemptRef,
+    status: str,
+    value: Any,
+    error: str | None,
+    source: str,
+    *,
+    aborted: bool = False,
+) -> Unit:
     """Accept an outcome pinned to the original op and attempt (SPEC §3.2.3):
-    accepted whatever changed meanwhile."""
+    accepted whatever changed meanwhile. ``aborted``: an operator's ``abort``
+    ended the call (an unknown outcome with evidence ``aborted: true``)."""
 
     def unit(conn: sqlite3.Connection) -> str:
-        return record_outcome(conn, ref.attempt_id, status, value, error, source)
+        return record_outcome(conn, ref.attempt_id, status, value, error, source, aborted=aborted)
 
     return unit
 
@@ -493,6 +531,8 @@ def record_outcome(
     value: Any,
     error: str | None,
     source: str,
+    *,
+    aborted: bool = False,
 ) -> str:
     """Store one outcome (or, for ``unknown``, mark the attempt unknown)."""
     row = conn.execute(
@@ -509,13 +549,16 @@ def record_outcome(
         "at": at,
     }
     if status == "unknown":
+        evidence: dict[str, Any] = {"claimed": True, "error": error}
+        if aborted:
+            evidence["aborted"] = True
         move_attempt(
             conn,
             **where,
             state="unknown",
             kind="outcome",
-            data={"status": "unknown", "error": error},
-            evidence={"claimed": True, "error": error},
+            data={"status": "unknown", "error": error, **({"aborted": True} if aborted else {})},
+            evidence=evidence,
         )
         return status
     conn.execute(

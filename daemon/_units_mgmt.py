@@ -533,6 +533,52 @@ def settle_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
     return unit
 
 
+def set_step_limit(neuron: str, prog: str, step_limit: int, expected_version: int) -> Unit:
+    """SPEC §3.8 [2.2]: set a prog's step limit, fenced by its state_version.
+
+    Order: ownership, grant (``grant_disabled``), the version
+    (``state_mismatch``), then the floor: a limit below ``steps_used +
+    steps_reserved`` is ``bad_request``. Raising the limit above
+    ``steps_used`` ends an exhaustion (new reservations and prepares pass
+    again; what the exhaustion cancelled stays cancelled). Lowering it never
+    exhausts the prog by itself: exhaustion happens at a settle, as before;
+    a lower limit only refuses the reservations it cannot hold."""
+
+    def unit(conn: sqlite3.Connection) -> dict[str, Any]:
+        n = neuron_row(conn, neuron)
+        p = prog_row(conn, n["id"], prog)
+        require_enabled_grant(p)
+        if expected_version != p["state_version"]:
+            raise StateMismatch(
+                f"the prog's state_version is {p['state_version']}, not {expected_version}",
+                {"state": p["state"], "state_version": p["state_version"]},
+            )
+        floor = p["steps_used"] + p["steps_reserved"]
+        if step_limit < floor:
+            raise BadRequest(
+                f"step_limit {step_limit} is below steps_used + steps_reserved ({floor})",
+                {"param": "step_limit", "minimum": floor},
+            )
+        resumed = bool(p["exhausted"]) and step_limit > p["steps_used"]
+        exhausted = 0 if resumed else p["exhausted"]
+        version = change_prog(conn, p["id"], step_limit=step_limit, exhausted=exhausted)
+        append_event(
+            conn,
+            "step_limit_set",
+            n["id"],
+            data={
+                "prog": prog,
+                "step_limit": step_limit,
+                "previous": p["step_limit"],
+                "state_version": version,
+                "exhaustion_ended": resumed,
+            },
+        )
+        return {"prog": prog, "step_limit": step_limit, "state_version": version}
+
+    return unit
+
+
 def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
     """SPEC §3.4: every op the exhaustion ends becomes cancelled; retained
     results are consumed without being returned; unknown attempts stay."""

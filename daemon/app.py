@@ -29,6 +29,8 @@ from wardd.protocol import (
     PROTOCOL_VERSION,
     BadRequest,
     Internal,
+    NotAbortable,
+    NotRunning,
     Overloaded,
     Request,
     TokenInvalid,
@@ -115,6 +117,10 @@ class Daemon:
         wconn = connect(self.db_path)
         wconn.row_factory = sqlite3.Row
         self.schema_from, _ = migrate(wconn)
+        last = wconn.execute("SELECT boot_id, clean FROM boots ORDER BY id DESC LIMIT 1").fetchone()
+        self.previous_boot = (
+            None if last is None else {"boot": last["boot_id"], "clean": bool(last["clean"])}
+        )
         wconn.execute(
             "INSERT INTO boots(boot_id, started_at, pid, version) VALUES (?,?,?,?)",
             (self.boot, self.started_at, os.getpid(), VERSION),
@@ -501,6 +507,10 @@ class Daemon:
             mgmt.recover_reservations(n, p["prog"], p.get("before"))
         )
         s["check_receipts"] = lambda c, n, p: self.recovery.check_receipts(n)
+        s["abort"] = self._abort
+        s["set_step_limit"] = lambda c, n, p: self.writer.run(
+            mgmt.set_step_limit(n, p["prog"], p["step_limit"], p["expected_state_version"])
+        )
         u["status"] = self._status
         u["list_workers"] = self._list_workers
         u["execute"] = self._execute
@@ -590,7 +600,7 @@ class Daemon:
         if not self.pool.has(worker):
             raise Internal("the placement names no worker of this daemon")
 
-        def unit_for(w: str) -> _units.Unit:
+        def unit_for(w: str, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
             return _units.invoke_claim(
                 self.ctx,
                 neuron,
@@ -598,6 +608,7 @@ class Daemon:
                 worker=w,
                 claim_info=self._claim_info,
                 stopping=lambda: self.stopping,
+                on_claim=on_claim,
             )
 
         return await self._dispatch(
@@ -628,6 +639,43 @@ class Daemon:
         return await self.writer.run(
             mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
         )
+
+    async def _abort(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        """SPEC §3.8 [2.2]: end a hung call. The checks run on a read (the
+        claim registered the call before a read can show it running); the
+        call's process group is killed, its outcome is recorded ``unknown``
+        with ``aborted: true`` by its own worker, and the reply leaves once
+        that is durable. It never waits for the ward guard."""
+        op, attempt = p["op"], p["attempt"]
+        with self.reads.snapshot() as rconn:
+            attempt_id, act = _units.abort_target(rconn, neuron, op, attempt)
+        if not getattr(self.adapters.get(act), "abortable", False):
+            raise NotAbortable(
+                f"act {act!r} runs in an adapter that cannot be stopped from outside"
+            )
+        done = trio.Event()
+        box: list[WarddError | None] = []
+        token = self._trio_token
+
+        def on_done(error: WarddError | None) -> None:
+            box.append(error)
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        if not self.pool.abort(attempt_id, on_done):
+            raise NotRunning("nothing to abort: the call ended before the abort")
+        log.warning("abort", neuron=neuron, op=op, attempt=attempt, act=act)
+        with trio.CancelScope(shield=True) as scope:  # like a dispatch: see _dispatch
+            self._dispatch_scopes.add(scope)
+            try:
+                await done.wait()
+            finally:
+                self._dispatch_scopes.discard(scope)
+        if box[0] is not None:
+            raise box[0]
+        return {"op": op, "attempt": attempt, "status": "unknown"}
 
     async def _list_workers(self, conn: Connection, p: dict[str, Any]) -> Any:
         return {
@@ -671,6 +719,11 @@ class Daemon:
             "operations": ops,
             "unknown_attempts": unknown,
             "receipts_pending": self.recovery.pending,
+            "previous_boot": self.previous_boot,
+            "recovery": {
+                "marked_unknown": self.recovery.marked,
+                "resolved_by_receipt": self.recovery.resolved_by_receipt,
+            },
             "writer": {
                 "backlog": self.writer.backlog,
                 "batches": st.batches,

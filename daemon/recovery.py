@@ -56,7 +56,7 @@ class Candidate:
 def mark_unknown(boot: str) -> Any:
     """The start-time unit: earlier boots' open attempts become unknown."""
 
-    def unit(conn: sqlite3.Connection) -> int:
+    def unit(conn: sqlite3.Connection) -> list[int]:
         rows = conn.execute(
             "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id,"
             " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id) AS claimed"
@@ -77,7 +77,7 @@ def mark_unknown(boot: str) -> Any:
                 data=evidence,
                 evidence=evidence,
             )
-        return len(rows)
+        return [int(r["id"]) for r in rows]
 
     return unit
 
@@ -124,6 +124,8 @@ class Recovery:
         self._boot = boot
         self._pending: dict[int, trio.Event] = {}  # attempt_id -> done
         self.marked = 0
+        self._marked_ids: set[int] = set()
+        self.resolved_by_receipt = 0  # of the attempts this start marked (SPEC §3.8)
 
     @property
     def pending(self) -> int:
@@ -162,7 +164,8 @@ class Recovery:
         for c in self._candidates(states=("unknown", "prepared", "running")):
             if not self._in_process(c):
                 self._pending[c.attempt_id] = trio.Event()
-        self.marked = await self._writer.run(mark_unknown(self._boot))
+        self._marked_ids = set(await self._writer.run(mark_unknown(self._boot)))
+        self.marked = len(self._marked_ids)
         if self.marked:
             log.warning("marked_unknown", attempts=self.marked)
         cands = self._candidates()
@@ -197,6 +200,8 @@ class Recovery:
             log.info(
                 "receipt", op=c.op, attempt=c.attempt, answer=receipt.answer, resolved=resolved
             )
+            if resolved and c.attempt_id in self._marked_ids:
+                self.resolved_by_receipt += 1
             return resolved
         finally:
             self._pending.pop(c.attempt_id, None)

@@ -46,7 +46,21 @@ class Dispatch:
     neuron: str
     reply: Callable[[Any, WarddError | None], None]  # thread-safe
     ref: AttemptRef | None = None
-    invoke_unit: Callable[[str], _units.Unit] | None = None
+    invoke_unit: Callable[[str, Callable[[AttemptRef], None]], _units.Unit] | None = None
+    claimed_id: int | None = None  # set inside the claim unit
+
+
+@attrs.define(eq=False)
+class Call:
+    """A claimed attempt of this boot until its outcome is durable (SPEC §3.8
+    [2.2] ``abort``): registered inside the claim unit, so it exists whenever
+    a read shows the attempt ``running``."""
+
+    key: str  # the idempotency key
+    act: str
+    phase: str = "claimed"  # claimed -> calling -> done (the adapter returned)
+    aborted: bool = False
+    waiters: list[Callable[[WarddError | None], None]] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -79,6 +93,8 @@ class WorkerPool:
         }
         self._stopping = False
         self._counts_lock = threading.Lock()
+        self._calls: dict[int, Call] = {}  # attempt row id -> its call
+        self._calls_lock = threading.Lock()
         self._grace_over = False
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
@@ -124,6 +140,71 @@ class WorkerPool:
             # killing its process group makes it return in this boot
             self._grace_over = True
         return finished
+
+    # -- abort ------------------------------------------------------------------
+
+    def abort(self, attempt_id: int, on_done: Callable[[WarddError | None], None]) -> bool:
+        """Abort the call of a running attempt (SPEC §3.8 [2.2]).
+
+        True if the abort was taken: the call's process group is killed (or
+        the call is never started, if it has not begun), its outcome is
+        recorded ``unknown`` with ``aborted: true``, and ``on_done`` is
+        called once that is durable (with an error if it could not be
+        stored). False if the adapter had already returned: the attempt's
+        own outcome stands and nothing is changed."""
+        with self._calls_lock:
+            call = self._calls.get(attempt_id)
+            if call is None or call.phase == "done":
+                return False
+            call.aborted = True
+            call.waiters.append(on_done)
+            calling = call.phase == "calling"
+        if calling:
+            self._kill(call)
+        return True
+
+    def _kill(self, call: Call) -> None:
+        kill = getattr(self._adapters.get(call.act), "abort", None)
+        if callable(kill):
+            try:
+                kill(call.key)
+            except Exception as exc:  # noqa: BLE001 - the outcome is unknown either way
+                log.error("abort_failed", act=call.act, error=repr(exc))
+
+    def _registrar(self, d: Dispatch) -> Callable[[AttemptRef], None]:
+        """The ``on_claim`` of ``d``'s claim unit (run on the writer thread)."""
+
+        def register(ref: AttemptRef) -> None:
+            key = f"{ref.neuron}/{ref.op}/{ref.attempt}"
+            with self._calls_lock:
+                self._calls[ref.attempt_id] = Call(key=key, act=ref.act)
+            d.claimed_id = ref.attempt_id
+
+        return register
+
+    def _unregister(self, attempt_id: int, error: WarddError | None) -> None:
+        with self._calls_lock:
+            call = self._calls.pop(attempt_id, None)
+        for notify in call.waiters if call is not None else ():
+            notify(error)
+
+    def _begin_call(self, ref: AttemptRef) -> bool:
+        """Enter the adapter call; False if an abort came first (not called)."""
+        with self._calls_lock:
+            call = self._calls.get(ref.attempt_id)
+            if call is None:
+                return True
+            call.phase = "calling"
+            return not call.aborted
+
+    def _end_call(self, ref: AttemptRef) -> bool:
+        """The adapter returned; True if an abort was taken before that."""
+        with self._calls_lock:
+            call = self._calls.get(ref.attempt_id)
+            if call is None:
+                return False
+            call.phase = "done"
+            return call.aborted
 
     # -- the thread -------------------------------------------------------------
 
@@ -177,7 +258,10 @@ class WorkerPool:
             if ref is None:
                 return
             state.busy = ref
-            status, value, error = self._call(ref)
+            if self._begin_call(ref):
+                status, value, error = self._call(ref)
+            else:
+                status, value, error = "unknown", None, "the call was not started"
         except BaseException as exc:  # noqa: BLE001 - after the claim: unknown, never running
             if ref is None:
                 raise  # before the claim: nothing was started (the loop answers)
@@ -186,13 +270,18 @@ class WorkerPool:
         finally:
             release()
             state.busy = None
+        aborted = self._end_call(ref)
+        if aborted:
+            # SPEC §3.8 [2.2]: the effect may have happened; never guessed
+            ended = f"{status}: {error}" if error else status
+            status, value, error = "unknown", None, f"aborted by the operator ({ended})"
         try:
-            self._accept(state, d, ref, status, value, error)
+            self._accept(state, d, ref, status, value, error, aborted=aborted)
         except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
             # _accept raises only before its outcome is submitted
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
             try:
-                self._accept(state, d, ref, "unknown", None, _fault(exc))
+                self._accept(state, d, ref, "unknown", None, _fault(exc), aborted=aborted)
             except BaseException as again:
                 self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
                 raise
@@ -202,7 +291,7 @@ class WorkerPool:
     ) -> AttemptRef | None:
         try:
             if d.invoke_unit is not None:
-                got = self._writer.call(d.invoke_unit(state.id))
+                got = self._writer.call(d.invoke_unit(state.id, self._registrar(d)))
                 if isinstance(got, str):  # the placement names another worker
                     release()
                     if not self.has(got):
@@ -221,10 +310,12 @@ class WorkerPool:
                         boot=self._boot,
                         claim_info=info,
                         stopping=lambda: self._stopping,
+                        on_claim=self._registrar(d),
                     )
                 )
         except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()
+            self._forget_claim(d)
             err = exc if isinstance(exc, WarddError) else Internal("the claim failed")
             if isinstance(err, Internal):
                 # SPEC §3.2.2: a failed claim voids the attempt (claim_failed); an
@@ -243,6 +334,13 @@ class WorkerPool:
             return None
         log.debug("claimed", op=ref.op, attempt=ref.attempt, worker=state.id)
         return ref
+
+    def _forget_claim(self, d: Dispatch) -> None:
+        """A claim unit that registered its call and whose batch then failed
+        to commit: drop the registration (the attempt never ran)."""
+        if d.claimed_id is not None:
+            self._unregister(d.claimed_id, Internal("the claim was not committed"))
+            d.claimed_id = None
 
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
         adapter = self._adapters[ref.act]
@@ -268,6 +366,8 @@ class WorkerPool:
         status: str,
         value: Any,
         error: str | None,
+        *,
+        aborted: bool = False,
     ) -> None:
         """Submit the outcome and move on: the reply is sent from the
         commit's callback (SPEC §3.2.3: only once the outcome is durable),
@@ -276,9 +376,10 @@ class WorkerPool:
         outcome is critical: if it cannot be stored, the daemon fail-stops."""
         if self._grace_over:
             log.warning("outcome_left_unrecorded", op=ref.op, attempt=ref.attempt, status=status)
+            self._unregister(ref.attempt_id, Internal("the daemon stopped before the outcome"))
             return
         fut = self._writer.submit(
-            _units.outcome(ref, status, value, error, "adapter"), critical=True
+            _units.outcome(ref, status, value, error, "adapter", aborted=aborted), critical=True
         )
 
         def committed(f: concurrent.futures.Future[Any]) -> None:
@@ -291,8 +392,11 @@ class WorkerPool:
         def _answer(f: concurrent.futures.Future[Any]) -> None:
             if f.exception() is not None:
                 # never report an outcome that is not stored
-                d.reply(None, Internal("the outcome could not be stored", {"reason": "fail_stop"}))
+                lost = Internal("the outcome could not be stored", {"reason": "fail_stop"})
+                self._unregister(ref.attempt_id, lost)
+                d.reply(None, lost)
                 return
+            self._unregister(ref.attempt_id, None)
             with self._counts_lock:
                 state.counts[status] += 1
             log.info("outcome", op=ref.op, attempt=ref.attempt, worker=state.id, status=status)

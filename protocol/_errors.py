@@ -40,8 +40,10 @@ __all__ = [
     "GenerationMismatch",
     "GrantDisabled",
     "Internal",
+    "NotAbortable",
     "NotReconcilable",
     "NotRetained",
+    "NotRunning",
     "OpConflict",
     "OpenOperations",
     "Overloaded",
@@ -421,6 +423,23 @@ class RebindRequired(WarddError):
     """The retained result belongs to an older epoch: `rebind` it before `consume`."""
 
     code = "rebind_required"
+
+
+# -- abort ------------------------------------------------------------------------------
+
+
+class NotRunning(WarddError):
+    """`abort`: the attempt is not running (of any kind, or the op has no such attempt);
+    nothing was changed."""
+
+    code = "not_running"
+
+
+class NotAbortable(WarddError):
+    """`abort`: the attempt runs in an adapter that cannot be stopped from outside (an
+    in-process call cannot be preempted); nothing was changed."""
+
+    code = "not_abortable"
 
 
 #: code -> (exception class, one-line meaning), in table order.

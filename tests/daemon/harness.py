@@ -376,3 +376,25 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.value
+
+
+def run_wardctl(
+    env: Env, *args: str, key: Path | None = None, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """A real ``wardctl`` process against ``env``'s daemon (key: ``neuron.key``
+    in the env's root unless given)."""
+    e = {
+        **os.environ,
+        "WARDD_SOCKET": str(env.socket),
+        "WARDD_KEY": str(key or env.root / "neuron.key"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "wardd.client.wardctl", *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=timeout,
+    )
+    if check:
+        assert out.returncode == 0, (args, out.stdout, out.stderr)
+    return out

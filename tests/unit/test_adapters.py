@@ -557,6 +557,51 @@ class TestCli:
         assert slow.timed_out and slow.returncode == -9
         assert groups.live == 0
 
+    def test_abort_kills_a_running_call_and_refuses_one_not_yet_started(
+        self, tmp_path: Path
+    ) -> None:
+        """abort(key) SIGKILLs the named call's group; an abort that comes before
+        the program started keeps it from starting (nothing runs)."""
+        groups = _process.ProcessGroups()
+        env = {"PATH": "/usr/bin:/bin"}
+        pidfile = tmp_path / "hung.pid"
+        box: dict[str, Any] = {}
+
+        def hung() -> None:
+            box["done"] = _process.run(
+                groups,
+                [SH, "-c", f"echo $$ > {pidfile}; exec sleep 1000"],
+                env,
+                None,
+                timeout_s=None,
+                stdout_head=10,
+                stderr_tail=10,
+                key="n/op/1",
+            )
+
+        t = threading.Thread(target=hung)
+        t.start()
+        pid = int(wait_for_file(pidfile))
+        groups.abort("n/op/2")  # another call's key: nothing happens to this one
+        assert groups.live == 1
+        groups.abort("n/op/1")
+        t.join(30)
+        assert box["done"].returncode == -9 and wait_dead(pid)
+        assert groups.live == 0
+        marker = tmp_path / "ran"
+        with pytest.raises(DefiniteFailure, match="aborted before"):
+            _process.run(
+                groups,
+                [SH, "-c", f"touch {marker}"],
+                env,
+                None,
+                timeout_s=None,
+                stdout_head=10,
+                stderr_tail=10,
+                key="n/op/2",
+            )
+        assert not marker.exists()
+
     def test_secret_file_edge_cases(self, tmp_path: Path) -> None:
         """One trailing CRLF is stripped; an oversized or NUL-holding secret fails the call."""
         token = tmp_path / "token"

@@ -49,7 +49,7 @@ SPEC_CODES = """
     act_not_granted args_too_large attempt_mismatch attempt_busy attempt_unknown
     already_succeeded prog_inactive budget_exhausted grant_disabled op_conflict
     prog_conflict conflict state_mismatch bad_transition open_operations
-    rebind_required not_retained
+    rebind_required not_retained not_abortable not_running
 """.split()
 
 
