@@ -3,7 +3,8 @@
 Exit statuses (the systemd unit's ``RestartPreventExitStatus`` names the
 first two): 78 a configuration error, 75 the database is owned by another
 daemon, 70 fail-stop (an outcome could not be stored), 1 another start-up
-failure, 0 a clean stop on SIGTERM/SIGINT.
+failure, 0 a clean stop on SIGTERM, SIGINT, SIGHUP or SIGQUIT (see
+`wardd.daemon._signals`).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ def _parser() -> argparse.ArgumentParser:
         description="wardd: local worker dispatch and fencing daemon. Runs registered acts "
         "for signed progs at most once per attempt and surfaces every effect whose fate "
         "is unknown.",
-        epilog="Exit statuses: 0 clean stop, 78 configuration error, 75 database owned by "
-        "another daemon, 70 fail-stop (an outcome could not be stored), 1 other start-up "
-        "failure. Docs: README.md, docs/operations.md, docs/recovery.md.",
+        epilog="Exit statuses: 0 clean stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT), 78 "
+        "configuration error, 75 database owned by another daemon, 70 fail-stop (an outcome "
+        "could not be stored), 1 other start-up failure. Docs: README.md, "
+        "docs/operations.md, docs/recovery.md.",
     )
     p.add_argument("--version", action="version", version=f"wardd {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -103,13 +105,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(cfg: object) -> int:
     from wardd.daemon._lock import LockHeld
     from wardd.daemon._schema import SchemaTooNew
+    from wardd.daemon._signals import EarlySignals
     from wardd.daemon.app import Daemon
     from wardd.daemon.config import Config
 
     assert isinstance(cfg, Config)
     log = structlog.get_logger("wardd")
+    # from here on no caught signal ends the process by its default action: one
+    # that comes before the event loop is handed to the daemon, which stops
+    early = EarlySignals()
+    early.install()
     try:
         daemon = Daemon(cfg)
+        daemon.early_signals = early
         daemon.open_store()
     except LockHeld as exc:
         print(f"wardd: {exc}", file=sys.stderr)
