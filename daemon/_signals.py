@@ -26,13 +26,19 @@ Handlers, never ``SIG_IGN``: a caught signal is reset to its default in a
 
 `EarlySignals` catches these signals from the start of ``wardd run`` until
 the event loop's receiver takes them over, and again once it has let them
-go (after the stop path has run): a signal in those windows is kept and
-handed to the daemon (before the loop) or only noted (after it), so it
-never ends the process through its default action.
+go: a signal before the loop is kept and handed to the daemon, which then
+stops as soon as it runs. Once the stop path has run (``stopped`` is
+logged, the clean-stop mark written), the process normally exits at once;
+if something keeps it alive (a thread of an in-process adapter whose call
+is stuck), a stop signal then ends it at once with the stop's exit status
+(`EarlySignals.stopped`). The owner lock goes with the process.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import signal
 from types import FrameType
 
@@ -73,15 +79,45 @@ class EarlySignals:
 
     def __init__(self) -> None:
         self.received: list[int] = []
+        self._exit_status: int | None = None
 
     def install(self) -> None:
         for signum in CAUGHT_SIGNALS:
             signal.signal(signum, self._keep)
 
     def _keep(self, signum: int, frame: FrameType | None) -> None:
+        if self._exit_status is not None and signum in STOP_SIGNALS:
+            _exit_now(signum, self._exit_status)
         self.received.append(signum)
+
+    def stopped(self, status: int) -> None:
+        """The stop path has run and the process is about to exit with
+        ``status``: from now on a stop signal ends it at once (so does one
+        that came while the event loop was letting the signals go)."""
+        self._exit_status = status
+        for signum in self.take():
+            if signum in STOP_SIGNALS:
+                _exit_now(signum, status)
 
     def take(self) -> list[int]:
         """The signals kept so far, in order (and forget them)."""
         got, self.received = self.received, []
         return got
+
+
+def _exit_now(signum: int, status: int) -> None:
+    """End the process now (no interpreter clean-up waits for other threads).
+    The log line is written with one ``write``: a signal handler must not
+    re-enter a buffered stream the main thread may be writing."""
+    line = {
+        "signal": signal_name(signum),
+        "action": "exit",
+        "status": status,
+        "event": "signal",
+        "level": "warning",
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z"),
+    }
+    try:
+        os.write(2, (json.dumps(line) + "\n").encode())
+    finally:
+        os._exit(status)

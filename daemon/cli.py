@@ -129,11 +129,13 @@ def run(cfg: object) -> int:
         print(f"wardd: cannot open the database {cfg.database}: {exc}", file=sys.stderr)
         return EXIT_START
     try:
-        return trio.run(daemon.run)
+        status: int = trio.run(daemon.run)
     except OSError as exc:
         log.error("start_failed", error=str(exc))
         print(f"wardd: {exc}", file=sys.stderr)
         return EXIT_START
+    early.stopped(status)
+    return status
 
 
 if __name__ == "__main__":

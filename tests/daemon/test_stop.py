@@ -287,6 +287,43 @@ def plugin_dir(root: Path) -> Path:
     return where
 
 
+class Stuck:
+    """An Env whose act ``stuck`` is the test plugin above, on one worker
+    with a 1 s grace, and the environment a daemon needs to load it."""
+
+    def __init__(self) -> None:
+        self.env = env = Env(workers=1, shutdown_grace_s=1)
+        self.fifo, self.ledger = env.root / "fifo", env.root / "stuck.log"
+        self.started = env.root / "stuck.on"
+        os.mkfifo(self.fifo)
+        env.acts["stuck"] = {
+            "adapter": "stuck-test",
+            "fifo": str(self.fifo),
+            "ledger": str(self.ledger),
+            "started": str(self.started),
+        }
+        env.write_config()
+        path = os.pathsep.join(
+            p for p in (str(plugin_dir(env.root)), os.environ.get("PYTHONPATH")) if p
+        )
+        self.extra = {"PYTHONPATH": path}
+
+    def stopped_with_a_call_stuck(self, make_daemon: Any) -> tuple[Daemon, Actor]:
+        """A daemon whose stop path has run (``stopped`` logged) while its
+        in-process call is still stuck, keeping the process alive."""
+        d = make_daemon(self.env, start=False)
+        d.start(self.extra)
+        a = Actor(d, acts=("stuck",))
+        a.submit("op", "stuck")
+        Background(a.invoke, "op", 1, d.connect())
+        wait_for(self.started.exists, what="the in-process call to start")
+        d.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: logged(d, "stopped"), what="the first daemon's stop path to end")
+        assert logged(d, "shutdown_grace_passed")
+        assert d.proc.poll() is None  # the call's thread keeps the process alive
+        return d, a
+
+
 class TestOwnerLock:
     def test_no_second_daemon_starts_while_a_stuck_in_process_call_keeps_the_first_alive(
         self, make_daemon: Any
@@ -295,51 +332,47 @@ class TestOwnerLock:
         and its ``stopped`` line, a daemon whose in-process call is still in
         progress keeps a second daemon out (exit 75), so the call's late
         effect is found by the receipt instead of run again."""
-        env = Env(workers=1, shutdown_grace_s=1)
-        fifo, ledger, started = env.root / "fifo", env.root / "stuck.log", env.root / "stuck.on"
-        os.mkfifo(fifo)
-        env.acts["stuck"] = {
-            "adapter": "stuck-test",
-            "fifo": str(fifo),
-            "ledger": str(ledger),
-            "started": str(started),
-        }
-        env.write_config()
-        path = os.pathsep.join(
-            p for p in (str(plugin_dir(env.root)), os.environ.get("PYTHONPATH")) if p
-        )
-        extra = {"PYTHONPATH": path}
-        d = make_daemon(env, start=False)
-        d.start(extra)
-        a = Actor(d, acts=("stuck",))
-        a.submit("op", "stuck")
-        Background(a.invoke, "op", 1, d.connect())
-        wait_for(started.exists, what="the in-process call to start")
-        d.proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: logged(d, "stopped"), what="the first daemon's stop path to end")
-        assert logged(d, "shutdown_grace_passed")
-        assert d.proc.poll() is None  # the call's thread keeps the process alive
-
+        st = Stuck()
+        d, a = st.stopped_with_a_call_stuck(make_daemon)
         env_vars = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_")}
         second = subprocess.run(
-            d.argv(), env={**env_vars, **extra}, capture_output=True, timeout=60
+            d.argv(), env={**env_vars, **st.extra}, capture_output=True, timeout=60
         )
         assert second.returncode == 75, second.stderr.decode(errors="replace")
         assert b"is in use" in second.stderr
         assert d.proc.poll() is None
 
         # the stuck call now has its effect, then the first process ends
-        fd = os.open(fifo, os.O_WRONLY)
+        fd = os.open(st.fifo, os.O_WRONLY)
         os.close(fd)
         assert d.proc.wait(30) == 0
-        assert ledger.read_text().splitlines() == [f"{a.id}/op/1"]
+        assert st.ledger.read_text().splitlines() == [f"{a.id}/op/1"]
 
-        d.start(extra)  # only now can a daemon own the database
+        d.start(st.extra)  # only now can a daemon own the database
         a.client = d.connect()
         op = a.op("op")
         assert op["state"] == "retained"
         assert op["attempts"][0]["outcome"]["status"] == "succeeded"
         assert op["attempts"][0]["outcome"]["source"] == "receipt"
+
+    def test_a_stop_signal_after_the_stop_ends_a_process_a_stuck_call_keeps_alive(
+        self, make_daemon: Any
+    ) -> None:
+        """Once ``stopped`` is logged, another SIGTERM ends a process that a
+        stuck in-process call keeps alive, with the stop's status 0; the call
+        never had its effect, and the in-process receipt says so."""
+        st = Stuck()
+        d, a = st.stopped_with_a_call_stuck(make_daemon)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(15) == 0
+        assert logged(d, "signal", signal="SIGTERM", action="exit")
+        assert not st.ledger.exists()
+
+        d.start(st.extra)
+        a.client = d.connect()
+        att = a.op("op")["attempts"][0]
+        assert att["outcome"] == {"status": "not_executed", "source": "receipt"}
+        assert a.state("op") == "pending"
 
 
 class TestStopSignals:
