@@ -90,11 +90,12 @@ def boot_row(env: Env, boot: str) -> tuple[Any, Any]:
 
 
 def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a reaper may be slow)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def sh(script: str) -> list[str]:
