@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 import trio
@@ -20,6 +23,40 @@ import trio
 EXIT_CONFIG = 78
 EXIT_LOCKED = 75
 EXIT_START = 1
+
+
+class StderrLogger:
+    """structlog's output: one line per event on stderr (fd 2), in one
+    ``write`` per line where the kernel allows.
+
+    A line that cannot be written (the terminal was closed and hung up, the
+    reading end of a pipe is gone, the journal's stream is full) is dropped:
+    a lost log line must never stop the daemon in the middle of its work or
+    of its stop path. (``print`` to ``sys.stderr`` would raise ``OSError``
+    there, and keep the unwritten bytes in its buffer.)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def msg(self, message: str) -> None:
+        data = (message + "\n").encode("utf-8", "replace")
+        with self._lock:
+            try:
+                while data:
+                    data = data[os.write(2, data) :]
+            except OSError:
+                pass
+
+    debug = info = warning = warn = error = err = critical = fatal = exception = msg
+    failure = log = msg
+
+
+def _stderr_logger(*args: Any) -> StderrLogger:
+    return _STDERR
+
+
+_STDERR = StderrLogger()
 
 
 def configure_logging() -> None:
@@ -33,7 +70,7 @@ def configure_logging() -> None:
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
 

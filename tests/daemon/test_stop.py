@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shlex
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -376,7 +378,85 @@ class TestOwnerLock:
         assert a.state("op") == "pending"
 
 
+# Makes the daemon a session leader whose controlling terminal is the pty on
+# fds 0-2 (as a shell does for a foreground `wardd run`), then execs it.
+_ON_A_TERMINAL = (
+    "import fcntl, os, sys, termios; os.setsid(); "
+    "fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+class TerminalDaemon(Daemon):
+    """A daemon running in the foreground of a real pseudo-terminal."""
+
+    def spawn(self, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = self.env.root / f"tty-{len(self.logs)}.log"
+        self.logs.append(log)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
+        }
+        env.update(extra_env or {})
+        master, slave = os.openpty()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _ON_A_TERMINAL, *self.argv()],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+        )
+        os.close(slave)
+        self.master = master
+        self._stop_r, self._stop_w = os.pipe()
+        self._copier = threading.Thread(target=self._copy, args=(log,), daemon=True)
+        self._copier.start()
+        return self.proc
+
+    def _copy(self, log: Path) -> None:
+        """What the terminal shows goes to the log, until it is closed."""
+        with open(log, "wb") as out:
+            while True:
+                ready, _, _ = select.select([self.master, self._stop_r], [], [])
+                if self._stop_r in ready:
+                    return
+                try:
+                    data = os.read(self.master, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                out.write(data)
+                out.flush()
+
+    def close_terminal(self) -> None:
+        """Close the terminal's master side, as a terminal emulator does when
+        its window closes: the kernel hangs the terminal up (SIGHUP to the
+        session leader; writes to it fail from now on)."""
+        os.write(self._stop_w, b"x")
+        self._copier.join(10)
+        os.close(self.master)
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+
+
 class TestStopSignals:
+    def test_closing_the_terminal_of_a_foreground_daemon_is_a_clean_stop(self) -> None:
+        """Closing the terminal of a foreground daemon (SIGHUP, then every
+        log write failing) runs the stop path: clean mark, exit 0."""
+        d = TerminalDaemon(Env())
+        try:
+            d.start()
+            boot = d.boot
+            assert logged(d, "ready")
+            d.close_clients()
+            d.close_terminal()
+            assert d.proc.wait(20) == 0
+            clean, stopped_at = boot_row(d.env, boot)
+            assert clean == 1 and stopped_at is not None
+        finally:
+            d.cleanup()
+
     def test_a_second_sigterm_ends_the_grace_and_the_stop_completes(self, make_daemon: Any) -> None:
         """A second SIGTERM during the grace ends it at once: the running
         call stays claimed without an outcome, its cli group is killed, and
