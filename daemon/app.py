@@ -13,7 +13,6 @@ import collections
 import importlib.metadata
 import os
 import secrets
-import signal
 import socket
 import sqlite3
 import time
@@ -53,6 +52,7 @@ from ._params import SIGNED, UNSIGNED, check_params
 from ._reads import Reads
 from ._records import now, wire_safe
 from ._schema import SCHEMA_VERSION, migrate
+from ._signals import CAUGHT_SIGNALS, STOP_SIGNALS, EarlySignals, signal_name
 from ._writer import Writer, connect
 from .config import Config
 from .descriptors import build_descriptors, check_descriptor, device_id
@@ -101,6 +101,8 @@ class Daemon:
         self.stopping = False
         self._background: trio.Nursery | None = None
         self.fatal: str | None = None
+        # signals caught before the event loop took them over (set by the CLI)
+        self.early_signals: EarlySignals | None = None
         self.adapters: dict[str, Adapter] = {"echo": echo_adapter()}
         for act in config.acts:
             self.adapters[act.tag] = build_adapter(act.tag, act.table, max_frame=config.max_frame)
@@ -169,9 +171,13 @@ class Daemon:
         return bind_unix(str(path))
 
     async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT (0) or a fail-stop (non-zero)."""
+        """Serve until a stop signal (0) or a fail-stop (non-zero).
+
+        The owner lock is never released here: the process holds it until
+        it is gone (SPEC §3.6), even when a call is still running in it."""
         self._trio_token = trio.lowlevel.current_trio_token()
         self._stop_event = trio.Event()
+        self._grace_cut = trio.Event()
         notifier = Notifier.from_env()
         wd = watchdog_interval(os.environ)
         lsock = self._listener()  # reads LISTEN_FDS before the scrub
@@ -200,19 +206,23 @@ class Daemon:
             schema_from=self.schema_from,
             schema=SCHEMA_VERSION,
         )
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*CAUGHT_SIGNALS) as signals:
+            # signals that came before the receiver took over (during start-up)
+            for sig in self.early_signals.take() if self.early_signals else []:
+                self._on_signal(sig)
             # connections outlive requests, so that replies computed during the
             # shutdown still find their connection open
             async with trio.open_nursery() as conns:
                 self._background = conns
                 if wd:  # kept alive through the shutdown grace
                     conns.start_soon(self._watchdog, notifier, wd)
+                # watched through the grace: a second stop signal ends it
+                conns.start_soon(self._watch_signals, signals)
                 async with trio.open_nursery() as requests:
                     async with trio.open_nursery() as services:
                         accepting = trio.CancelScope()
                         services.start_soon(self._accept, accepting, listener, requests, conns)
                         services.start_soon(self._expire_tokens)
-                        services.start_soon(self._watch_signals, signals)
                         await self.recovery.at_start()
                         self.recovered.set()
                         services.start_soon(self.recovery.background_receipts)
@@ -227,6 +237,9 @@ class Daemon:
                         # for the void to be durable)
                         accepting.cancel()
                         self.stopping = True
+                        # a reconcile waiting for a receipt check is refused
+                        # (receipt_pending): the check will not finish now
+                        self.recovery.stop()
                         queued = self.pool.begin_stop()
                         tokens = self.tokens.void_all("shutdown")
                         for _handle, token in tokens:
@@ -245,7 +258,8 @@ class Daemon:
         if self.fatal is None:
             await self._mark_clean_stop()
         self.writer.stop()
-        self.lock.release()
+        # SPEC §3.6: the owner lock stays held until the process is gone (a
+        # call may still be in progress in it); the kernel drops it at exit
         log.info("stopped", boot=self.boot, clean=self.fatal is None)
         return 0 if self.fatal is None else EXIT_FAIL_STOP
 
@@ -280,9 +294,22 @@ class Daemon:
 
     async def _watch_signals(self, signals: Any) -> None:
         async for sig in signals:
-            log.info("signal", signal=signal.Signals(sig).name)
+            self._on_signal(sig)
+
+    def _on_signal(self, sig: int) -> None:
+        """SPEC §3.6: the first stop signal starts the stop; another one
+        during the grace ends the grace at once; the others are logged."""
+        name = signal_name(sig)
+        if sig not in STOP_SIGNALS:
+            log.warning("signal_ignored", signal=name)
+        elif not self._stop_event.is_set():
+            log.info("signal", signal=name)
             self._stop_event.set()
-            return
+        elif not self._grace_cut.is_set():
+            log.warning("signal", signal=name, action="end_grace")
+            self._grace_cut.set()
+        else:
+            log.info("signal", signal=name, action="none")
 
     async def _watchdog(self, notifier: Notifier, interval: float) -> None:
         while True:
@@ -292,9 +319,7 @@ class Daemon:
     async def _shutdown(self) -> None:
         """SPEC §3.6: wait up to the grace for calls in progress, then kill
         `cli` process groups so no orphan can have its effect later."""
-        finished = await trio.to_thread.run_sync(
-            self.pool.join, self.config.shutdown_grace_s, limiter=trio.CapacityLimiter(1)
-        )
+        finished = await self._join_workers()
         # outcomes the workers submitted are answered once committed: a unit
         # queued behind them returns only after they are (the queue is FIFO)
         if self.fatal is None:
@@ -313,6 +338,33 @@ class Daemon:
             kill = getattr(adapter, "kill_all", None)
             if callable(kill):
                 kill()
+
+    async def _join_workers(self) -> bool:
+        """Wait for the workers up to the grace, or until a second stop
+        signal ends it; True if every call in progress finished."""
+        finished: bool | None = None
+
+        async def join(scope: trio.CancelScope) -> None:
+            nonlocal finished
+            finished = await trio.to_thread.run_sync(
+                self.pool.join,
+                self.config.shutdown_grace_s,
+                abandon_on_cancel=True,
+                limiter=trio.CapacityLimiter(1),
+            )
+            scope.cancel()
+
+        async def cut(scope: trio.CancelScope) -> None:
+            await self._grace_cut.wait()
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(join, nursery.cancel_scope)
+            nursery.start_soon(cut, nursery.cancel_scope)
+        if finished is None:  # ended by a second signal (the join thread is left behind)
+            log.warning("shutdown_grace_ended", reason="second signal")
+            finished = self.pool.end_grace()
+        return finished
 
     async def _mark_clean_stop(self) -> None:
         def unit(conn: sqlite3.Connection) -> None:

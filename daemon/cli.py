@@ -3,15 +3,19 @@
 Exit statuses (the systemd unit's ``RestartPreventExitStatus`` names the
 first two): 78 a configuration error, 75 the database is owned by another
 daemon, 70 fail-stop (an outcome could not be stored), 1 another start-up
-failure, 0 a clean stop on SIGTERM/SIGINT.
+failure, 0 a clean stop on SIGTERM, SIGINT, SIGHUP or SIGQUIT (see
+`wardd.daemon._signals`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 import trio
@@ -19,6 +23,40 @@ import trio
 EXIT_CONFIG = 78
 EXIT_LOCKED = 75
 EXIT_START = 1
+
+
+class StderrLogger:
+    """structlog's output: one line per event on stderr (fd 2), in one
+    ``write`` per line where the kernel allows.
+
+    A line that cannot be written (the terminal was closed and hung up, the
+    reading end of a pipe is gone, the journal's stream is full) is dropped:
+    a lost log line must never stop the daemon in the middle of its work or
+    of its stop path. (``print`` to ``sys.stderr`` would raise ``OSError``
+    there, and keep the unwritten bytes in its buffer.)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def msg(self, message: str) -> None:
+        data = (message + "\n").encode("utf-8", "replace")
+        with self._lock:
+            try:
+                while data:
+                    data = data[os.write(2, data) :]
+            except OSError:
+                pass
+
+    debug = info = warning = warn = error = err = critical = fatal = exception = msg
+    failure = log = msg
+
+
+def _stderr_logger(*args: Any) -> StderrLogger:
+    return _STDERR
+
+
+_STDERR = StderrLogger()
 
 
 def configure_logging() -> None:
@@ -32,7 +70,7 @@ def configure_logging() -> None:
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
 
@@ -45,9 +83,10 @@ def _parser() -> argparse.ArgumentParser:
         description="wardd: local worker dispatch and fencing daemon. Runs registered acts "
         "for signed progs at most once per attempt and surfaces every effect whose fate "
         "is unknown.",
-        epilog="Exit statuses: 0 clean stop, 78 configuration error, 75 database owned by "
-        "another daemon, 70 fail-stop (an outcome could not be stored), 1 other start-up "
-        "failure. Docs: README.md, docs/operations.md, docs/recovery.md.",
+        epilog="Exit statuses: 0 clean stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT), 78 "
+        "configuration error, 75 database owned by another daemon, 70 fail-stop (an outcome "
+        "could not be stored), 1 other start-up failure. Docs: README.md, "
+        "docs/operations.md, docs/recovery.md.",
     )
     p.add_argument("--version", action="version", version=f"wardd {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -103,13 +142,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(cfg: object) -> int:
     from wardd.daemon._lock import LockHeld
     from wardd.daemon._schema import SchemaTooNew
+    from wardd.daemon._signals import EarlySignals
     from wardd.daemon.app import Daemon
     from wardd.daemon.config import Config
 
     assert isinstance(cfg, Config)
     log = structlog.get_logger("wardd")
+    # from here on no caught signal ends the process by its default action: one
+    # that comes before the event loop is handed to the daemon, which stops
+    early = EarlySignals()
+    early.install()
     try:
         daemon = Daemon(cfg)
+        daemon.early_signals = early
         daemon.open_store()
     except LockHeld as exc:
         print(f"wardd: {exc}", file=sys.stderr)
@@ -121,11 +166,13 @@ def run(cfg: object) -> int:
         print(f"wardd: cannot open the database {cfg.database}: {exc}", file=sys.stderr)
         return EXIT_START
     try:
-        return trio.run(daemon.run)
+        status: int = trio.run(daemon.run)
     except OSError as exc:
         log.error("start_failed", error=str(exc))
         print(f"wardd: {exc}", file=sys.stderr)
         return EXIT_START
+    early.stopped(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -14,6 +14,16 @@ has stopped; any other answer is kept as a hint in the evidence and the
 attempt stays unknown for ``reconcile``. Receipts never resolve a manual
 attempt. In-process receipts run before serving; the others in the
 background with bounded concurrency, counted by ``receipts_pending``.
+
+A ``reconcile`` of an attempt whose check is pending or running waits for
+it. A check *answers* when its answer is recorded (applied, or kept as a
+hint). One that does not (the daemon began to stop, the check was
+abandoned, or it raised) leaves its attempt *unanswered*: a waiting
+reconcile records nothing and is refused (``overloaded``, ``data.reason:
+receipt_pending``), and so is any later one until a check of that attempt
+answers (``check_receipts``, or the next start). Once the stop has begun no
+check answers: a ``cli`` receipt killed by the shutdown would only say
+``unknown``.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import structlog
 import trio
 
 from wardd.adapters import Adapter, Receipt, has_receipt
+from wardd.protocol import Overloaded, WarddError
 
 from ._reads import Reads
 from ._records import append_event, dec, enc, move_attempt, wire_safe
@@ -123,13 +134,24 @@ class Recovery:
         self._adapters = adapters
         self._boot = boot
         self._pending: dict[int, trio.Event] = {}  # attempt_id -> done
+        # checks that ended without an answer recorded (see the module docstring)
+        self._unanswered: set[int] = set()
+        self._stopping = False
         self.marked = 0
         self._marked_ids: set[int] = set()
         self.resolved_by_receipt = 0  # of the attempts this start marked (SPEC §3.8)
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """``receipts_pending``: checks to run, running, or ended unanswered."""
+        return len(self._pending.keys() | self._unanswered)
+
+    def stop(self) -> None:
+        """The daemon is stopping: no check answers from now on, and every
+        reconcile waiting for one is refused (``receipt_pending``)."""
+        self._stopping = True
+        for done in self._pending.values():
+            done.set()
 
     def _candidates(
         self, neuron: str | None = None, states: tuple[str, ...] = ("unknown",)
@@ -192,11 +214,21 @@ class Recovery:
     async def _check(self, c: Candidate) -> bool:
         adapter = self._adapters[c.act]
         done = self._pending.setdefault(c.attempt_id, trio.Event())
+        answered = False
         try:
+            if self._stopping:
+                return False
             receipt = await trio.to_thread.run_sync(_receipt, adapter, c, abandon_on_cancel=True)
-            resolved: bool = await self._writer.run(
-                apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False)))
-            )
+            if self._stopping:  # a receipt the shutdown killed says only "unknown"
+                return False
+            try:
+                resolved: bool = await self._writer.run(
+                    apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False)))
+                )
+            except WarddError as err:
+                log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
+                return False
+            answered = True
             log.info(
                 "receipt", op=c.op, attempt=c.attempt, answer=receipt.answer, resolved=resolved
             )
@@ -204,6 +236,10 @@ class Recovery:
                 self.resolved_by_receipt += 1
             return resolved
         finally:
+            if answered:
+                self._unanswered.discard(c.attempt_id)
+            else:
+                self._unanswered.add(c.attempt_id)
             self._pending.pop(c.attempt_id, None)
             done.set()
 
@@ -223,16 +259,31 @@ class Recovery:
         return {"checked": len(cands), "resolved": resolved}
 
     async def wait_for_receipt(self, neuron: str, op: str, attempt: int) -> None:
-        """SPEC §3.4: a reconcile waits for a pending receipt check first."""
-        for attempt_id, ev in list(self._pending.items()):
-            row = self._reads.conn.execute(
-                "SELECT 1 FROM attempts a JOIN operations o ON o.id = a.op_id"
-                " JOIN neurons n ON n.id = o.neuron_id"
-                " WHERE a.id = ? AND n.neuron = ? AND o.op = ? AND a.attempt = ?",
-                (attempt_id, neuron, op, attempt),
-            ).fetchone()
-            if row is not None:
-                await ev.wait()
+        """SPEC §3.4: a reconcile waits for a pending receipt check first, and
+        is refused (``overloaded``, ``receipt_pending``) if no check of its
+        attempt has answered: the check was abandoned (the daemon is
+        stopping) or raised."""
+        if not self._pending and not self._unanswered:
+            return
+        row = self._reads.conn.execute(
+            "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " JOIN neurons n ON n.id = o.neuron_id"
+            " WHERE n.neuron = ? AND o.op = ? AND a.attempt = ?",
+            (neuron, op, attempt),
+        ).fetchone()
+        if row is None:
+            return  # the reconcile itself answers unknown_operation
+        attempt_id = row[0]
+        done = self._pending.get(attempt_id)
+        if done is not None:
+            log.info("reconcile_waiting", op=op, attempt=attempt)
+            await done.wait()
+        if attempt_id in self._pending or attempt_id in self._unanswered:
+            raise Overloaded(
+                "the attempt's receipt check did not finish; send the reconcile again "
+                "once a check has answered (check_receipts, or after the restart)",
+                {"reason": "receipt_pending"},
+            )
 
 
 def _receipt(adapter: Adapter, c: Candidate) -> Receipt:

@@ -206,6 +206,15 @@ class WorkerPool:
             call.phase = "done"
             return call.aborted
 
+    def end_grace(self) -> bool:
+        """End the grace at once (a second stop signal, SPEC §3.6): calls
+        still running are left claimed without an outcome, as when the grace
+        passes. True if no worker was running a call any more."""
+        finished = not any(t.is_alive() for t in self._threads)
+        if not finished:
+            self._grace_over = True
+        return finished
+
     # -- the thread -------------------------------------------------------------
 
     def _next(self, state: WorkerState) -> Dispatch | None:

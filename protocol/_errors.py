@@ -153,8 +153,9 @@ class Forbidden(WarddError):
 
 
 class Overloaded(WarddError):
-    """The daemon is at a capacity limit and did not admit the request; nothing changed,
-    retry later."""
+    """The daemon did not admit the request now; nothing changed, retry later. `data.reason`:
+    `shutdown` (it is stopping), `receipt_pending` (a reconcile whose attempt's receipt check
+    did not finish: send it again once a check has answered), absent at a capacity limit."""
 
     code = "overloaded"
 
