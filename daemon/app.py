@@ -563,24 +563,31 @@ class Daemon:
 
             w = dec(placement[0])["executor"]["worker"]
             worker = w if self.pool.has(w) else worker
+        # the op's act, so that the worker computes its claim record on its own
+        # thread (a file.append stat), not the unit on the writer thread
+        act = self.reads.conn.execute(
+            "SELECT o.act FROM operations o JOIN neurons n ON n.id = o.neuron_id"
+            " WHERE n.neuron = ? AND o.op = ?",
+            (neuron, p["op"]),
+        ).fetchone()
 
-        def unit_for(w: str) -> _units.Unit:
+        def unit_for(w: str, claim_records: Callable[[str], dict[str, Any]]) -> _units.Unit:
             return _units.invoke_claim(
                 self.ctx,
                 neuron,
                 p,
                 worker=w,
-                claim_info=self._claim_info,
+                claim_info=claim_records,
                 stopping=lambda: self.stopping,
             )
 
-        return await self._dispatch(
-            worker, Dispatch(neuron=neuron, reply=_unset, invoke_unit=unit_for)
+        d = Dispatch(
+            neuron=neuron,
+            reply=_unset,
+            invoke_unit=unit_for,
+            act=None if act is None else act[0],
         )
-
-    def _claim_info(self, act: str) -> dict[str, Any] | None:
-        fn = getattr(self.adapters.get(act), "claim_info", None)
-        return fn() if callable(fn) else None
+        return await self._dispatch(worker, d)
 
     async def _manual_take(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         ref = await self.writer.run(_units.manual_take(self.ctx, neuron, p))
