@@ -54,7 +54,9 @@ What the claim records, and what the receipt makes of it (SPEC §6, [2.2]):
 - ``path`` is the configured path, the name the call opens — not a
   ``realpath``: the receipt must look up the same name, so that a file
   renamed or replaced under it, or a symlink repointed, reads as another
-  file (another device or inode) rather than as an unchanged one.
+  file (another device or inode) rather than as an unchanged one. The
+  receipt reads the recorded path even when the act's path was
+  reconfigured since: that is where the call wrote.
 - ``digest`` is the SHA-256 of the file's first and last 4 KiB before
   ``size`` (of the whole of it when shorter). Device, inode and size alone
   cannot tell a copy-truncate (logrotate's ``copytruncate``) followed by new
