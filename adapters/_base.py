@@ -110,12 +110,22 @@ class Adapter(Protocol):
 
     Optional members, looked up with ``getattr`` by the daemon:
 
+    - ``kind``: the adapter's name as configured (``"file.append"``,
+      ``"cli"``, an entry point's name). The daemon stores it with every
+      claim, so that a receipt is only ever asked about a claim its own kind
+      of adapter made (SPEC §3.4).
     - ``receipt(idempotency_key, claim_info=None) -> Receipt``: answers
       whether the attempt with that key had its effect; never raises (a
       failure to tell is ``Receipt("unknown")``). Use `has_receipt` to ask
-      whether an adapter offers one.
-    - ``claim_info() -> dict | None``: facts stored with the dispatch claim
-      and handed back to ``receipt`` (``file.append``: ``{"path": ...}``).
+      whether an adapter offers one. ``claim_info`` is None for an attempt
+      that was never claimed (it never reached the adapter) and for a claim
+      whose ``claim_info()`` recorded None; ``{}`` (or an older wardd's
+      record) for a claim that holds no record of this adapter's — the
+      daemon then takes the answer as a hint only.
+    - ``claim_info() -> dict | None``: facts stored with the dispatch claim,
+      computed on the worker thread just before the claim is committed (so
+      before the call), and handed back to ``receipt`` (``file.append``: the
+      file's path, device, inode, size and a digest of its content).
     - ``kill_all() -> None``: SIGKILL every process group the adapter still
       runs (``cli``); called by the daemon at shutdown after its grace.
     - ``abortable: bool`` and ``abort(idempotency_key) -> None``: the call

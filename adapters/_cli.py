@@ -172,6 +172,7 @@ class CliAdapter:
     timeout_s: float | None = None
     env: tuple[tuple[str, EnvValue], ...] = ()
     receipt_argv: tuple[str, ...] | None = None
+    kind: str = attrs.field(default="cli", init=False)
     in_process: bool = attrs.field(default=False, init=False)
     abortable: bool = attrs.field(default=True, init=False)
     _groups: _process.ProcessGroups = attrs.field(factory=_process.ProcessGroups, init=False)

@@ -14,6 +14,7 @@ class EchoAdapter:
     """Returns the request's args (bytes) unchanged; has no effect and no receipt."""
 
     tag: str = "echo"
+    kind: str = attrs.field(default="echo", init=False)
     in_process: bool = True
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES
     receipt_supported: bool = attrs.field(default=False, init=False)

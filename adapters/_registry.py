@@ -104,14 +104,15 @@ def _from_entry_point(
             raise AdapterConfigError(
                 "max_arg_bytes", f"entry point {name!r} declares an invalid bound {bound!r}"
             )
-    return EntryPointAdapter(tag, inner, int(bound))
+    return EntryPointAdapter(tag, inner, int(bound), kind=name)
 
 
 class EntryPointAdapter:
     """A third-party adapter, given the act's tag and bound (see the module docstring)."""
 
-    def __init__(self, tag: str, inner: Any, max_arg_bytes: int) -> None:
+    def __init__(self, tag: str, inner: Any, max_arg_bytes: int, *, kind: str = "") -> None:
         self.tag = tag
+        self.kind = kind or f"entry point {type(inner).__qualname__}"
         self.inner = inner
         self.max_arg_bytes = max_arg_bytes
         self.in_process = getattr(inner, "in_process", False) is True

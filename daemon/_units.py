@@ -494,15 +494,15 @@ def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -
 
 def invoke_precheck(
     conn: sqlite3.Connection, ctx: BootContext, neuron: str, params: Mapping[str, Any]
-) -> str:
+) -> tuple[str, str]:
     """SPEC §3.2.5 [2.2]: ``invoke``'s checks on arrival, on a read
     connection (they write nothing). Raises the first refusal that applies
-    now; returns the worker the placement names. The claim unit runs them
-    again under the guard: this only answers a refusal at once."""
+    now; returns the worker the placement names and the op's act. The claim
+    unit runs them again under the guard: this only answers a refusal at once."""
     nrow = neuron_row(conn, neuron)
-    _op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
+    op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
     assert descriptor is not None
-    return str(descriptor["executor"]["worker"])
+    return str(descriptor["executor"]["worker"]), str(op["act"])
 
 
 def outcome(

@@ -648,28 +648,32 @@ class Daemon:
         # and only a request that passes waits in its worker's queue; the
         # claim unit checks again, under the guard
         with self.reads.snapshot() as rconn:
-            worker = _units.invoke_precheck(rconn, self.ctx, neuron, p)
+            worker, act = _units.invoke_precheck(rconn, self.ctx, neuron, p)
         if not self.pool.has(worker):
             raise Internal("the placement names no worker of this daemon")
 
-        def unit_for(w: str, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
+        def unit_for(
+            w: str,
+            claim_records: Callable[[str], dict[str, Any]],
+            on_claim: Callable[[_units.AttemptRef], None],
+        ) -> _units.Unit:
             return _units.invoke_claim(
                 self.ctx,
                 neuron,
                 p,
                 worker=w,
-                claim_info=self._claim_info,
+                claim_info=claim_records,
                 stopping=lambda: self.stopping,
                 on_claim=on_claim,
             )
 
-        return await self._dispatch(
-            worker, Dispatch(neuron=neuron, reply=_unset, invoke_unit=unit_for)
+        d = Dispatch(
+            neuron=neuron,
+            reply=_unset,
+            invoke_unit=unit_for,
+            act=act,  # its claim record is computed on the worker's thread
         )
-
-    def _claim_info(self, act: str) -> dict[str, Any] | None:
-        fn = getattr(self.adapters.get(act), "claim_info", None)
-        return fn() if callable(fn) else None
+        return await self._dispatch(worker, d)
 
     async def _manual_take(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         ref = await self.writer.run(_units.manual_take(self.ctx, neuron, p))

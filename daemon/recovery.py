@@ -24,6 +24,14 @@ receipt_pending``), and so is any later one until a check of that attempt
 answers (``check_receipts``, or the next start). Once the stop has begun no
 check answers: a ``cli`` receipt killed by the shutdown would only say
 ``unknown``.
+
+A receipt is asked only with what the claim recorded (``_claims``): an
+attempt claimed under another adapter than the act's current one, or whose
+claim holds no adapter record, gets no automatic answer at all — whatever
+its receipt says is a hint (``evidence.receipt_hint`` and
+``evidence.receipt_detail``), and the attempt stays unknown. Never claimed
+(``claimed: false``) and "claimed without a record" are told apart by the
+claim row, not by the record.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import trio
 from wardd.adapters import Adapter, Receipt, has_receipt
 from wardd.protocol import Overloaded, WarddError
 
+from ._claims import ReceiptQuestion, receipt_question
 from ._reads import Reads
 from ._records import append_event, dec, enc, move_attempt, wire_safe
 from ._units import record_outcome
@@ -48,6 +57,7 @@ __all__ = ["Recovery"]
 
 log = structlog.get_logger("wardd.recovery")
 RECEIPT_CONCURRENCY = 4
+DETAIL_MAX = 500  # characters of a receipt's detail kept in the evidence
 
 
 @attrs.frozen
@@ -57,7 +67,8 @@ class Candidate:
     op: str
     attempt: int
     act: str
-    claim_info: dict[str, Any] | None
+    claimed: bool
+    claim_info: Any  # the claim row's decoded claim_info (None: none stored)
 
     @property
     def key(self) -> str:
@@ -93,7 +104,10 @@ def mark_unknown(boot: str) -> Any:
     return unit
 
 
-def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool) -> Any:
+def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: bool = True) -> Any:
+    """Record a receipt's answer: applied when ``binding`` allows (SPEC §3.4),
+    otherwise kept as a hint in the evidence (answer and detail)."""
+
     def unit(conn: sqlite3.Connection) -> bool:
         row = conn.execute(
             "SELECT a.state, a.evidence, a.op_id, o.neuron_id FROM attempts a"
@@ -102,23 +116,23 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool) -> Any:
         ).fetchone()
         if row["state"] != "unknown":
             return False  # resolved meanwhile (a reconcile that came first)
-        if receipt.answer == "executed":
+        if binding and receipt.answer == "executed":
             value, why = wire_safe(receipt.value)
             record_outcome(conn, c.attempt_id, "succeeded", value, why, "receipt")
             return True
-        if receipt.answer == "not_executed" and in_process:
+        if binding and receipt.answer == "not_executed" and in_process:
             record_outcome(conn, c.attempt_id, "not_executed", None, None, "receipt")
             return True
         evidence = dec(row["evidence"]) or {}
         evidence["receipt_hint"] = receipt.answer
+        data: dict[str, Any] = {"answer": receipt.answer, "applied": False}
+        if receipt.detail:
+            evidence["receipt_detail"] = data["detail"] = receipt.detail[:DETAIL_MAX]
+        else:
+            evidence.pop("receipt_detail", None)  # an earlier check's detail is stale
         conn.execute("UPDATE attempts SET evidence = ? WHERE id = ?", (enc(evidence), c.attempt_id))
         append_event(
-            conn,
-            "receipt",
-            row["neuron_id"],
-            op_id=row["op_id"],
-            attempt=c.attempt,
-            data={"answer": receipt.answer, "applied": False},
+            conn, "receipt", row["neuron_id"], op_id=row["op_id"], attempt=c.attempt, data=data
         )
         return False
 
@@ -162,7 +176,8 @@ class Recovery:
         marks = ",".join("?" * len(acts))
         smarks = ",".join("?" * len(states))
         sql = (
-            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.claim_info FROM attempts a"
+            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.attempt_id IS NOT NULL,"
+            " c.claim_info FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
             f" WHERE a.state IN ({smarks}) AND a.kind = 'guarded' AND o.act IN ({marks})"
@@ -172,7 +187,7 @@ class Recovery:
             sql += " AND n.neuron = ?"
             params.append(neuron)
         return [
-            Candidate(r[0], r[1], r[2], r[3], r[4], dec(r[5]))
+            Candidate(r[0], r[1], r[2], r[3], r[4], bool(r[5]), dec(r[6]))
             for r in self._reads.conn.execute(sql + " ORDER BY a.id", params)
         ]
 
@@ -218,19 +233,28 @@ class Recovery:
         try:
             if self._stopping:
                 return False
-            receipt = await trio.to_thread.run_sync(_receipt, adapter, c, abandon_on_cancel=True)
+            question = receipt_question(adapter, c.claimed, c.claim_info)
+            receipt = await trio.to_thread.run_sync(
+                _receipt, adapter, c, question, abandon_on_cancel=True
+            )
             if self._stopping:  # a receipt the shutdown killed says only "unknown"
                 return False
+            in_process = bool(getattr(adapter, "in_process", False))
             try:
                 resolved: bool = await self._writer.run(
-                    apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False)))
+                    apply_receipt(c, receipt, in_process, question.binding)
                 )
             except WarddError as err:
                 log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
                 return False
             answered = True
             log.info(
-                "receipt", op=c.op, attempt=c.attempt, answer=receipt.answer, resolved=resolved
+                "receipt",
+                op=c.op,
+                attempt=c.attempt,
+                answer=receipt.answer,
+                applicable=question.binding,
+                resolved=resolved,
             )
             if resolved and c.attempt_id in self._marked_ids:
                 self.resolved_by_receipt += 1
@@ -286,16 +310,25 @@ class Recovery:
             )
 
 
-def _receipt(adapter: Adapter, c: Candidate) -> Receipt:
+def _receipt(adapter: Adapter, c: Candidate, question: ReceiptQuestion) -> Receipt:
+    """Ask the adapter (on a thread); a hint-only answer's detail says why it is one."""
+    got = _ask(adapter, c, question.claim_info)
+    if question.binding:
+        return got
+    detail = question.why if not got.detail else f"{question.why}; {got.detail}"
+    return attrs.evolve(got, detail=detail)
+
+
+def _ask(adapter: Adapter, c: Candidate, claim_info: Any) -> Receipt:
     try:
         fn = adapter.receipt  # type: ignore[attr-defined]
         if hasattr(adapter, "claim_info"):
-            got = fn(c.key, c.claim_info)
+            got = fn(c.key, claim_info)
         else:
             got = fn(c.key)
     except Exception as exc:  # noqa: BLE001 - a failing receipt is an unknown answer
         log.warning("receipt_failed", op=c.op, attempt=c.attempt, error=type(exc).__name__)
-        return Receipt("unknown")
+        return Receipt("unknown", detail=f"the receipt raised {type(exc).__name__}")
     if isinstance(got, Receipt):
         return got
     if isinstance(got, str) and got in ("executed", "not_executed", "unknown"):

@@ -28,6 +28,7 @@ from wardd.adapters import ActRequest, Adapter, DefiniteFailure
 from wardd.protocol import Internal, WarddError
 
 from . import _units
+from ._claims import claim_record
 from ._records import wire_safe
 from ._units import AttemptRef
 from ._writer import Writer
@@ -41,12 +42,25 @@ ERROR_TEXT_MAX = 2000
 
 @attrs.define(eq=False)
 class Dispatch:
-    """One accepted ``execute`` (``ref`` set) or ``invoke`` (``invoke_unit``)."""
+    """One accepted ``execute`` (``ref`` set) or ``invoke`` (``invoke_unit``).
+
+    ``invoke_unit(worker, claim_records)`` builds the invoke's writer unit;
+    ``claim_records(act)`` answers the claim record of ``act`` — computed on
+    the worker thread beforehand for ``act`` (the op's act, read when the
+    invoke arrived), so that the adapter's ``claim_info()`` (a stat and a
+    read of a file for ``file.append``) never runs on the writer thread.
+    """
 
     neuron: str
     reply: Callable[[Any, WarddError | None], None]  # thread-safe
     ref: AttemptRef | None = None
-    invoke_unit: Callable[[str, Callable[[AttemptRef], None]], _units.Unit] | None = None
+    invoke_unit: (
+        Callable[
+            [str, Callable[[str], dict[str, Any]], Callable[[AttemptRef], None]], _units.Unit
+        ]
+        | None
+    ) = None
+    act: str | None = None  # an invoke's act, for its claim record
     claimed_id: int | None = None  # set inside the claim unit
 
 
@@ -300,7 +314,9 @@ class WorkerPool:
     ) -> AttemptRef | None:
         try:
             if d.invoke_unit is not None:
-                got = self._writer.call(d.invoke_unit(state.id, self._registrar(d)))
+                got = self._writer.call(
+                    d.invoke_unit(state.id, self._claim_records(d.act), self._registrar(d))
+                )
                 if isinstance(got, str):  # the placement names another worker
                     release()
                     if not self.has(got):
@@ -311,7 +327,7 @@ class WorkerPool:
                 ref: AttemptRef = got
             else:
                 assert d.ref is not None
-                info = _claim_info(self._adapters.get(d.ref.act))
+                info = claim_record(self._adapters.get(d.ref.act))
                 ref = self._writer.call(
                     _units.claim(
                         d.ref,
@@ -422,10 +438,16 @@ class WorkerPool:
         with self._counts_lock:
             return dict(state.counts)
 
+    def _claim_records(self, act: str | None) -> Callable[[str], dict[str, Any]]:
+        """The invoke's claim records: ``act``'s computed now, on this thread (see `Dispatch`);
+        another act's (the op named none when the invoke arrived) when the unit asks."""
+        ready = {} if act is None else {act: claim_record(self._adapters.get(act))}
 
-def _claim_info(adapter: Adapter | None) -> dict[str, Any] | None:
-    fn = getattr(adapter, "claim_info", None)
-    return fn() if callable(fn) else None
+        def records(name: str) -> dict[str, Any]:
+            got = ready.get(name)
+            return got if got is not None else claim_record(self._adapters.get(name))
+
+        return records
 
 
 def _text(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ datagram socket this harness binds), never on a sleep.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import shlex
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -398,3 +400,49 @@ def run_wardctl(
     if check:
         assert out.returncode == 0, (args, out.stdout, out.stderr)
     return out
+
+
+class ReadLease:
+    """A read lease (``fcntl(F_SETLEASE)``) held on a file by the test process.
+
+    While it is held, another process's ``open(2)`` of the file for writing
+    blocks (for up to ``/proc/sys/fs/lease-break-time``) and the lease shows
+    the break at once: `breaking` turns true. So a ``file.append`` call can
+    be held after its claim is committed and before its write, for as long as
+    the test needs, and then released or killed — no timing involved. A
+    read-only open (the claim's stat of the file) does not break it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        # the break is also signalled (SIGIO, whose default action kills):
+        # we poll the lease instead
+        self._old = signal.signal(signal.SIGIO, signal.SIG_IGN)
+        self.fd: int | None = os.open(path, os.O_RDONLY)
+        fcntl.fcntl(self.fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+
+    def breaking(self) -> bool:
+        """A writer's open is waiting for the lease."""
+        assert self.fd is not None
+        return fcntl.fcntl(self.fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
+
+    def release(self) -> None:
+        """Let the blocked open go on (closing the descriptor drops the lease)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+            signal.signal(signal.SIGIO, self._old)
+
+    def __enter__(self) -> ReadLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def poll_until(pred: Any, what: str, timeout: float = 20.0) -> None:
+    """Bounded polling of an outside process's observable state."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

@@ -173,6 +173,16 @@ def test_torn_ledger_lines_are_not_effects(tmp_path):
     assert fx == Counter({(N, "a", 1): 1, (N, "b", 1): 1}) and torn == 1
 
 
+def test_an_effect_in_a_rotated_ledger_forbids_not_executed(tmp_path):
+    """A line renamed or copied away by a rotation is still an effect for the checks."""
+    live, rotated = tmp_path / "ledger.log", tmp_path / "ledger.log.1"
+    live.write_bytes(b"")
+    rotated.write_bytes(f"{N}/op/1\t00\n".encode())
+    fx, _ = read_effects(live, rotated)
+    found = problems(op(att(1, "not_executed", outcome=("not_executed", "receipt"))), fx)
+    assert any("an effect, but the attempt is not_executed" in f for f in found)
+
+
 class TestFences:
     """check_fences replays records; a claim or a surviving prepare in a stale context fires."""
 

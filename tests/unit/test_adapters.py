@@ -29,6 +29,7 @@ from wardd.adapters import (
     echo_adapter,
     has_receipt,
 )
+from wardd.adapters._file_append import file_identity
 
 NEURON = "ab" * 32
 MAX_FRAME = 1 << 20
@@ -114,7 +115,15 @@ class TestFileAppend:
         assert path.read_bytes() == f"{key()}\t6869\n{key('op2')}\t\n".encode()
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert adapter.in_process and has_receipt(adapter)
-        assert adapter.claim_info() == {"path": str(path)}
+        assert adapter.kind == "file.append"
+        st = path.stat()
+        info = adapter.claim_info()
+        assert info["path"] == str(path)
+        assert {k: info["file"][k] for k in ("dev", "ino", "size")} == {
+            "dev": st.st_dev,
+            "ino": st.st_ino,
+            "size": st.st_size,
+        }
 
     def test_torn_last_line_is_ended_before_appending(self, tmp_path: Path) -> None:
         """A last line without a newline gets one first; a complete one gets nothing."""
@@ -129,48 +138,59 @@ class TestFileAppend:
         """The receipt answers executed for the key's line and not_executed for others."""
         path = tmp_path / "notes.log"
         adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))
+        info = adapter.claim_info()  # the claims: before their calls
         adapter.call(request(b"x", op="op1"))
         adapter.call(request(b"y", op="op12"))
-        info = adapter.claim_info()
         assert adapter.receipt(key("op1"), info) == Receipt("executed")
         assert adapter.receipt(key("op12"), info) == Receipt("executed")
         assert adapter.receipt(key("op1", 2), info) == Receipt("not_executed")
         assert adapter.receipt(key("op"), info) == Receipt("not_executed")
         assert adapter.receipt(key("op1")) == Receipt("executed")  # unclaimed: configured path
 
-    def test_receipt_of_a_missing_file_is_not_executed(self, tmp_path: Path) -> None:
-        """No file in an existing directory: nothing was ever appended."""
+    def test_receipt_of_a_missing_file_is_not_executed_for_an_unclaimed_attempt(
+        self, tmp_path: Path
+    ) -> None:
+        """No file in an existing directory and no claim: nothing was ever appended."""
         adapter = appender(tmp_path / "never.log")
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "not_executed"
+        assert adapter.receipt(key()).answer == "not_executed"
 
-    def test_receipt_is_unknown_when_the_path_changed(self, tmp_path: Path) -> None:
-        """A claim made against another path cannot be answered from this one."""
-        path = tmp_path / "notes.log"
-        adapter = appender(path)
-        adapter.call(request())
-        old = {"path": str(tmp_path / "old.log")}
-        assert adapter.receipt(key(), old).answer == "unknown"
-        assert adapter.receipt(key(), {}).answer == "unknown"
+    def test_receipt_reads_the_path_the_claim_recorded(self, tmp_path: Path) -> None:
+        """A claim made when the act named another file is answered from that file."""
+        old, new = tmp_path / "old.log", tmp_path / "new.log"
+        before = appender(old)
+        before.call(request(b"0", op="op0"))
+        info = before.claim_info()
+        before.call(request())
+        after = appender(new)  # the act's path was reconfigured since
+        assert after.receipt(key(), info).answer == "executed"
+        assert after.receipt(key("op2"), info).answer == "not_executed"
+        assert after.receipt(key(), {}).answer == "unknown"
 
     def test_receipt_is_unknown_when_the_file_cannot_be_read(self, tmp_path: Path) -> None:
         """A path that cannot be read (a directory, a missing directory) answers unknown."""
         (tmp_path / "dir.log").mkdir()
         adapter = appender(tmp_path / "dir.log")
         assert adapter.receipt(key(), adapter.claim_info()).answer == "unknown"
+        assert adapter.receipt(key()).answer == "unknown"
         unmounted = appender(tmp_path / "missing-dir" / "notes.log")
         assert unmounted.receipt(key(), unmounted.claim_info()).answer == "unknown"
+        assert unmounted.receipt(key()).answer == "unknown"
 
     def test_partial_line_is_not_counted_as_executed(self, tmp_path: Path) -> None:
         """A torn line with the key answers unknown; a line torn before the tab is no line."""
         path = tmp_path / "notes.log"
         adapter = appender(path)
-        path.write_bytes(f"{key()}\t686".encode())
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "unknown"
+        adapter.call(request(b"0", op="op0"))
+        info = adapter.claim_info()
+        with path.open("ab") as f:
+            f.write(f"{key()}\t686".encode())  # the write of op1 was cut short
+        assert adapter.receipt(key(), info).answer == "unknown"
         adapter.call(request(b"z", op="op2"))  # ends the torn line: its hex stays malformed
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "unknown"
-        assert adapter.receipt(key("op2"), adapter.claim_info()).answer == "executed"
+        assert adapter.receipt(key(), info).answer == "unknown"
+        assert adapter.receipt(key("op2"), info).answer == "executed"
         path.write_bytes(key().encode())
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "not_executed"
+        assert adapter.receipt(key()).answer == "not_executed"
 
     def test_receipt_streams_across_chunk_boundaries(self, tmp_path: Path) -> None:
         """Keys straddling the 1 MiB read chunks and lines longer than a chunk are found."""
@@ -181,10 +201,15 @@ class TestFileAppend:
             f.write(b"y" * (3 << 20) + b"\n")
             f.write(f"{key('b')}\t".encode() + b"ab" * (1 << 20) + b"\n")
         adapter = appender(path)
-        info = adapter.claim_info()
-        assert adapter.receipt(key("a"), info).answer == "executed"
-        assert adapter.receipt(key("b"), info).answer == "executed"
-        assert adapter.receipt(key("c"), info).answer == "not_executed"
+        assert adapter.receipt(key("a")).answer == "executed"
+        assert adapter.receipt(key("b")).answer == "executed"
+        assert adapter.receipt(key("c")).answer == "not_executed"
+        info = {"path": str(path), "file": file_identity(str(path))}
+        with path.open("ab") as f:  # after the claim's offset, across the chunk edges
+            f.write(b"z" * ((1 << 20) - 5) + b"\n" + f"{key('d')}\t00\n".encode())
+        assert adapter.receipt(key("d"), info).answer == "executed"
+        # the claim's offset bounds the search: a line before it is not this claim's
+        assert adapter.receipt(key("a"), info).answer == "not_executed"
 
     def test_open_failure_is_a_definite_failure(self, tmp_path: Path) -> None:
         """A missing directory or a path that is a directory: nothing written, failed."""
@@ -260,6 +285,163 @@ class TestFileAppend:
         with pytest.raises(AdapterConfigError) as info:
             build_adapter("n", {"adapter": "file.append", **table}, max_frame=MAX_FRAME)
         assert info.value.key == bad_key
+
+
+class TestFileAppendClaimedReceipt:
+    """SPEC §6 [2.2]: the receipt of a claimed attempt, from the claim's record, on real files."""
+
+    @staticmethod
+    def claimed(path: Path) -> tuple[FileAppendAdapter, dict[str, Any]]:
+        """An adapter on a file holding one earlier line, and the claim of op1 made now."""
+        adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))
+        return adapter, adapter.claim_info()
+
+    def test_same_file_without_the_line_is_not_executed(self, tmp_path: Path) -> None:
+        """The claim's file, grown by other appends only, with no line for the key."""
+        adapter, info = self.claimed(tmp_path / "notes.log")
+        adapter.call(request(b"1", op="other"))
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+
+    def test_line_after_the_offset_is_executed(self, tmp_path: Path) -> None:
+        """Another worker's line first, then this attempt's: executed."""
+        adapter, info = self.claimed(tmp_path / "notes.log")
+        adapter.call(request(b"1", op="other"))
+        adapter.call(request(b"x"))
+        adapter.call(request(b"2", op="later"))
+        assert adapter.receipt(key(), info) == Receipt("executed")
+
+    def test_a_torn_last_line_at_the_claim_is_ended_after_the_offset(self, tmp_path: Path) -> None:
+        """The newline the call adds to a torn last line keeps its line after the offset."""
+        path = tmp_path / "notes.log"
+        path.write_bytes(b"torn")
+        adapter = appender(path)
+        info = adapter.claim_info()
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), info) == Receipt("executed")
+
+    def test_a_key_that_continues_a_torn_line_is_no_line(self, tmp_path: Path) -> None:
+        """Bytes glued to a torn line at the offset do not start a line there."""
+        path = tmp_path / "notes.log"
+        path.write_bytes(b"torn")
+        adapter = appender(path)
+        info = adapter.claim_info()
+        with path.open("ab") as f:
+            f.write(f"{key()}\t00\n".encode())
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+
+    def test_rotation_by_rename_is_unknown_whether_or_not_the_line_was_written(
+        self, tmp_path: Path
+    ) -> None:
+        """The file renamed away (a new one created or not): unknown, never not_executed."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        adapter.call(request(b"x"))
+        path.rename(tmp_path / "notes.log.1")
+        gone = adapter.receipt(key(), info)
+        assert gone.answer == "unknown" and "renamed" in (gone.detail or "")
+        adapter.call(request(b"y", op="next"))  # a new file at the path, without the line
+        fresh = adapter.receipt(key(), info)
+        assert fresh.answer == "unknown" and "not the claim's file" in (fresh.detail or "")
+        _, info2 = self.claimed(tmp_path / "other.log")
+        assert adapter.receipt(key("never"), info2).answer == "not_executed"  # control
+
+    def test_line_in_the_file_that_replaced_the_claims_is_executed(self, tmp_path: Path) -> None:
+        """Renamed between the claim and the call: the call created a new file with the line."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        path.rename(tmp_path / "notes.log.1")
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), info) == Receipt("executed")
+
+    def test_copy_truncate_is_unknown_even_once_the_file_grew_again(self, tmp_path: Path) -> None:
+        """Copied and truncated (logrotate copytruncate), then regrown past the offset: unknown."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        adapter.call(request(b"x"))
+        rotated = tmp_path / "notes.log.1"
+        rotated.write_bytes(path.read_bytes())
+        with path.open("r+b") as f:
+            f.truncate(0)
+        short = adapter.receipt(key(), info)
+        assert short.answer == "unknown" and "truncated" in (short.detail or "")
+        for i in range(5):
+            adapter.call(request(b"more", op=f"new{i}"))
+        assert path.stat().st_size > info["file"]["size"]
+        regrown = adapter.receipt(key(), info)
+        assert regrown.answer == "unknown" and "other bytes" in (regrown.detail or "")
+
+    def test_truncated_back_to_the_offset_is_not_executed(self, tmp_path: Path) -> None:
+        """The same file cut back to exactly its claimed size: no line after the offset."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        adapter.call(request(b"x"))
+        with path.open("r+b") as f:
+            f.truncate(info["file"]["size"])
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+
+    def test_deleted_or_replaced_by_a_directory_is_unknown(self, tmp_path: Path) -> None:
+        """Deleted since the claim, or a directory now at the path: unknown."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        path.unlink()
+        assert adapter.receipt(key(), info).answer == "unknown"
+        path.mkdir()
+        assert adapter.receipt(key(), info).answer == "unknown"
+        path.rmdir()
+        os.mkfifo(path)  # opened without blocking, and no regular file
+        assert adapter.receipt(key(), info).answer == "unknown"
+        assert adapter.receipt(key()).answer == "unknown"
+
+    def test_absent_or_empty_at_the_claim_is_unknown_without_the_line(self, tmp_path: Path) -> None:
+        """No file, or an empty one, at the claim: a truncation since cannot be ruled out."""
+        path = tmp_path / "notes.log"
+        adapter = appender(path)
+        absent = adapter.claim_info()
+        assert absent["file"] is None
+        assert adapter.receipt(key(), absent).answer == "unknown"
+        path.touch()
+        empty = adapter.claim_info()
+        assert empty["file"] is not None and empty["file"]["size"] == 0
+        assert adapter.receipt(key(), empty).answer == "unknown"
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), absent) == Receipt("executed")
+        assert adapter.receipt(key(), empty) == Receipt("executed")
+        assert adapter.receipt(key("op2"), empty).answer == "unknown"
+
+    def test_torn_line_after_the_offset_is_unknown(self, tmp_path: Path) -> None:
+        """The key's line cut short after the offset: the write began, unknown."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        with path.open("ab") as f:
+            f.write(f"{key()}\t78".encode()[:-1])
+        assert adapter.receipt(key(), info).answer == "unknown"
+
+    def test_claims_without_the_files_record_are_never_not_executed(self, tmp_path: Path) -> None:
+        """No record, an older wardd's path-only record, a malformed one: at most executed."""
+        path = tmp_path / "notes.log"
+        adapter, _ = self.claimed(path)
+        older = {"path": str(path)}
+        assert adapter.receipt(key(), {}).answer == "unknown"
+        assert adapter.receipt(key(), older).answer == "unknown"
+        malformed = {"path": str(path), "file": {"dev": "x"}}
+        assert adapter.receipt(key(), malformed).answer == "unknown"
+        assert adapter.receipt(key(), {"path": "relative"}).answer == "unknown"
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), older) == Receipt("executed")
+
+    def test_the_claim_record_is_what_the_file_was_before_the_call(self, tmp_path: Path) -> None:
+        """Device, inode, size and digest describe the file as the claim saw it."""
+        path = tmp_path / "notes.log"
+        path.write_bytes(b"a" * 10000 + b"\n")
+        info = appender(path).claim_info()
+        st = path.stat()
+        assert info["file"]["size"] == 10001
+        assert (info["file"]["dev"], info["file"]["ino"]) == (st.st_dev, st.st_ino)
+        assert file_identity(str(tmp_path)) is None  # a directory has no identity
+        os.mkfifo(tmp_path / "fifo")
+        assert file_identity(str(tmp_path / "fifo")) is None  # and a FIFO never blocks
 
 
 class TestCli:
