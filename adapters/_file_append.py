@@ -1,4 +1,4 @@
-"""The ``file.append`` built-in adapter (SPEC §6).
+"""The ``file.append`` built-in adapter (contract §6).
 
 Each call appends one line ``"<idempotency key>\\t<hex args>\\n"`` to the
 configured file and fsyncs it; the receipt looks the key up in that file.
@@ -12,7 +12,7 @@ How a call ends:
   (unknown), never failed: some bytes may be in the file.
 - Otherwise the line is durable and the call returns None.
 
-Decisions (the SPEC leaves them open):
+Decisions:
 
 - The file is opened ``O_RDWR|O_APPEND|O_CREAT|O_CLOEXEC``, mode 0600 when
   created. ``O_RDWR`` rather than ``O_WRONLY`` because the last byte is read
@@ -128,7 +128,7 @@ class FileAppendAdapter:
             _fsync_directory(self.path)
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
-        """Look the key up in the claimed file (SPEC §6); never raises."""
+        """Look the key up in the claimed file (contract §6); never raises."""
         if claim_info is None:
             path: object = self.path  # an unclaimed attempt never reached the adapter
         else:

@@ -1,4 +1,4 @@
-"""Signed calls for one neuron, over either client (SPEC §3, §4).
+"""Signed calls for one neuron, over either client (contract §3, §4).
 
 Each operation is written once, as a *plan*: a generator that yields the
 calls it needs (`_Call`) and receives their results, so a multi-step
@@ -12,7 +12,7 @@ what an operator at a prompt wants, but it means the write fences against
 nothing that happened before the read. A program that must be fenced by
 the epoch it was started under pins it: ``Session(client, neuron,
 epoch=N)`` sends ``expected_epoch=N`` on every `prepare`, `invoke`,
-`manual_take` and `rebind` (SPEC §4: the bundled clients always send it),
+`manual_take` and `rebind` (contract §4: the bundled clients always send it),
 so `advance_epoch` retires everything that program would still sign.
 """
 
@@ -51,7 +51,7 @@ class _NoValue:
 NO_VALUE: Final = _NoValue()
 """Marks a reconcile outcome sent without a ``value`` key (unlike ``None``, a null value)."""
 
-_PAGE_LIMIT = 1000  # SPEC §4: reads return at most 1000 per page
+_PAGE_LIMIT = 1000  # contract §4: reads return at most 1000 per page
 
 
 @attrs.frozen
@@ -65,7 +65,7 @@ Plan = Generator[_Call, Any, T]
 
 
 def _ask(method: str, params: dict[str, Any], signed: bool) -> Plan[dict[str, Any]]:
-    """One call whose result is a map (every method's is, SPEC §4)."""
+    """One call whose result is a map (every method's is, contract §4)."""
     result: dict[str, Any] = yield _Call(method, params, signed)
     return result
 
@@ -88,7 +88,7 @@ class _Plans:
         return (yield from _ask("get_prog", {"neuron": self.neuron_id, "prog": prog}, False))
 
     def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[list[Any]]:
-        """Every item of a paged read (SPEC §4: pass `next` back as `after`)."""
+        """Every item of a paged read (contract §4: pass `next` back as `after`)."""
         items: list[Any] = []
         after: Any = None
         while True:
@@ -118,7 +118,7 @@ class _Plans:
     def attempts(self, state: str) -> Plan[list[dict[str, Any]]]:
         return (yield from self.pages("list_attempts", {"state": state}, "attempts"))
 
-    # -- placement, epoch, policy (SPEC §3.1) --------------------------------------
+    # -- placement, epoch, policy (contract §3.1) --------------------------------------
     def bind(self, worker: str, expected_generation: int | None) -> Plan[dict[str, Any]]:
         listed = (yield _Call("list_workers", {}, False))["workers"]
         match = [w for w in listed if w.get("worker") == worker]
@@ -167,7 +167,7 @@ class _Plans:
         params = {"prog": prog, "expected_state": expected_state, "state": state}
         return (yield from _ask("set_prog_state", params, True))
 
-    # -- attempts (SPEC §3.2, §3.5) ------------------------------------------------
+    # -- attempts (contract §3.2, §3.5) ------------------------------------------------
     def _attempt_params(
         self,
         op: str,
@@ -256,7 +256,7 @@ class _SessionBase:
             return call.params
         params = dict(call.params)
         if self._network is not None:
-            # Naming the network makes a mismatch `wrong_network` (SPEC §4)
+            # Naming the network makes a mismatch `wrong_network` (contract §4)
             # rather than a bare `unauthenticated`.
             params["network"] = self._network
         return self.neuron.sign(call.method, params, self._network or hello.network)
@@ -299,7 +299,7 @@ class Session(_SessionBase):
 
     # -- reads ----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The daemon's `status` (SPEC §4)."""
+        """The daemon's `status` (contract §4)."""
         return self._run(self._plans.one("status", {}, signed=False))
 
     def workers(self) -> list[dict[str, Any]]:
@@ -371,17 +371,17 @@ class Session(_SessionBase):
         return self._run(self._plans.set_prog_state(prog, state, expected_state))
 
     def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`reserve_steps` (SPEC §3.4)."""
+        """`reserve_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return self._run(self._plans.one("reserve_steps", params))
 
     def settle_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`settle_steps` (SPEC §3.4)."""
+        """`settle_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return self._run(self._plans.one("settle_steps", params))
 
     def recover_reservations(self, prog: str) -> dict[str, Any]:
-        """`recover_reservations` (SPEC §3.4)."""
+        """`recover_reservations` (contract §3.4)."""
         return self._run(self._plans.one("recover_reservations", {"prog": prog}))
 
     # -- operations -----------------------------------------------------------------
@@ -427,7 +427,7 @@ class Session(_SessionBase):
     def manual_take(
         self, op: str, *, expected_attempt: int | None = None, expected_epoch: int | None = None
     ) -> dict[str, Any]:
-        """`manual_take`: an unfenced, potentially executed attempt (SPEC §3.5)."""
+        """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
         return self._run(
             self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch)
         )
@@ -493,7 +493,7 @@ class TrioSession(_SessionBase):
 
     # -- reads ----------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
-        """The daemon's `status` (SPEC §4)."""
+        """The daemon's `status` (contract §4)."""
         return await self._run(self._plans.one("status", {}, signed=False))
 
     async def workers(self) -> list[dict[str, Any]]:
@@ -569,17 +569,17 @@ class TrioSession(_SessionBase):
         return await self._run(self._plans.set_prog_state(prog, state, expected_state))
 
     async def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`reserve_steps` (SPEC §3.4)."""
+        """`reserve_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return await self._run(self._plans.one("reserve_steps", params))
 
     async def settle_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`settle_steps` (SPEC §3.4)."""
+        """`settle_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return await self._run(self._plans.one("settle_steps", params))
 
     async def recover_reservations(self, prog: str) -> dict[str, Any]:
-        """`recover_reservations` (SPEC §3.4)."""
+        """`recover_reservations` (contract §3.4)."""
         return await self._run(self._plans.one("recover_reservations", {"prog": prog}))
 
     # -- operations -----------------------------------------------------------------
@@ -625,7 +625,7 @@ class TrioSession(_SessionBase):
     async def manual_take(
         self, op: str, *, expected_attempt: int | None = None, expected_epoch: int | None = None
     ) -> dict[str, Any]:
-        """`manual_take`: an unfenced, potentially executed attempt (SPEC §3.5)."""
+        """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
         return await self._run(
             self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch)
         )

@@ -1,4 +1,4 @@
-"""wardctl: the operator's command line for wardd (SPEC §1, §4).
+"""wardctl: the operator's command line for wardd (contract §1, §4).
 
 Exit status: 0 when the command did what it says; 1 when the daemon refused
 (``error: <code>: <message>`` on stderr) or the daemon, socket or key could
@@ -32,7 +32,7 @@ ATTEMPT_LIST_STATES = ("unknown", "running", "prepared")
 DEFAULT_STEP_LIMIT = 1_000_000
 # Reads are bounded by default. Writes wait without limit unless --timeout
 # says otherwise: they may legitimately take long (`invoke` runs an adapter;
-# guarded writes wait for the neuron's adapter calls in progress, SPEC §3.1;
+# guarded writes wait for the neuron's adapter calls in progress, contract §3.1;
 # `reconcile` and `receipts` wait for receipt checks), and a write that
 # timed out leaves the operator unsure whether it was applied.
 DEFAULT_READ_TIMEOUT = 30.0
@@ -499,7 +499,7 @@ def _ops(ctx: _Context) -> int:
 
 
 def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
-    """Each op with an unknown attempt, and that attempt's evidence (SPEC §3.6)."""
+    """Each op with an unknown attempt, and that attempt's evidence (contract §3.6)."""
     full = [ctx.read("get_operation", neuron=neuron, op=o["op"]) for o in ops]
     if ctx.json:
         write_json(full)

@@ -1,4 +1,4 @@
-"""The exclusive owner lock (SPEC §2).
+"""The exclusive owner lock (contract §2).
 
 One writer per database: ``flock(LOCK_EX | LOCK_NB)`` on a lock file beside
 the database's *resolved* path (``realpath``, so a symlink or another

@@ -1,4 +1,4 @@
-"""sd_notify(3) without libsystemd (SPEC §6, §3.6).
+"""sd_notify(3) without libsystemd (contract §6, §3.6).
 
 ``wardd run`` tells its service manager how it is doing by sending
 newline-separated ``KEY=VALUE`` assignments in one datagram to the
@@ -151,7 +151,7 @@ def scrub_environment(environ: MutableMapping[str, str] = os.environ) -> None:
     """Remove the service manager's variables (:data:`SYSTEMD_ENVIRONMENT`).
 
     Deleting from ``os.environ`` also unsets them in the process
-    environment, so no child started afterwards inherits them (SPEC §6:
+    environment, so no child started afterwards inherits them (contract §6:
     a ``cli`` act never sees ``NOTIFY_SOCKET`` or ``LISTEN_*``).
     """
     for name in SYSTEMD_ENVIRONMENT:

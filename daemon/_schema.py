@@ -1,4 +1,4 @@
-"""Database schema and migrations by ``PRAGMA user_version`` (SPEC §2, §3.6).
+"""Database schema and migrations by ``PRAGMA user_version`` (contract §2, §3.6).
 
 Integer rowid keys everywhere, client-chosen ids (neuron, prog, op) in
 secondary unique indexes (PERF-NOTES: random text primary keys cost ~4×).
@@ -187,7 +187,7 @@ class SchemaTooNew(Exception):
 def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
     """Bring the database to :data:`SCHEMA_VERSION`; returns (from, to).
 
-    Runs under the owner lock, before recovery (SPEC §3.6). Each step runs in
+    Runs under the owner lock, before recovery (contract §3.6). Each step runs in
     its own transaction together with the ``user_version`` bump."""
     (current,) = conn.execute("PRAGMA user_version").fetchone()
     if current > SCHEMA_VERSION:

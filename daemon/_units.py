@@ -1,10 +1,10 @@
-"""The writer units: every state transition of SPEC §3, one function each.
+"""The writer units: every state transition of contract §3, one function each.
 
 A unit is ``fn(conn) -> value`` run by the writer inside its own SAVEPOINT
 (see ``_writer``). Builders here return such closures. A unit raises a
 :class:`WarddError` to refuse (nothing is kept) or returns one to refuse
 *after* a write that must stay (``token_void`` durably voids its attempt).
-Checks run in the order SPEC states, and each transition appends its event
+Checks run in the order the contract states, and each transition appends its event
 record in the same unit, so records and projections never disagree.
 """
 
@@ -57,7 +57,7 @@ class BootContext:
 
 @attrs.frozen
 class AttemptRef:
-    """Public metadata of an attempt (SPEC §3.2.1) plus routing facts."""
+    """Public metadata of an attempt (contract §3.2.1) plus routing facts."""
 
     attempt_id: int
     neuron: str
@@ -119,7 +119,7 @@ def grant_of(prog: sqlite3.Row) -> tuple[frozenset[str], bool] | None:
 
 
 def require_enabled_grant(prog: sqlite3.Row) -> None:
-    """SPEC §3.4: management writes need a current, enabled grant."""
+    """contract §3.4: management writes need a current, enabled grant."""
     grant = grant_of(prog)
     if grant is None or not grant[1]:
         raise GrantDisabled("the prog has no enabled grant")
@@ -177,7 +177,7 @@ def _prepare_checks(
     *,
     manual: bool = False,
 ) -> tuple[sqlite3.Row, sqlite3.Row, dict[str, Any] | None]:
-    """SPEC §3.2.1, in its order. Returns (op, prog, bound descriptor)."""
+    """contract §3.2.1, in its order. Returns (op, prog, bound descriptor)."""
     op = op_row(conn, neuron["id"], p["op"])
     if op["state"] in ("consumed", "cancelled"):
         raise Terminal(f"operation is {op['state']}")
@@ -317,7 +317,7 @@ def manual_take(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Uni
 
 
 def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
-    """SPEC §3.2.2: the claim re-verifies the attempt's context. Returns the
+    """contract §3.2.2: the claim re-verifies the attempt's context. Returns the
     void reason of the first check that fails, or None."""
     nrow = conn.execute("SELECT * FROM neurons WHERE id = ?", (ref.neuron_id,)).fetchone()
     op = conn.execute("SELECT * FROM operations WHERE id = ?", (ref.op_id,)).fetchone()
@@ -342,7 +342,7 @@ def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
 
 
 def shutdown_void() -> TokenVoid:
-    """The refusal of a dispatch the shutdown keeps from its claim (SPEC §3.6)."""
+    """The refusal of a dispatch the shutdown keeps from its claim (contract §3.6)."""
     return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
 
 
@@ -354,11 +354,11 @@ def claim(
     claim_info: dict[str, Any] | None,
     stopping: Callable[[], bool] = lambda: False,
 ) -> Unit:
-    """The claim (SPEC §3.2.2): re-verify, then insert the one claim of the
+    """The claim (contract §3.2.2): re-verify, then insert the one claim of the
     attempt. A void context durably voids the attempt and answers
     ``token_void``; a lost race answers ``claim_conflict``. Once the daemon
     is stopping (``stopping()``), no claim is made: the writer orders every
-    claim before or after the moment the shutdown began (SPEC §3.6)."""
+    claim before or after the moment the shutdown began (contract §3.6)."""
 
     def unit(conn: sqlite3.Connection) -> AttemptRef | WarddError:
         if stopping():
@@ -442,7 +442,7 @@ def invoke_claim(
     claim_info: Callable[[str], dict[str, Any] | None],
     stopping: Callable[[], bool] = lambda: False,
 ) -> Unit:
-    """SPEC §3.2.5: invoke records the attempt and the claim in one unit.
+    """contract §3.2.5: invoke records the attempt and the claim in one unit.
     Returns the AttemptRef, or a ``str`` naming the worker to route to when
     the placement's worker is not ``worker``."""
 
@@ -464,7 +464,7 @@ def invoke_claim(
 
 
 def outcome(ref: AttemptRef, status: str, value: Any, error: str | None, source: str) -> Unit:
-    """Accept an outcome pinned to the original op and attempt (SPEC §3.2.3):
+    """Accept an outcome pinned to the original op and attempt (contract §3.2.3):
     accepted whatever changed meanwhile."""
 
     def unit(conn: sqlite3.Connection) -> str:

@@ -1,4 +1,4 @@
-"""Writer units for the signed management methods (SPEC §3.1, §3.4, §4).
+"""Writer units for the signed management methods (contract §3.1, §3.4, §4).
 
 Placement, epoch, grant and prog-state writes run while the handler holds
 the neuron's ward guard exclusively; each voids the prepared attempts it
@@ -220,7 +220,7 @@ def set_prog_state(neuron: str, prog: str, expected: str, state: str) -> Unit:
 def submit(
     neuron: str, prog: str, op: str, act: str, args: bytes, act_bounds: Mapping[str, int]
 ) -> Unit:
-    """SPEC §4 submit: idempotent for identical content, ``op_conflict``
+    """contract §4 submit: idempotent for identical content, ``op_conflict``
     otherwise; an act that is not registered is ``unknown_act``; args over
     the act's bound are ``args_too_large``."""
 
@@ -262,7 +262,7 @@ def submit(
     return unit
 
 
-# -- resolution (SPEC §3.4) ------------------------------------------------------
+# -- resolution (contract §3.4) ------------------------------------------------------
 
 
 def _owned_op(conn: sqlite3.Connection, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row]:
@@ -391,7 +391,7 @@ def rebind(neuron: str, op: str, expected_epoch: int | None) -> Unit:
     return unit
 
 
-# -- budget (SPEC §3.4) ----------------------------------------------------------
+# -- budget (contract §3.4) ----------------------------------------------------------
 
 
 def _owned_prog(
@@ -410,7 +410,7 @@ def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
             "SELECT steps, state FROM reservations WHERE prog_id = ? AND reservation = ?",
             (p["id"], reservation),
         ).fetchone()
-        if row is not None:  # idempotent for identical content (SPEC §3.4)
+        if row is not None:  # idempotent for identical content (contract §3.4)
             if row["steps"] != steps:
                 raise Conflict(f"reservation {reservation!r} exists with other steps")
             return {
@@ -491,7 +491,7 @@ def settle_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
 
 
 def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
-    """SPEC §3.4: every op the exhaustion ends becomes cancelled; retained
+    """contract §3.4: every op the exhaustion ends becomes cancelled; retained
     results are consumed without being returned; unknown attempts stay."""
     conn.execute("UPDATE progs SET exhausted = 1 WHERE id = ?", (prog_id,))
     (prog,) = conn.execute("SELECT prog FROM progs WHERE id = ?", (prog_id,)).fetchone()

@@ -4,7 +4,7 @@ A request's way: bytes → :mod:`wardd.protocol` → :mod:`.server` → a handle
 here → a writer unit (:mod:`._units`, :mod:`._units_mgmt`) → for
 ``execute``/``invoke`` the worker (:mod:`.workers`) → the adapter → the
 outcome unit. Handlers check params first (``bad_request``), then the
-signature (SPEC §4), then hand the decision to a unit.
+signature (contract §4), then hand the decision to a unit.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class Daemon:
         self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
 
     def _on_fatal(self, why: str) -> None:
-        # Called on the writer thread: SPEC §3.2.3 fail-stop.
+        # Called on the writer thread: contract §3.2.3 fail-stop.
         self.fatal = why
         log.critical("fail_stop", reason=why)
         self._trio_token.run_sync_soon(self._stop_event.set)
@@ -213,7 +213,7 @@ class Daemon:
                         await self._stop_event.wait()
                         notifier.stopping()
                         log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
-                        # SPEC §3.6, in this order and before any await: stop
+                        # contract §3.6, in this order and before any await: stop
                         # accepting, refuse new writes, claim no queued dispatch,
                         # and mark every unconsumed token void (its execute waits
                         # for the void to be durable)
@@ -278,7 +278,7 @@ class Daemon:
             await trio.sleep(interval)
 
     async def _shutdown(self) -> None:
-        """SPEC §3.6: wait up to the grace for calls in progress, then kill
+        """contract §3.6: wait up to the grace for calls in progress, then kill
         `cli` process groups so no orphan can have its effect later."""
         finished = await trio.to_thread.run_sync(
             self.pool.join, self.config.shutdown_grace_s, limiter=trio.CapacityLimiter(1)
@@ -388,7 +388,7 @@ class Daemon:
         raise UnknownMethod(f"no method {method!r}")
 
     def _authenticate(self, method: str, params: dict[str, Any]) -> str:
-        """SPEC §4: network, then signature against our network, then registration."""
+        """contract §4: network, then signature against our network, then registration."""
         network = params.get("network")
         if network is not None and network != self.config.network:
             raise WrongNetwork(
@@ -407,7 +407,7 @@ class Daemon:
         return str(neuron)
 
     async def _exclusive(self, neuron: str, unit: _units.Unit) -> Any:
-        """Run a write holding the neuron's ward guard exclusively (SPEC §3.1)."""
+        """Run a write holding the neuron's ward guard exclusively (contract §3.1)."""
         await self.guards.acquire_exclusive_async(neuron)
         try:
             return await self.writer.run(unit)

@@ -58,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
         "uses the embedded default: XDG paths, network 'local', 2 workers, "
         "act 'echo'.",
     )
-    run.add_argument("--config", metavar="PATH", help="TOML configuration file (SPEC §6)")
+    run.add_argument(
+        "--config", metavar="PATH", help="TOML configuration file (docs/configuration.md)"
+    )
     chk = sub.add_parser(
         "check-config",
         help="validate a configuration file and exit",

@@ -1,4 +1,4 @@
-"""Configuration: TOML (stdlib ``tomllib``) → a frozen :class:`Config` (SPEC §6).
+"""Configuration: TOML (stdlib ``tomllib``) → a frozen :class:`Config` (contract §6).
 
 Every refusal names the file, the key by its full dotted path (for example
 ``acts."tool.run".adapter``) and the reason, in one line, so that

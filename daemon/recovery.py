@@ -1,4 +1,4 @@
-"""Crash recovery and executor receipts (SPEC §3.4, §3.6).
+"""Crash recovery and executor receipts (contract §3.4, §3.6).
 
 At start, under the owner lock and before serving anything but ``hello``
 and ``status``, every attempt of an earlier boot that is prepared or
@@ -157,7 +157,7 @@ class Recovery:
 
     async def at_start(self) -> None:
         # Before the first await: status counts every receipt still to run
-        # from the moment the daemon serves (SPEC §3.6), including those of
+        # from the moment the daemon serves (contract §3.6), including those of
         # attempts this recovery is about to mark.
         for c in self._candidates(states=("unknown", "prepared", "running")):
             if not self._in_process(c):
@@ -218,7 +218,7 @@ class Recovery:
         return {"checked": len(cands), "resolved": resolved}
 
     async def wait_for_receipt(self, neuron: str, op: str, attempt: int) -> None:
-        """SPEC §3.4: a reconcile waits for a pending receipt check first."""
+        """contract §3.4: a reconcile waits for a pending receipt check first."""
         for attempt_id, ev in list(self._pending.items()):
             row = self._reads.conn.execute(
                 "SELECT 1 FROM attempts a JOIN operations o ON o.id = a.op_id"

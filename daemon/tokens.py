@@ -1,4 +1,4 @@
-"""Dispatch tokens (SPEC §2, §3.2).
+"""Dispatch tokens (contract §2, §3.2).
 
 A token lives only in this process's memory. It cannot be copied,
 deep-copied or pickled, is consumed by value exactly once, is bound to the
@@ -66,7 +66,7 @@ class TokenRegistry:
         return handle, token
 
     def lookup(self, handle: Any, conn_id: int) -> DispatchToken:
-        """The token behind ``handle`` for ``conn_id`` (SPEC §3.2.2): unknown,
+        """The token behind ``handle`` for ``conn_id`` (contract §3.2.2): unknown,
         used, or another connection's handle is ``token_invalid`` (and a
         handle presented on the wrong connection is not consumed by that)."""
         token = self._by_handle.get(handle) if isinstance(handle, bytes) else None

@@ -1,4 +1,4 @@
-"""Workers: one dedicated thread each, running the guarded dispatch (SPEC §3.2).
+"""Workers: one dedicated thread each, running the guarded dispatch (contract §3.2).
 
 On its thread a worker takes the neuron's ward guard shared, submits the
 claim to the writer and waits for its COMMIT on a thread-level future, then
@@ -119,7 +119,7 @@ class WorkerPool:
             t.join(max(0.0, deadline - time.monotonic()))
         finished = not any(t.is_alive() for t in self._threads)
         if not finished:
-            # SPEC §3.6: a call still running now is left claimed without an
+            # contract §3.6: a call still running now is left claimed without an
             # outcome (unknown at the next start, with its evidence), even if
             # killing its process group makes it return in this boot
             self._grace_over = True
@@ -205,7 +205,7 @@ class WorkerPool:
             release()
             err = exc if isinstance(exc, WarddError) else Internal("the claim failed")
             if isinstance(err, Internal):
-                # SPEC §3.2.2: a failed claim voids the attempt (claim_failed); an
+                # contract §3.2.2: a failed claim voids the attempt (claim_failed); an
                 # invoke's attempt and claim were one unit, so nothing is left
                 if d.ref is not None:
                     try:
@@ -244,7 +244,7 @@ class WorkerPool:
         error: str | None,
     ) -> None:
         """Submit the outcome and move on: the reply is sent from the
-        commit's callback (SPEC §3.2.3: only once the outcome is durable),
+        commit's callback (contract §3.2.3: only once the outcome is durable),
         so the worker serves its next dispatch while the outcome waits for
         its batch, and outcomes of several workers share one fsync."""
         if self._grace_over:

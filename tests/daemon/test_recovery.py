@@ -1,4 +1,4 @@
-"""Unknown attempts and what resolves them, with real SIGKILLs (SPEC §3.3-§3.6)."""
+"""Unknown attempts and what resolves them, with real SIGKILLs (contract §3.3-§3.6)."""
 
 from __future__ import annotations
 
@@ -399,7 +399,7 @@ class TestMigration:
 
 class TestShutdownOrder:
     def test_sigterm_answers_the_running_call_and_voids_the_queued_one(self, make_daemon):
-        """SPEC §3.6: a dispatch accepted but not yet claimed is voided
+        """contract §3.6: a dispatch accepted but not yet claimed is voided
         (shutdown); a call in progress finishes within the grace, its outcome
         is recorded and its caller answered."""
         import signal as _signal

@@ -1,6 +1,6 @@
-"""Security over the wire and the secret audit (SPEC §4, §5, §6).
+"""Security over the wire and the secret audit (contract §4, §5, §6).
 
-- Replay: every signed write is a compare-and-set or idempotent (SPEC §4), so
+- Replay: every signed write is a compare-and-set or idempotent (contract §4), so
   sending an already-applied signed request again is refused by its CAS
   (``generation_mismatch``, ``epoch_mismatch``, ``policy_mismatch``,
   ``state_mismatch``, ``attempt_mismatch``, ``terminal``) or answered as an
@@ -191,12 +191,13 @@ class TestReplay:
 
     @pytest.mark.xfail(
         strict=True,
-        reason="SPEC gap: set_prog_state's CAS is on a value that comes back (active -> "
+        reason="gap until expected_state_version: set_prog_state's CAS is on a value "
+        "that comes back (active -> "
         "paused -> active), so a captured signed pause replays after a resume; it pauses "
         "the prog again and voids prepared tokens (prog_inactive)",
     )
     def test_a_pause_replayed_after_a_resume_is_refused(self, shared):
-        """SPEC §4: every signed write is a CAS or idempotent, so a replay changes nothing."""
+        """contract §4: every signed write is a CAS or idempotent, so a replay changes nothing."""
         a = Actor(shared, acts=("echo",))
         pause, _ = signed_call(
             a, "set_prog_state", {"prog": a.prog, "expected_state": "active", "state": "paused"}
@@ -210,12 +211,12 @@ class TestReplay:
 
     @pytest.mark.xfail(
         strict=True,
-        reason="SPEC gap: recover_reservations is neither a CAS nor idempotent over time; "
+        reason="gap until before: recover_reservations is neither a CAS nor idempotent over time; "
         "a replay releases reservations made after it was signed (a live runner's settle "
         "then fails with conflict)",
     )
     def test_a_replayed_recover_reservations_leaves_later_reservations_alone(self, shared):
-        """SPEC §4: every signed write is a CAS or idempotent, so a replay changes nothing."""
+        """contract §4: every signed write is a CAS or idempotent, so a replay changes nothing."""
         a = Actor(shared, acts=("echo",))
         recover, _ = signed_call(a, "recover_reservations", {"prog": a.prog})
         a.call("reserve_steps", {"prog": a.prog, "reservation": "live", "steps": 5})
@@ -225,7 +226,7 @@ class TestReplay:
         assert a.call("settle_steps", {"prog": a.prog, "reservation": "live", "steps": 3})
 
     def test_a_request_signed_before_advance_epoch_can_never_prepare(self, shared):
-        """SPEC §4: what a CAS cannot fence, the epoch does."""
+        """contract §4: what a CAS cannot fence, the epoch does."""
         a = Actor(shared, acts=("echo",))
         a.submit("op")
         old = a.neuron.sign("prepare", a.prepare_params("op"), NETWORK)
@@ -303,7 +304,7 @@ class TestForgery:
 # -- the secret audit -----------------------------------------------------------------------
 
 MAX_FRAME = 131072  # the smallest allowed, so the output cuts are easy to reach
-STDOUT_LIMIT = MAX_FRAME - 65536  # SPEC §6: max_frame - 64 KiB
+STDOUT_LIMIT = MAX_FRAME - 65536  # contract §6: max_frame - 64 KiB
 STDERR_TAIL = 4096
 
 
@@ -396,7 +397,7 @@ def all_reads(client: Client, actor: Actor, audit: Audit) -> None:
 
 class TestSecretAudit:
     def test_no_token_key_or_adapter_secret_in_logs_database_or_reads(self, make_daemon, tmp_path):
-        """SPEC §5: no secret in descriptors, records, token metadata, status, results or logs."""
+        """contract §5: no secret in descriptors, records, token metadata, status, results, logs."""
         secret = ("S3cr3t-" + secrets.token_urlsafe(30)).encode()  # 47 bytes
         secret_file = tmp_path / "api-token"  # outside the daemon's directory
         secret_file.write_bytes(secret + b"\n")

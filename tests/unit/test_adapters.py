@@ -94,7 +94,7 @@ class TestEcho:
 
 class TestActRequest:
     def test_idempotency_key_carries_neuron_op_and_attempt(self) -> None:
-        """The idempotency key is "<neuron>/<op>/<attempt>" (SPEC §3.4)."""
+        """The idempotency key is "<neuron>/<op>/<attempt>" (contract §3.4)."""
         assert request(op="x.y", attempt=7).idempotency_key == f"{NEURON}/x.y/7"
 
     def test_receipt_answer_is_checked(self) -> None:

@@ -1,4 +1,4 @@
-"""sd_notify, watchdog and socket activation without libsystemd (SPEC §6, §4).
+"""sd_notify, watchdog and socket activation without libsystemd (contract §6, §4).
 
 Notifications go to real datagram sockets; activation runs in a child
 process that receives its listening socket at fd 3 exactly as systemd hands
