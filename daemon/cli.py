@@ -21,8 +21,16 @@ EXIT_LOCKED = 75
 EXIT_START = 1
 
 
-def configure_logging() -> None:
-    """structlog JSON lines on stderr: ISO UTC time, level, event name."""
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def configure_logging(level: str = "info") -> None:
+    """structlog JSON lines on stderr: ISO UTC time, level, event name; below ``level`` dropped."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -31,7 +39,7 @@ def configure_logging() -> None:
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
@@ -68,7 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         "the key and the reason.",
     )
     chk.add_argument("path", metavar="PATH")
-    sub.add_parser("default-config", help="print the embedded default configuration")
+    sub.add_parser(
+        "default-config",
+        help="print the embedded default configuration: every key, commented",
+        description="Print a complete, commented configuration holding every key's "
+        "default; it is the configuration `wardd run` uses without --config.",
+    )
     return p
 
 
@@ -87,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
         print(
             f"ok: {cfg.source}: network {cfg.network!r}, {cfg.workers} workers, "
-            f"acts: {', '.join(['echo', *(a.tag for a in cfg.acts)])}"
+            f"acts: {', '.join(['echo', *(a.tag for a in cfg.acts)])}\n"
+            f"socket: {cfg.socket}{' (default)' if cfg.socket_is_default else ''}\n"
+            f"database: {cfg.database}{' (default)' if cfg.database_is_default else ''}"
         )
         return 0
     if args.command != "run":
@@ -98,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"wardd: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging()
+    configure_logging(cfg.log_level)
     return run(cfg)
 
 
