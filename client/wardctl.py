@@ -91,6 +91,15 @@ def _neuron_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wardd")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole `wardctl` command line."""
     parser = argparse.ArgumentParser(
@@ -100,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(invoke: also when the attempt did not succeed), 2 usage error.",
         parents=[_common_options(True)],
     )
+    parser.add_argument("--version", action="version", version=f"wardctl {_version()}")
     common = _common_options(False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
