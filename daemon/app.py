@@ -534,7 +534,7 @@ class Daemon:
         handle, _token = self.tokens.issue(conn.id, ref, deadline)
         self._expiry.append((deadline, handle))
         self._expiry_wake.set()
-        log.debug("prepared", op=ref.op, attempt=ref.attempt, worker=ref.worker)
+        log.debug("prepared", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=ref.worker)
         return {"token": handle, "attempt": ref.public()}
 
     async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:

@@ -53,19 +53,28 @@ class Candidate:
         return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
-def mark_unknown(boot: str) -> Any:
-    """The start-time unit: earlier boots' open attempts become unknown."""
+def mark_unknown(boot: str, marks: list[dict[str, Any]] | None = None) -> Any:
+    """The start-time unit: earlier boots' open attempts become unknown.
+
+    Each marked attempt is also appended to ``marks`` (neuron, op, attempt,
+    claimed, boot), for the log once the unit is committed.
+    """
 
     def unit(conn: sqlite3.Connection) -> int:
         rows = conn.execute(
-            "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id,"
+            "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id, n.neuron, o.op,"
             " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id) AS claimed"
             " FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " JOIN neurons n ON n.id = o.neuron_id"
             " WHERE a.state IN ('prepared', 'running') AND a.boot != ?",
             (boot,),
         ).fetchall()
         for r in rows:
             evidence = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
+            if marks is not None:
+                marks.append(
+                    {"neuron": r["neuron"], "op": r["op"], "attempt": r["attempt"], **evidence}
+                )
             move_attempt(
                 conn,
                 attempt_id=r["id"],
@@ -162,9 +171,10 @@ class Recovery:
         for c in self._candidates(states=("unknown", "prepared", "running")):
             if not self._in_process(c):
                 self._pending[c.attempt_id] = trio.Event()
-        self.marked = await self._writer.run(mark_unknown(self._boot))
-        if self.marked:
-            log.warning("marked_unknown", attempts=self.marked)
+        marks: list[dict[str, Any]] = []
+        self.marked = await self._writer.run(mark_unknown(self._boot, marks))
+        for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
+            log.warning("marked_unknown", **mark)
         cands = self._candidates()
         self._later = [c for c in cands if not self._in_process(c)]
         later_ids = {c.attempt_id for c in self._later}
@@ -195,7 +205,12 @@ class Recovery:
                 apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False)))
             )
             log.info(
-                "receipt", op=c.op, attempt=c.attempt, answer=receipt.answer, resolved=resolved
+                "receipt",
+                neuron=c.neuron,
+                op=c.op,
+                attempt=c.attempt,
+                answer=receipt.answer,
+                resolved=resolved,
             )
             return resolved
         finally:
@@ -238,7 +253,9 @@ def _receipt(adapter: Adapter, c: Candidate) -> Receipt:
         else:
             got = fn(c.key)
     except Exception as exc:  # noqa: BLE001 - a failing receipt is an unknown answer
-        log.warning("receipt_failed", op=c.op, attempt=c.attempt, error=type(exc).__name__)
+        log.warning(
+            "receipt_failed", neuron=c.neuron, op=c.op, attempt=c.attempt, error=type(exc).__name__
+        )
         return Receipt("unknown")
     if isinstance(got, Receipt):
         return got

@@ -215,7 +215,7 @@ class WorkerPool:
                 err = Internal("the claim could not be committed", {"reason": "claim_failed"})
             d.reply(None, err)
             return None
-        log.debug("claimed", op=ref.op, attempt=ref.attempt, worker=state.id)
+        log.debug("claimed", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=state.id)
         return ref
 
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
@@ -248,7 +248,13 @@ class WorkerPool:
         so the worker serves its next dispatch while the outcome waits for
         its batch, and outcomes of several workers share one fsync."""
         if self._grace_over:
-            log.warning("outcome_left_unrecorded", op=ref.op, attempt=ref.attempt, status=status)
+            log.warning(
+                "outcome_left_unrecorded",
+                neuron=ref.neuron,
+                op=ref.op,
+                attempt=ref.attempt,
+                status=status,
+            )
             return
         fut = self._writer.submit(
             _units.outcome(ref, status, value, error, "adapter"), critical=True
@@ -261,7 +267,13 @@ class WorkerPool:
                 return
             with self._counts_lock:
                 state.counts[status] += 1
-            log.info("outcome", op=ref.op, attempt=ref.attempt, worker=state.id, status=status)
+            where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}
+            if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
+                log.warning("outcome", **where, status=status, error=error)
+            elif status == "failed":
+                log.info("outcome", **where, status=status, error=error)
+            else:
+                log.info("outcome", **where, status=status)
             result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
             if status == "succeeded":
                 result["result"] = value

@@ -41,3 +41,35 @@ class TestSelfContained:
         # §3.2.1 and the like are numbered steps inside a section: the section must exist.
         missing = {c for c in cited if not any(c == h or c.startswith(h + ".") for h in headings)}
         assert missing == set()
+
+
+LOG_CALL = re.compile(r"\blog\.(debug|info|warning|error|critical|exception)\(")
+LOG_EVENT = re.compile(r'\blog\.(debug|info|warning|error|critical|exception)\(\s*"([a-z_]+)"')
+
+
+def logged_events() -> dict[str, set[str]]:
+    """event -> levels, from every log call in the daemon's and adapters' source."""
+    events: dict[str, set[str]] = {}
+    for folder in ("daemon", "adapters", "protocol"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            text = path.read_text()
+            found = LOG_EVENT.findall(text)
+            assert len(found) == len(LOG_CALL.findall(text)), f"{path}: an event name not literal"
+            for level, event in found:
+                events.setdefault(event, set()).add(level)
+    return events
+
+
+def documented_events() -> dict[str, str]:
+    """event -> level column, from the event table of docs/operations.md."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    return dict(re.findall(r"^\| `([a-z_]+)` \| ([a-z;, `]+?) \|", text, re.M))
+
+
+class TestLogEventsDocumented:
+    def test_every_event_the_daemon_logs_is_in_operations_md(self) -> None:
+        """docs/operations.md lists exactly the events the source logs, each at its levels."""
+        logged, documented = logged_events(), documented_events()
+        assert set(logged) == set(documented)
+        for event, levels in logged.items():
+            assert all(level in documented[event] for level in levels), event
