@@ -10,6 +10,7 @@ signature (contract §4), then hand the decision to a unit.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import importlib.metadata
 import os
 import secrets
@@ -64,6 +65,7 @@ log = structlog.get_logger("wardd")
 VERSION = importlib.metadata.version("wardd")
 SignedHandler = Callable[[Connection, str, dict[str, Any]], Awaitable[Any]]
 EXIT_FAIL_STOP = 70
+STATUS_INTERVAL_S = 2.0  # how often STATUS= is refreshed (sent only when it changed)
 # reads and execute (its token is voided by then: token_void, shutdown)
 _SERVED_WHILE_STOPPING = frozenset(
     {
@@ -199,6 +201,8 @@ class Daemon:
                 self._background = conns
                 if wd:  # kept alive through the shutdown grace
                     conns.start_soon(self._watchdog, notifier, wd)
+                if notifier.enabled:
+                    conns.start_soon(self._report_status, notifier)
                 async with trio.open_nursery() as requests:
                     async with trio.open_nursery() as services:
                         accepting = trio.CancelScope()
@@ -273,9 +277,47 @@ class Daemon:
             return
 
     async def _watchdog(self, notifier: Notifier, interval: float) -> None:
+        """``WATCHDOG=1`` every ``interval``, each only once the daemon proved alive.
+
+        The event loop is alive if this task runs; the writer thread if a no-op
+        unit sent through its queue comes back (so a writer stuck in a batch
+        for longer than the interval withholds the pings, and systemd kills
+        the daemon at the watchdog period); the workers if their threads run
+        (a worker busy in a long act is alive: acts have their own timeouts).
+        """
+        withheld = False
         while True:
-            notifier.watchdog()
+            probe = self.writer.submit(_noop)
+            while not await _wait_future(probe, interval):
+                if not withheld:
+                    log.warning("watchdog_withheld", reason="writer", waited_s=interval)
+                    withheld = True
+            workers_ok = self.stopping or self.pool.threads_alive()
+            if probe.exception() is None and workers_ok:
+                notifier.watchdog()
+                withheld = False
+            elif not withheld:
+                why = "workers" if probe.exception() is None else "writer"
+                log.warning("watchdog_withheld", reason=why, waited_s=0)
+                withheld = True
             await trio.sleep(interval)
+
+    async def _report_status(self, notifier: Notifier) -> None:
+        """``STATUS=`` for ``systemctl status``: recovering, serving with counts, stopping."""
+        sent = None
+        while True:
+            if self.stopping:
+                text = "stopping"
+            elif not self.recovered.is_set():
+                text = "recovering"
+            else:
+                _, unknown = self.reads.counts()
+                pending = self.recovery.pending
+                text = f"serving, {unknown} unknown attempts, {pending} receipts pending"
+            if text != sent:
+                notifier.status(text)
+                sent = text
+            await trio.sleep(STATUS_INTERVAL_S)
 
     async def _shutdown(self) -> None:
         """contract §3.6: wait up to the grace for calls in progress, then kill
@@ -655,6 +697,27 @@ class Daemon:
             "tokens": len(self.tokens),
             "recovering": not self.recovered.is_set(),
         }
+
+
+def _noop(conn: sqlite3.Connection) -> None:
+    """The watchdog's probe unit: it writes nothing."""
+
+
+async def _wait_future(fut: concurrent.futures.Future[Any], timeout: float) -> bool:
+    """Wait up to ``timeout`` for a thread-level future; whether it is done."""
+    done = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def wake(_: object) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass
+
+    fut.add_done_callback(wake)
+    with trio.move_on_after(timeout):
+        await done.wait()
+    return fut.done()
 
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch

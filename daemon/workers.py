@@ -89,6 +89,10 @@ class WorkerPool:
         for t in self._threads:
             t.start()
 
+    def threads_alive(self) -> bool:
+        """Whether every worker thread still runs (the watchdog asks, until the stop)."""
+        return all(t.is_alive() for t in self._threads)
+
     def has(self, worker: str) -> bool:
         return worker in self._queues
 
