@@ -1,23 +1,42 @@
 """``wardd``: run the daemon, check a configuration, print the version.
 
 Exit statuses (the systemd unit's ``RestartPreventExitStatus`` names the
-first two): 78 a configuration error, 75 the database is owned by another
-daemon, 70 fail-stop (an outcome could not be stored), 1 another start-up
-failure, 0 a clean stop on SIGTERM/SIGINT.
+first three, which a restart cannot fix):
+
+- 78 a configuration error: a bad config file, a non-socket file at the
+  socket path, a socket-activation descriptor of the wrong kind;
+- 75 another daemon is in the way: it owns the database (its lock is held)
+  or listens on the socket;
+- 65 the database file is not a usable wardd database (not SQLite, corrupt,
+  or written by a newer version);
+- 70 fail-stop (an outcome could not be stored);
+- 1 another start-up failure;
+- 0 a clean stop on SIGTERM/SIGINT/SIGHUP.
+
+Each start-up failure is one line on stderr: ``wardd: <what>``. The checks
+that need no database (the config, the activation descriptors, the socket
+path) run before the database is opened, so a refused start creates no
+database.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
+import sqlite3
+import stat
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 import trio
 
 EXIT_CONFIG = 78
 EXIT_LOCKED = 75
+EXIT_DATA = 65
 EXIT_START = 1
 
 
@@ -53,9 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         description="wardd: local worker dispatch and fencing daemon. Runs registered acts "
         "for signed progs at most once per attempt and surfaces every effect whose fate "
         "is unknown.",
-        epilog="Exit statuses: 0 clean stop, 78 configuration error, 75 database owned by "
-        "another daemon, 70 fail-stop (an outcome could not be stored), 1 other start-up "
-        "failure. Docs: README.md, docs/operations.md, docs/recovery.md.",
+        epilog="Exit statuses: 0 clean stop, 78 configuration error, 75 another daemon owns "
+        "the database or listens on the socket, 65 the database file is not usable, 70 "
+        "fail-stop (an outcome could not be stored), 1 other start-up failure. Docs: "
+        "README.md, docs/configuration.md, docs/operations.md, docs/recovery.md.",
     )
     p.add_argument("--version", action="version", version=f"wardd {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -125,6 +145,9 @@ def run(cfg: object) -> int:
 
     assert isinstance(cfg, Config)
     log = structlog.get_logger("wardd")
+    refused = _preflight(cfg, log)
+    if refused is not None:
+        return refused
     try:
         daemon = Daemon(cfg)
         daemon.open_store()
@@ -133,7 +156,14 @@ def run(cfg: object) -> int:
         return EXIT_LOCKED
     except SchemaTooNew as exc:
         print(f"wardd: {exc}", file=sys.stderr)
-        return EXIT_START
+        return EXIT_DATA
+    except sqlite3.DatabaseError as exc:
+        print(
+            f"wardd: the database {cfg.database} is not a usable wardd database ({exc}); "
+            "move it aside to start with a new one (docs/operations.md)",
+            file=sys.stderr,
+        )
+        return EXIT_DATA
     except OSError as exc:
         print(f"wardd: cannot open the database {cfg.database}: {exc}", file=sys.stderr)
         return EXIT_START
@@ -143,6 +173,51 @@ def run(cfg: object) -> int:
         log.error("start_failed", error=str(exc))
         print(f"wardd: {exc}", file=sys.stderr)
         return EXIT_START
+
+
+def _preflight(cfg: Any, log: Any) -> int | None:
+    """The socket checks, made before the database is opened (or created).
+
+    Socket activation: every passed descriptor must be a listening Unix
+    stream socket (else exit 78); a socket on another path than the
+    configured one is served, and said so. Otherwise: a file at the socket
+    path that is not a socket (78) or a socket something listens on (75)
+    refuses the start.
+    """
+    from wardd.daemon._activation import listen_fds
+
+    try:
+        passed = listen_fds(dict(os.environ))  # a copy: the daemon reads them again
+    except ValueError as exc:
+        print(f"wardd: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if passed:
+        names = [s.getsockname() for s in passed]
+        for s in passed:
+            s.detach()  # leave the descriptors open for the daemon
+        path = names[0] if isinstance(names[0], str) else repr(names[0])
+        if path != str(cfg.socket):
+            log.warning("activated_socket", socket=path, configured=str(cfg.socket))
+        return None
+    path = str(cfg.socket)
+    if not os.path.lexists(path):
+        return None
+    if not stat.S_ISSOCK(os.lstat(path).st_mode):
+        print(f"wardd: {path} exists and is not a socket; refusing to replace it", file=sys.stderr)
+        return EXIT_CONFIG
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        return None  # a stale socket file: the daemon replaces it
+    finally:
+        probe.close()
+    print(
+        f"wardd: another process is listening on {path} (another wardd? "
+        f"`wardctl --socket {path} status`); nothing was started",
+        file=sys.stderr,
+    )
+    return EXIT_LOCKED
 
 
 if __name__ == "__main__":

@@ -309,3 +309,40 @@ class Actor:
 
     def invoke(self, op: str, attempt: int = 1, client: Client | None = None) -> Any:
         return self.call("invoke", self.prepare_params(op, attempt), client=client)
+
+
+# A stand-in for systemd's socket activation: dup the given fd to 3, set
+# LISTEN_FDS/LISTEN_PID for this very process, then exec the daemon (same pid).
+_ACTIVATE = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "os.dup2(fd, 3)\n"
+    "os.set_inheritable(3, True)\n"
+    "os.environ['LISTEN_FDS'] = '1'\n"
+    "os.environ['LISTEN_PID'] = str(os.getpid())\n"
+    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
+)
+
+
+def spawn_activated(env: Env, sock: socket.socket, log: Path) -> subprocess.Popen[bytes]:
+    """``wardd run`` on ``env``'s config, socket-activated with ``sock`` as fd 3."""
+    with open(log, "wb") as f:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _ACTIVATE,
+                str(sock.fileno()),
+                "-m",
+                "wardd.daemon.cli",
+                "run",
+                "--config",
+                str(env.config),
+            ],
+            pass_fds=(sock.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))},
+            start_new_session=True,
+        )

@@ -223,7 +223,7 @@ class TestSocketAndLock:
         env = Env()
         env.socket.write_text("precious")
         d = make_daemon(env, start=False)
-        assert d.spawn().wait(30) == 1
+        assert d.spawn().wait(30) == 78
         assert env.socket.read_text() == "precious"
         assert "not a socket" in d.log_text()
 
@@ -232,7 +232,7 @@ class TestSocketAndLock:
         other.top["socket"] = str(daemon.env.socket)
         other.write_config()
         second = make_daemon(other, start=False)
-        assert second.spawn().wait(30) == 1
+        assert second.spawn().wait(30) == 75
         with daemon.connect() as c:
             assert c.call("status")["boot"] == daemon.boot
 
