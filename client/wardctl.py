@@ -1,5 +1,11 @@
 """wardctl: the operator's command line for wardd (contract §1, §4).
 
+When the answer to a request is lost (the connection closed, a timeout, an
+interrupt), wardctl says that the request may have been applied, and for
+`invoke` that the attempt may have run and how to look (`wardctl op show
+OP`): it never guesses. A key file that others can read or write is
+refused, as ssh refuses one.
+
 Exit status: 0 when the command did what it says; 1 when the daemon refused
 (``error: <code>: <message>`` on stderr) or the daemon, socket or key could
 not be used, and when `invoke` ran an attempt whose outcome is not
@@ -10,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -120,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler, parser=sub, read_only=read)
         return sub
 
-    sub = add("keygen", _keygen, "create a neuron key file and print the neuron id")
+    sub = add("keygen", _keygen, "create a neuron key file; print its path and the neuron id")
     sub.add_argument("--force", action="store_true", help="replace an existing key file")
 
     add("status", _status, "summarize the daemon's state", read=True)
@@ -268,6 +275,7 @@ class _Context:
         self._client: Client | None = None
         self._neuron: Neuron | None = None
         self._session: Session | None = None
+        self.in_flight: str | None = None  # what a lost answer leaves in doubt, said then
 
     @property
     def key_path(self) -> str:
@@ -286,11 +294,18 @@ class _Context:
                 self._client = Client(self.socket_path, timeout=timeout, client_name="wardctl")
             except (OSError, ConnectionClosed) as exc:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                raise _Failed(f"cannot reach wardd at {self.socket_path}: {why}") from exc
+                raise _Failed(
+                    f"cannot reach wardd at {self.socket_path}: {why}. Is the daemon running "
+                    "(make run, or systemctl --user status wardd)? Another socket: --socket "
+                    "PATH or $WARDD_SOCKET"
+                ) from exc
+        if not self.args.read_only and self.in_flight is None:
+            self.in_flight = "the request may have been applied: read the state back"
         return self._client
 
     def neuron(self) -> Neuron:
         if self._neuron is None:
+            _refuse_open_key(self.key_path)
             self._neuron = Neuron.load(self.key_path)
         return self._neuron
 
@@ -328,15 +343,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WarddError as exc:
         return _report_refusal(ctx, exc)
     except TimeoutError:
-        return _report(
-            ctx, "timed out waiting for wardd; the request may still be applied (read it back)"
-        )
+        doubt = ctx.in_flight or "the request may still be applied: read it back"
+        return _report(ctx, f"timed out waiting for wardd; {doubt}")
+    except ConnectionClosed as exc:
+        return _report(ctx, f"{exc}; {ctx.in_flight}" if ctx.in_flight else str(exc))
     except (_Failed, KeyFileError, ClientError) as exc:
         return _report(ctx, str(exc))
     except FileExistsError as exc:
         return _report(ctx, f"{exc.args[0] if exc.args else exc}")
     except KeyboardInterrupt:
-        print("wardctl: interrupted", file=sys.stderr)
+        doubt = f": {ctx.in_flight}" if ctx.in_flight else ""
+        print(f"wardctl: interrupted{doubt}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader of our output went away (`wardctl ops | head`): say
@@ -387,13 +404,27 @@ def _already(result: Mapping[str, Any]) -> str:
 # commands: local, and unsigned reads
 
 
+def _refuse_open_key(path: str) -> None:
+    """Refuse a key file that others may read or write (mode & 077), as ssh does."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # Neuron.load says what is wrong with it
+    if mode & 0o077:
+        raise _Failed(
+            f"key file {path} is accessible by others (mode {stat.S_IMODE(mode):04o}): "
+            f"it signs as your neuron; run chmod 600 {path}"
+        )
+
+
 def _keygen(ctx: _Context) -> int:
     path = ctx.key_path
     if os.path.lexists(path) and not ctx.args.force:
         raise _Failed(f"key file {path} already exists (use --force to replace it)")
     neuron = Neuron.generate()
     neuron.save(path, overwrite=ctx.args.force)
-    return _out(ctx, {"neuron": neuron.id, "path": path}, neuron.id)
+    lines = [f"key file: {os.path.abspath(path)} (mode 0600: keep it private)", neuron.id]
+    return _out(ctx, {"neuron": neuron.id, "path": path}, lines)
 
 
 def _status(ctx: _Context) -> int:
@@ -645,7 +676,14 @@ def _submit(ctx: _Context) -> int:
 
 
 def _invoke(ctx: _Context) -> int:
-    result = ctx.session().invoke(ctx.args.op, expected_attempt=ctx.args.attempt)
+    op = ctx.args.op
+    session = ctx.session()
+    ctx.in_flight = (
+        f"the attempt of op {op} may have run (its claim may be durable): look with "
+        f"`wardctl op show {op}` before anything else; an attempt left running or unknown "
+        "is resolved as docs/recovery.md says"
+    )
+    result = session.invoke(op, expected_attempt=ctx.args.attempt)
     status = result.get("status")
     lines = [f"op {result.get('op')} attempt {result.get('attempt')}: {status}"]
     if "result" in result:
@@ -676,9 +714,21 @@ def _reconcile(ctx: _Context) -> int:
     return _out(ctx, result, text + _already(result))
 
 
+_CANCELLED_WHAT = {
+    "retained": "its retained result was discarded: it will never be returned",
+    "running": "its running attempt's outcome will be recorded but never returned",
+    "prepared": "its prepared attempt was voided",
+    "unknown": "its unknown attempt stays unknown: reconcile it (docs/recovery.md)",
+}
+
+
 def _cancel(ctx: _Context) -> int:
     result = ctx.session().cancel(ctx.args.op)
-    return _out(ctx, result, f"op {result.get('op')}: {result.get('state')}{_already(result)}")
+    lines = [f"op {result.get('op')}: {result.get('state')}{_already(result)}"]
+    what = _CANCELLED_WHAT.get(str(result.get("was")))
+    if what and not result.get("already"):
+        lines.append(what)
+    return _out(ctx, result, lines)
 
 
 def _consume(ctx: _Context) -> int:

@@ -312,7 +312,7 @@ def cancel(neuron: str, op: str) -> Unit:
         if o["state"] == "consumed":
             raise Terminal("the operation is consumed")
         cancel_op(conn, n["id"], o, "cancelled")
-        return {"op": op, "state": "cancelled"}
+        return {"op": op, "state": "cancelled", "was": o["state"]}
 
     return unit
 
