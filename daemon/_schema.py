@@ -1,7 +1,7 @@
 """Database schema and migrations by ``PRAGMA user_version`` (contract §2, §3.6).
 
 Integer rowid keys everywhere, client-chosen ids (neuron, prog, op) in
-secondary unique indexes (PERF-NOTES: random text primary keys cost ~4×).
+secondary unique indexes (random text primary keys cost ~4×).
 
 An attempt's *binding* (kind, epoch, policy version, placement generation,
 descriptor, digest, worker, boot, time) is immutable: a trigger refuses any

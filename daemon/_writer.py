@@ -3,7 +3,7 @@
 Every write of the daemon is a *unit*: a function ``unit(conn) -> value``
 run inside its own SAVEPOINT of a batch transaction. The writer drains its
 queue, runs every queued unit in one ``BEGIN IMMEDIATE … COMMIT`` (group
-commit: one fsync for the batch, PERF-NOTES), and only after the COMMIT
+commit: one fsync for the batch), and only after the COMMIT
 resolves each unit's future (contract §3.2.3: every write replies only after
 its records are committed).
 

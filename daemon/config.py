@@ -181,10 +181,10 @@ def _uint(file: str, key: str, value: Any, *, minimum: int = 0, maximum: int | N
     return value
 
 
-def _seconds(file: str, key: str, value: Any, *, allow_zero: bool = False) -> float:
+def _seconds(file: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(file, key, f"must be a number of seconds, not {type(value).__name__}")
-    if value < 0 or (value == 0 and not allow_zero) or value != value or value > 10**7:
+    if value <= 0 or value != value or value > 10**7:
         raise ConfigError(file, key, f"must be a positive number of seconds, not {value}")
     return float(value)
 

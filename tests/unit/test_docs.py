@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTSIDE = re.compile(r"SPEC\.md|SPEC §|shared folder|\bthe SPEC\b|\bissue \d+\b", re.I)
+OUTSIDE = re.compile(r"SPEC\.md|SPEC §|shared folder|\bthe SPEC\b|\bissue \d+\b|PERF-NOTES", re.I)
 
 
 def tracked_text_files() -> list[Path]:
