@@ -203,7 +203,7 @@ class TestResolution:
         a.invoke("consumed")
         a.call("consume", {"op": "consumed"})
         for op in ("pending", "prepared", "retained", "unknown"):
-            assert a.call("cancel", {"op": op}) == {"op": op, "state": "cancelled"}
+            assert a.call("cancel", {"op": op}) == {"op": op, "state": "cancelled", "was": op}
             assert a.call("cancel", {"op": op})["already"] is True
             assert a.state(op) == "cancelled"
         assert code_of(a.call, "cancel", {"op": "consumed"}).code == "terminal"
