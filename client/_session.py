@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from ._core import HelloResult
-from ._errors import ClientError, RemoteProtocolError
+from ._errors import ClientError, ConnectionClosed, RemoteProtocolError
 from ._neuron import Neuron
 from ._sync import Client
 from ._trio import TrioClient
@@ -62,6 +62,20 @@ class _Call:
 
 
 Plan = Generator[_Call, Any, T]
+
+_DISPATCHES = ("invoke", "execute")
+
+
+def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
+    """The answer to ``call`` was lost: for a dispatch, say the attempt may have run."""
+    if call.method not in _DISPATCHES:
+        return exc
+    op = call.params.get("op")
+    look = f"`wardctl op show {op}`" if op else "get_operation (`wardctl op show OP`)"
+    return ConnectionClosed(
+        f"{exc}: the attempt may have run (its claim may be durable); look with {look} "
+        "before anything else"
+    )
 
 
 def _ask(method: str, params: dict[str, Any], signed: bool) -> Plan[dict[str, Any]]:
@@ -286,7 +300,10 @@ class Session(_SessionBase):
             call = next(plan)
             while True:
                 params = self._wire_params(call, self.client.hello_result)
-                result = self.client.call(call.method, params)
+                try:
+                    result = self.client.call(call.method, params)
+                except ConnectionClosed as exc:
+                    raise _lost(call, exc) from exc
                 call = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
@@ -480,7 +497,10 @@ class TrioSession(_SessionBase):
             call = next(plan)
             while True:
                 params = self._wire_params(call, self.client.hello_result)
-                result = await self.client.call(call.method, params)
+                try:
+                    result = await self.client.call(call.method, params)
+                except ConnectionClosed as exc:
+                    raise _lost(call, exc) from exc
                 call = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]

@@ -346,7 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         doubt = ctx.in_flight or "the request may still be applied: read it back"
         return _report(ctx, f"timed out waiting for wardd; {doubt}")
     except ConnectionClosed as exc:
-        return _report(ctx, f"{exc}; {ctx.in_flight}" if ctx.in_flight else str(exc))
+        said = str(exc)
+        if ctx.in_flight and "may have" not in said:  # the session may have said it already
+            said = f"{said}; {ctx.in_flight}"
+        return _report(ctx, said)
     except (_Failed, KeyFileError, ClientError) as exc:
         return _report(ctx, str(exc))
     except FileExistsError as exc:

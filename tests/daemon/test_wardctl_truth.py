@@ -129,3 +129,33 @@ class TestPlainAnswers:
         assert "cancelled" in out and "discarded" in out
         again = wardctl(d.env, "cancel", "op-r").stdout
         assert "(already)" in again and "discarded" not in again
+
+
+class TestClientLibrary:
+    def test_a_lost_invoke_answer_says_the_attempt_may_have_run(self, make_daemon):
+        """Session.invoke cut off by a crash raises ConnectionClosed naming op show."""
+        import threading
+
+        from tests.daemon.harness import Actor
+        from wardd.client import ConnectionClosed, Session
+
+        d = make_daemon()
+        a = Actor(d, acts=("gated",))
+        a.submit("op-l", "gated")
+        session = Session(d.connect(), a.neuron)
+        caught: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                session.invoke("op-l")
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                caught.append(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        wait_for_file(d.env.started_marker("op-l"))
+        d.kill()
+        t.join(60)
+        (exc,) = caught
+        assert isinstance(exc, ConnectionClosed)
+        assert "may have run" in str(exc) and "wardctl op show op-l" in str(exc)
