@@ -1,4 +1,4 @@
-"""The adapter contract: requests, receipts, and how a call's fate is told (SPEC §3.2.4, §6).
+"""The adapter contract: requests, receipts, and how a call's fate is told (contract §3.2.4, §6).
 
 An adapter's ``call`` tells the daemon the fate of one attempt by how it ends:
 
@@ -85,13 +85,13 @@ class ActRequest:
 
     @property
     def idempotency_key(self) -> str:
-        """``"<neuron>/<op>/<attempt>"`` (SPEC §3.4): unique across neurons, ops and attempts."""
+        """``"<neuron>/<op>/<attempt>"`` (contract §3.4): unique across neurons, ops, attempts."""
         return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
 @attrs.frozen
 class Receipt:
-    """An executor receipt's answer about one idempotency key (SPEC §3.4).
+    """An executor receipt's answer about one idempotency key (contract §3.4).
 
     ``value`` is the act's result for ``executed`` when the adapter can tell
     it (the built-in ones cannot: null). ``detail`` is a short, secret-free
@@ -113,7 +113,7 @@ class Adapter(Protocol):
     - ``kind``: the adapter's name as configured (``"file.append"``,
       ``"cli"``, an entry point's name). The daemon stores it with every
       claim, so that a receipt is only ever asked about a claim its own kind
-      of adapter made (SPEC §3.4).
+      of adapter made (contract §3.4).
     - ``receipt(idempotency_key, claim_info=None) -> Receipt``: answers
       whether the attempt with that key had its effect; never raises (a
       failure to tell is ``Receipt("unknown")``). Use `has_receipt` to ask

@@ -1,4 +1,4 @@
-"""The ``echo`` act, always present (SPEC §6): returns its args unchanged."""
+"""The ``echo`` act, always present (contract §6): returns its args unchanged."""
 
 from __future__ import annotations
 

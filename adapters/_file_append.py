@@ -1,4 +1,4 @@
-"""The ``file.append`` built-in adapter (SPEC §6).
+"""The ``file.append`` built-in adapter (contract §6).
 
 Each call appends one line ``"<idempotency key>\\t<hex args>\\n"`` to the
 configured file and fsyncs it; the receipt looks the key up in that file.
@@ -12,7 +12,7 @@ How a call ends:
   (unknown), never failed: some bytes may be in the file.
 - Otherwise the line is durable and the call returns None.
 
-Decisions (the SPEC leaves them open):
+Decisions:
 
 - The file is opened ``O_RDWR|O_APPEND|O_CREAT|O_CLOEXEC``, mode 0600 when
   created. ``O_RDWR`` rather than ``O_WRONLY`` because the last byte is read
@@ -35,7 +35,7 @@ Decisions (the SPEC leaves them open):
   ``executed``.) The key is unique to its attempt, so a complete line with it,
   wherever it is found, is that attempt's effect.
 
-What the claim records, and what the receipt makes of it (SPEC §6, [2.2]):
+What the claim records, and what the receipt makes of it (contract §6,):
 
 - `claim_info` is computed just before the claim is committed, and the call
   runs only after that commit, so it describes the file as it was before
@@ -178,7 +178,7 @@ class FileAppendAdapter:
             _fsync_directory(self.path)
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
-        """Look the key up as the claim's record allows (SPEC §6); never raises.
+        """Look the key up as the claim's record allows (contract §6); never raises.
 
         ``claim_info`` is ``None`` for an attempt that was never claimed, else
         what `claim_info` recorded (``{}`` for a claim holding no such record).

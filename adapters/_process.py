@@ -1,13 +1,17 @@
 """Running one child program for the ``cli`` adapter: spawn, feed, drain, kill, reap.
 
-Rules this module keeps (SPEC §3.6, §6):
+Rules this module keeps (docs/contract.md, "Shutdown" and "The cli adapter"):
 
 - Every child is its own session and process group (``start_new_session``),
   started without a shell, with ``close_fds`` and the environment it is
   given, and registered in its adapter's `ProcessGroups` until it is reaped,
   so that `ProcessGroups.kill_all` can SIGKILL every group still running.
 - Args go to stdin, written without blocking while stdout and stderr are
-  drained, so a child that writes a lot before it reads cannot deadlock us.
+  drained (never before), so a child that writes a lot before it reads
+  cannot deadlock us. A child need not read its input: a broken stdin pipe
+  (the child closed stdin or exited without reading it all) ends the
+  writing and is recorded in `Finished.stdin_unread`, but it is not an error:
+  the exit status decides the outcome.
   stdout keeps a bounded head, stderr a bounded tail; the rest is read and
   discarded so the child never blocks on a full pipe.
 - The call ends when the group's leader exits (seen through a pidfd, or by
@@ -52,7 +56,7 @@ class Finished:
     stderr_tail: bytes  # the last bytes of stderr, up to the tail size asked for
     stderr_total: int
     timed_out: bool
-    stdin_error: str | None  # why writing args to stdin failed (a broken pipe), if it did
+    stdin_unread: int  # args bytes the child never took (it closed stdin or exited first)
 
 
 class ProcessGroups:
@@ -220,7 +224,7 @@ class _Pump:
         self.use_pidfd = use_pidfd
         self.sel = selectors.DefaultSelector()
         self.pidfd: int | None = None
-        self.stdin_error: str | None = None
+        self.stdin_unread = 0
         self._leader_exited = False
         self._in_view = memoryview(stdin_data or b"")
         self._sinks: dict[int, _Head | _Tail] = {}
@@ -243,9 +247,8 @@ class _Pump:
                 wait = left if wait is None else min(wait, left)
             for key, _ in self.sel.select(wait):
                 self._service(key.fd)
-        if self._in_view and self.stdin_error is None:
-            # A leader that exits before taking all its args is a broken pipe too.
-            self.stdin_error = "the program exited before reading all args"
+        self.stdin_unread += len(self._in_view)  # a leader that exited before taking them all
+        self._in_view = self._in_view[:0]
         return True
 
     def close(self) -> None:
@@ -307,16 +310,18 @@ class _Pump:
             written = os.write(fd, self._in_view[:_READ_SIZE])
         except BlockingIOError:
             return
-        except OSError as exc:  # EPIPE: the child closed stdin before reading all args
-            self.stdin_error = exc.strerror or type(exc).__name__
+        except OSError:
+            # EPIPE (or another write error): the child closed stdin, or never read it, and
+            # exited. Not an error by itself: we stop writing and the exit status decides.
+            self.stdin_unread = len(self._in_view)
             written = len(self._in_view)
         self._in_view = self._in_view[written:]
         if not self._in_view:
             self.sel.unregister(fd)
             try:
                 self.proc.stdin.close()
-            except OSError as exc:
-                self.stdin_error = self.stdin_error or exc.strerror or type(exc).__name__
+            except OSError:
+                pass  # nothing is buffered in it: a close error loses no data
 
     def drain(self) -> None:
         """After the group was killed: read what is left in the pipes, without waiting.
@@ -384,5 +389,5 @@ def run(
         stderr_tail=tail.value(),
         stderr_total=tail.total,
         timed_out=not exited,
-        stdin_error=pump.stdin_error,
+        stdin_unread=pump.stdin_unread,
     )

@@ -1,4 +1,4 @@
-"""`build_adapter`: from an act's TOML table to an adapter (SPEC §6).
+"""`build_adapter`: from an act's TOML table to an adapter (contract §6).
 
 ``adapter = "file.append"`` and ``adapter = "cli"`` are built in. Any other
 name is looked up in the ``wardd.adapters`` entry-point group

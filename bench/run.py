@@ -1,4 +1,4 @@
-"""wardd benchmarks (issue 6): dispatch cost against the disk's own limit and against DBOS.
+"""wardd benchmarks: dispatch cost against the disk's own limit and against DBOS.
 
     make bench                          # the default run (~2.5 min on 2 cores, more if loaded)
     make bench BENCH_ARGS=--quick       # ~35 s, fewer and smaller samples
@@ -29,7 +29,7 @@ filesystem). Results, method and analysis: docs/performance.md.
 Figures are median [min–max] over repetitions; latencies are pooled
 p50/p99. Ratios to the raw bound and to DBOS are paired (the raw sample, or
 the DBOS repetition, is taken right next to each wardd repetition), since
-these machines are noisy. Ratios against the targets of issue 6 close the
+these machines are noisy. Ratios against the project's targets close the
 run. Every daemon
 and temp dir is removed at the end; nothing but local Unix sockets is used.
 """
@@ -399,7 +399,7 @@ def bench_rss(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
 # -- summary ------------------------------------------------------------------------------
 
 def summary(R: Results) -> list[tuple[str, str, float | None, bool | None]]:
-    section("targets (issue 6), medians of this run")
+    section("targets, medians of this run")
     st, v = R.stats, R.values
     med = lambda k: st[k].median if k in st else None  # noqa: E731
     bound = med("raw.dispatch_bound")

@@ -1,4 +1,4 @@
-"""The neuron: a signing subject holding an Ed25519 key (SPEC §2, §4).
+"""The neuron: a signing subject holding an Ed25519 key (contract §2, §4).
 
 A `Neuron` signs requests; it is never sent anywhere but as its public id.
 Key material stays inside the object: it is not in `repr`/`str`, not in any
@@ -111,7 +111,7 @@ class Neuron:
     # -- identity and signing ------------------------------------------------------
     @property
     def id(self) -> str:
-        """The neuron id: lowercase hex of the raw 32-byte public key (SPEC §2)."""
+        """The neuron id: lowercase hex of the raw 32-byte public key (contract §2)."""
         return self._id
 
     @property
@@ -120,7 +120,7 @@ class Neuron:
         return bytes.fromhex(self._id)
 
     def sign(self, method: str, params: Mapping[str, Any], network: str) -> dict[str, Any]:
-        """A copy of `params` with ``neuron`` and ``sig`` added (SPEC §4).
+        """A copy of `params` with ``neuron`` and ``sig`` added (contract §4).
 
         ``sig`` covers ``["wardd/1", network, method, params-without-sig]`` in
         deterministic CBOR; it is computed by `wardd.protocol.sign`. A stale

@@ -1,4 +1,10 @@
-"""wardctl: the operator's command line for wardd (SPEC §1, §4).
+"""wardctl: the operator's command line for wardd (contract §1, §4).
+
+When the answer to a request is lost (the connection closed, a timeout, an
+interrupt), wardctl says that the request may have been applied, and for
+`invoke` that the attempt may have run and how to look (`wardctl op show
+OP`): it never guesses. A key file that others can read or write is
+refused, as ssh refuses one.
 
 Exit status: 0 when the command did what it says; 1 when the daemon refused
 (``error: <code>: <message>`` on stderr) or the daemon, socket or key could
@@ -10,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +40,7 @@ ATTEMPT_LIST_STATES = ("unknown", "running", "prepared")
 DEFAULT_STEP_LIMIT = 1_000_000
 # Reads are bounded by default. Writes wait without limit unless --timeout
 # says otherwise: they may legitimately take long (`invoke` runs an adapter;
-# guarded writes wait for the neuron's adapter calls in progress, SPEC §3.1;
+# guarded writes wait for the neuron's adapter calls in progress, contract §3.1;
 # `reconcile` and `receipts` wait for receipt checks), and a write that
 # timed out leaves the operator unsure whether it was applied.
 DEFAULT_READ_TIMEOUT = 30.0
@@ -92,6 +99,15 @@ def _neuron_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wardd")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole `wardctl` command line."""
     parser = argparse.ArgumentParser(
@@ -101,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(invoke: also when the attempt did not succeed), 2 usage error.",
         parents=[_common_options(True)],
     )
+    parser.add_argument("--version", action="version", version=f"wardctl {_version()}")
     common = _common_options(False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -111,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler, parser=sub, read_only=read)
         return sub
 
-    sub = add("keygen", _keygen, "create a neuron key file and print the neuron id")
+    sub = add("keygen", _keygen, "create a neuron key file; print its path and the neuron id")
     sub.add_argument("--force", action="store_true", help="replace an existing key file")
 
     add("status", _status, "summarize the daemon's state", read=True)
@@ -333,6 +350,7 @@ class _Context:
         self._client: Client | None = None
         self._neuron: Neuron | None = None
         self._session: Session | None = None
+        self.in_flight: str | None = None  # what a lost answer leaves in doubt, said then
 
     @property
     def key_path(self) -> str:
@@ -351,11 +369,18 @@ class _Context:
                 self._client = Client(self.socket_path, timeout=timeout, client_name="wardctl")
             except (OSError, ConnectionClosed) as exc:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                raise _Failed(f"cannot reach wardd at {self.socket_path}: {why}") from exc
+                raise _Failed(
+                    f"cannot reach wardd at {self.socket_path}: {why}. Is the daemon running "
+                    "(make run, or systemctl --user status wardd)? Another socket: --socket "
+                    "PATH or $WARDD_SOCKET"
+                ) from exc
+        if not self.args.read_only and self.in_flight is None:
+            self.in_flight = "the request may have been applied: read the state back"
         return self._client
 
     def neuron(self) -> Neuron:
         if self._neuron is None:
+            _refuse_open_key(self.key_path)
             self._neuron = Neuron.load(self.key_path)
         return self._neuron
 
@@ -393,15 +418,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WarddError as exc:
         return _report_refusal(ctx, exc)
     except TimeoutError:
-        return _report(
-            ctx, "timed out waiting for wardd; the request may still be applied (read it back)"
-        )
+        doubt = ctx.in_flight or "the request may still be applied: read it back"
+        return _report(ctx, f"timed out waiting for wardd; {doubt}")
+    except ConnectionClosed as exc:
+        said = str(exc)
+        if ctx.in_flight and "may have" not in said:  # the session may have said it already
+            said = f"{said}; {ctx.in_flight}"
+        return _report(ctx, said)
     except (_Failed, KeyFileError, ClientError) as exc:
         return _report(ctx, str(exc))
     except FileExistsError as exc:
         return _report(ctx, f"{exc.args[0] if exc.args else exc}")
     except KeyboardInterrupt:
-        print("wardctl: interrupted", file=sys.stderr)
+        doubt = f": {ctx.in_flight}" if ctx.in_flight else ""
+        print(f"wardctl: interrupted{doubt}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader of our output went away (`wardctl ops | head`): say
@@ -452,13 +482,27 @@ def _already(result: Mapping[str, Any]) -> str:
 # commands: local, and unsigned reads
 
 
+def _refuse_open_key(path: str) -> None:
+    """Refuse a key file that others may read or write (mode & 077), as ssh does."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # Neuron.load says what is wrong with it
+    if mode & 0o077:
+        raise _Failed(
+            f"key file {path} is accessible by others (mode {stat.S_IMODE(mode):04o}): "
+            f"it signs as your neuron; run chmod 600 {path}"
+        )
+
+
 def _keygen(ctx: _Context) -> int:
     path = ctx.key_path
     if os.path.lexists(path) and not ctx.args.force:
         raise _Failed(f"key file {path} already exists (use --force to replace it)")
     neuron = Neuron.generate()
     neuron.save(path, overwrite=ctx.args.force)
-    return _out(ctx, {"neuron": neuron.id, "path": path}, neuron.id)
+    lines = [f"key file: {os.path.abspath(path)} (mode 0600: keep it private)", neuron.id]
+    return _out(ctx, {"neuron": neuron.id, "path": path}, lines)
 
 
 def _status(ctx: _Context) -> int:
@@ -510,7 +554,7 @@ def _status_lines(s: Mapping[str, Any]) -> list[str]:
 
 
 def _recovery_lines(s: Mapping[str, Any]) -> list[str]:
-    """The previous boot and this start's recovery, in one line (SPEC §3.8)."""
+    """The previous boot and this start's recovery, in one line (contract §3.8)."""
     prev = s.get("previous_boot")
     if not isinstance(prev, Mapping):
         return ["previous boot: none (a new database)"] if "previous_boot" in s else []
@@ -595,7 +639,7 @@ def _ops(ctx: _Context) -> int:
 
 
 def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
-    """Each op with an unknown attempt, and that attempt's evidence (SPEC §3.6)."""
+    """Each op with an unknown attempt, and that attempt's evidence (contract §3.6)."""
     full = [ctx.read("get_operation", neuron=neuron, op=o["op"]) for o in ops]
     if ctx.json:
         write_json(full)
@@ -768,7 +812,14 @@ def _submit(ctx: _Context) -> int:
 
 
 def _invoke(ctx: _Context) -> int:
-    result = ctx.session().invoke(ctx.args.op, expected_attempt=ctx.args.attempt)
+    op = ctx.args.op
+    session = ctx.session()
+    ctx.in_flight = (
+        f"the attempt of op {op} may have run (its claim may be durable): look with "
+        f"`wardctl op show {op}` before anything else; an attempt left running or unknown "
+        "is resolved as docs/recovery.md says"
+    )
+    result = session.invoke(op, expected_attempt=ctx.args.attempt)
     status = result.get("status")
     lines = [f"op {result.get('op')} attempt {result.get('attempt')}: {status}"]
     if "result" in result:
@@ -811,7 +862,7 @@ def _reconcile(ctx: _Context) -> int:
 
 
 def _reconcile_unclaimed(ctx: _Context) -> int:
-    """SPEC §3.8: an unknown attempt whose evidence says ``claimed: false``
+    """contract §3.8: an unknown attempt whose evidence says ``claimed: false``
     never reached its adapter (the adapter is called only after the claim is
     durable), so ``not_executed`` is always right for it."""
     me = ctx.neuron_id()
@@ -877,9 +928,21 @@ def _prog_limit(ctx: _Context) -> int:
     return _out(ctx, result, text)
 
 
+_CANCELLED_WHAT = {
+    "retained": "its retained result was discarded: it will never be returned",
+    "running": "its running attempt's outcome will be recorded but never returned",
+    "prepared": "its prepared attempt was voided",
+    "unknown": "its unknown attempt stays unknown: reconcile it (docs/recovery.md)",
+}
+
+
 def _cancel(ctx: _Context) -> int:
     result = ctx.session().cancel(ctx.args.op)
-    return _out(ctx, result, f"op {result.get('op')}: {result.get('state')}{_already(result)}")
+    lines = [f"op {result.get('op')}: {result.get('state')}{_already(result)}"]
+    what = _CANCELLED_WHAT.get(str(result.get("was")))
+    if what and not result.get("already"):
+        lines.append(what)
+    return _out(ctx, result, lines)
 
 
 def _consume(ctx: _Context) -> int:

@@ -1,4 +1,4 @@
-"""What a claim records about its adapter, and what a receipt is asked with (SPEC §3.4, §6).
+"""What a claim records about its adapter, and what a receipt is asked with (contract §3.4, §6).
 
 Every claim stores, in its ``claim_info`` column, which adapter served it and
 what that adapter recorded just before its call::
@@ -6,7 +6,7 @@ what that adapter recorded just before its call::
     {"adapter": <the adapter's kind: "file.append", "cli", an entry point's name>,
      "record": <the adapter's claim_info(), or None>}
 
-A receipt is asked only with what the claim recorded (SPEC §3.4 [2.2]):
+A receipt is asked only with what the claim recorded (contract §3.4):
 
 - an attempt never claimed never reached an adapter: its receipt gets
   ``claim_info=None`` and its answer is applied as usual;

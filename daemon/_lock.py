@@ -1,4 +1,4 @@
-"""The exclusive owner lock (SPEC §2).
+"""The exclusive owner lock (contract §2).
 
 One writer per database: ``flock(LOCK_EX | LOCK_NB)`` on a lock file beside
 the database's *resolved* path (``realpath``, so a symlink or another
@@ -6,7 +6,7 @@ spelling of the path cannot make a second writer) and on the database file
 itself (so a hard link cannot either). SQLite's own locks are POSIX
 ``fcntl`` locks, which are independent of ``flock`` on Linux.
 
-The lock is never released by the daemon (SPEC §3.6): there is no release
+The lock is never released by the daemon (contract §3.6): there is no release
 method, and both descriptors stay open until the process is gone, when the
 kernel closes them. Until then a second daemon gets `LockHeld`, even after
 the first one has logged ``stopped``: a call may still be in progress in

@@ -1,4 +1,4 @@
-"""Param checking (SPEC §4): type, enum and range checks before any lookup.
+"""Param checking (contract §4): type, enum and range checks before any lookup.
 
 Each method has a spec of required and optional fields. A violation is
 ``bad_request`` naming the field; unknown fields are refused too, so a

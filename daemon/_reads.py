@@ -1,4 +1,4 @@
-"""The unsigned reads (SPEC §4), on a reader connection of their own.
+"""The unsigned reads (contract §4), on a reader connection of their own.
 
 Reads never go through the writer and never wait behind an adapter call.
 No read returns a secret: records hold none, and the token handle is never

@@ -1,7 +1,7 @@
-"""Database schema and migrations by ``PRAGMA user_version`` (SPEC §2, §3.6).
+"""Database schema and migrations by ``PRAGMA user_version`` (contract §2, §3.6).
 
 Integer rowid keys everywhere, client-chosen ids (neuron, prog, op) in
-secondary unique indexes (PERF-NOTES: random text primary keys cost ~4×).
+secondary unique indexes (random text primary keys cost ~4×).
 
 An attempt's *binding* (kind, epoch, policy version, placement generation,
 descriptor, digest, worker, boot, time) is immutable: a trigger refuses any
@@ -174,7 +174,7 @@ DROP INDEX operations_prog;
 CREATE INDEX operations_prog ON operations(prog_id);
 """
 
-# Version 4 (SPEC 2.2 §3.1, §3.4): the replay fences of the prog writes.
+# Version 4 (contract §3.1, §3.4): the replay fences of the prog writes.
 # - progs.state_version: 1 at creation, +1 with every state change of the prog
 #   (set_prog_state, set_step_limit), never back; `set_prog_state` checks
 #   `expected_state_version` against it. An existing prog starts at 1.
@@ -212,7 +212,7 @@ class SchemaTooNew(Exception):
 def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
     """Bring the database to :data:`SCHEMA_VERSION`; returns (from, to).
 
-    Runs under the owner lock, before recovery (SPEC §3.6). Each step runs in
+    Runs under the owner lock, before recovery (contract §3.6). Each step runs in
     its own transaction together with the ``user_version`` bump."""
     (current,) = conn.execute("PRAGMA user_version").fetchone()
     if current > SCHEMA_VERSION:

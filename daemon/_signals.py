@@ -1,5 +1,5 @@
 """Which signals stop the daemon, which it only logs, and the handler that
-holds them while the event loop is not running (SPEC §3.6).
+holds them while the event loop is not running (contract §3.6).
 
 No signal that the daemon can catch ends it without its stop path:
 

@@ -1,10 +1,10 @@
-"""The writer units: every state transition of SPEC §3, one function each.
+"""The writer units: every state transition of contract §3, one function each.
 
 A unit is ``fn(conn) -> value`` run by the writer inside its own SAVEPOINT
 (see ``_writer``). Builders here return such closures. A unit raises a
 :class:`WarddError` to refuse (nothing is kept) or returns one to refuse
 *after* a write that must stay (``token_void`` durably voids its attempt).
-Checks run in the order SPEC states, and each transition appends its event
+Checks run in the order the contract states, and each transition appends its event
 record in the same unit, so records and projections never disagree.
 """
 
@@ -58,7 +58,7 @@ class BootContext:
 
 @attrs.frozen
 class AttemptRef:
-    """Public metadata of an attempt (SPEC §3.2.1) plus routing facts."""
+    """Public metadata of an attempt (contract §3.2.1) plus routing facts."""
 
     attempt_id: int
     neuron: str
@@ -120,7 +120,7 @@ def grant_of(prog: sqlite3.Row) -> tuple[frozenset[str], bool] | None:
 
 
 def require_enabled_grant(prog: sqlite3.Row) -> None:
-    """SPEC §3.4: management writes need a current, enabled grant."""
+    """contract §3.4: management writes need a current, enabled grant."""
     grant = grant_of(prog)
     if grant is None or not grant[1]:
         raise GrantDisabled("the prog has no enabled grant")
@@ -178,7 +178,7 @@ def _prepare_checks(
     *,
     manual: bool = False,
 ) -> tuple[sqlite3.Row, sqlite3.Row, dict[str, Any] | None]:
-    """SPEC §3.2.1, in its order. Returns (op, prog, bound descriptor)."""
+    """contract §3.2.1, in its order. Returns (op, prog, bound descriptor)."""
     op = op_row(conn, neuron["id"], p["op"])
     if op["state"] in ("consumed", "cancelled"):
         raise Terminal(f"operation is {op['state']}")
@@ -318,7 +318,7 @@ def manual_take(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Uni
 
 
 def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
-    """SPEC §3.2.2: the claim re-verifies the attempt's context. Returns the
+    """contract §3.2.2: the claim re-verifies the attempt's context. Returns the
     void reason of the first check that fails, or None."""
     nrow = conn.execute("SELECT * FROM neurons WHERE id = ?", (ref.neuron_id,)).fetchone()
     op = conn.execute("SELECT * FROM operations WHERE id = ?", (ref.op_id,)).fetchone()
@@ -343,7 +343,7 @@ def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
 
 
 def shutdown_void() -> TokenVoid:
-    """The refusal of a dispatch the shutdown keeps from its claim (SPEC §3.6)."""
+    """The refusal of a dispatch the shutdown keeps from its claim (contract §3.6)."""
     return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
 
 
@@ -356,11 +356,11 @@ def claim(
     stopping: Callable[[], bool] = lambda: False,
     on_claim: Callable[[AttemptRef], None] = lambda ref: None,
 ) -> Unit:
-    """The claim (SPEC §3.2.2): re-verify, then insert the one claim of the
+    """The claim (contract §3.2.2): re-verify, then insert the one claim of the
     attempt. A void context durably voids the attempt and answers
     ``token_void``; a lost race answers ``claim_conflict``. Once the daemon
     is stopping (``stopping()``), no claim is made: the writer orders every
-    claim before or after the moment the shutdown began (SPEC §3.6).
+    claim before or after the moment the shutdown began (contract §3.6).
     ``on_claim(ref)`` runs inside the unit once the claim is inserted, so
     whatever it registers exists before the claim is visible to a read."""
 
@@ -450,7 +450,7 @@ def invoke_claim(
     stopping: Callable[[], bool] = lambda: False,
     on_claim: Callable[[AttemptRef], None] = lambda ref: None,
 ) -> Unit:
-    """SPEC §3.2.5: invoke records the attempt and the claim in one unit.
+    """contract §3.2.5: invoke records the attempt and the claim in one unit.
     Returns the AttemptRef, or a ``str`` naming the worker to route to when
     the placement's worker is not ``worker``."""
 
@@ -474,7 +474,7 @@ def invoke_claim(
 
 
 def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -> tuple[int, str]:
-    """SPEC §3.8 [2.2] ``abort``'s checks, on a read: ownership
+    """contract §3.8 ``abort``'s checks, on a read: ownership
     (``unknown_operation``), then the prog's grant (``grant_disabled``),
     then a running guarded attempt (``not_running`` otherwise). Returns the
     attempt's row id and the op's act; whether its adapter can be stopped
@@ -495,7 +495,7 @@ def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -
 def invoke_precheck(
     conn: sqlite3.Connection, ctx: BootContext, neuron: str, params: Mapping[str, Any]
 ) -> tuple[str, str]:
-    """SPEC §3.2.5 [2.2]: ``invoke``'s checks on arrival, on a read
+    """contract §3.2.5: ``invoke``'s checks on arrival, on a read
     connection (they write nothing). Raises the first refusal that applies
     now; returns the worker the placement names and the op's act. The claim
     unit runs them again under the guard: this only answers a refusal at once."""
@@ -514,7 +514,7 @@ def outcome(
     *,
     aborted: bool = False,
 ) -> Unit:
-    """Accept an outcome pinned to the original op and attempt (SPEC §3.2.3):
+    """Accept an outcome pinned to the original op and attempt (contract §3.2.3):
     accepted whatever changed meanwhile. ``aborted``: an operator's ``abort``
     ended the call (an unknown outcome with evidence ``aborted: true``)."""
 

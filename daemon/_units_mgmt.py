@@ -1,4 +1,4 @@
-"""Writer units for the signed management methods (SPEC §3.1, §3.4, §4).
+"""Writer units for the signed management methods (contract §3.1, §3.4, §4).
 
 Placement, epoch, grant and prog-state writes run while the handler holds
 the neuron's ward guard exclusively; each voids the prepared attempts it
@@ -181,7 +181,7 @@ def create_prog(neuron: str, prog: str, step_limit: int) -> Unit:
 
 
 def change_prog(conn: sqlite3.Connection, prog_id: int, **columns: Any) -> int:
-    """A state change of a prog (SPEC §3.1 [2.2]): sets ``columns`` and
+    """A state change of a prog (contract §3.1): sets ``columns`` and
     increments ``state_version`` in the same UPDATE; returns the new version.
 
     Every write that changes a prog's state (``set_prog_state``, and
@@ -200,7 +200,7 @@ def change_prog(conn: sqlite3.Connection, prog_id: int, **columns: Any) -> int:
 def set_prog_state(
     neuron: str, prog: str, expected: str, state: str, expected_version: int | None
 ) -> Unit:
-    """SPEC §3.4 order: ownership, grant, the state CAS, then (when given)
+    """contract §3.4 order: ownership, grant, the state CAS, then (when given)
     ``expected_state_version`` (both ``state_mismatch``), the transition
     (``bad_transition``), then the archive check (``open_operations``)."""
 
@@ -252,7 +252,7 @@ def set_prog_state(
 def submit(
     neuron: str, prog: str, op: str, act: str, args: bytes, act_bounds: Mapping[str, int]
 ) -> Unit:
-    """SPEC §4 submit: idempotent for identical content, ``op_conflict``
+    """contract §4 submit: idempotent for identical content, ``op_conflict``
     otherwise; an act that is not registered is ``unknown_act``; args over
     the act's bound are ``args_too_large``."""
 
@@ -294,7 +294,7 @@ def submit(
     return unit
 
 
-# -- resolution (SPEC §3.4) ------------------------------------------------------
+# -- resolution (contract §3.4) ------------------------------------------------------
 
 
 def _owned_op(conn: sqlite3.Connection, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row]:
@@ -344,7 +344,7 @@ def cancel(neuron: str, op: str) -> Unit:
         if o["state"] == "consumed":
             raise Terminal("the operation is consumed")
         cancel_op(conn, n["id"], o, "cancelled")
-        return {"op": op, "state": "cancelled"}
+        return {"op": op, "state": "cancelled", "was": o["state"]}
 
     return unit
 
@@ -423,7 +423,7 @@ def rebind(neuron: str, op: str, expected_epoch: int | None) -> Unit:
     return unit
 
 
-# -- budget (SPEC §3.4) ----------------------------------------------------------
+# -- budget (contract §3.4) ----------------------------------------------------------
 
 
 def _owned_prog(
@@ -436,7 +436,7 @@ def _owned_prog(
 
 
 def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
-    """SPEC §3.4: idempotent for identical content (``conflict`` otherwise),
+    """contract §3.4: idempotent for identical content (``conflict`` otherwise),
     ``budget_exhausted`` over the limit. A new reservation gets the prog's
     next reservation number. An existing one, whatever its state, answers
     ``already`` with its state and number: a settled or released reservation
@@ -448,7 +448,7 @@ def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
             "SELECT steps, state, number FROM reservations WHERE prog_id = ? AND reservation = ?",
             (p["id"], reservation),
         ).fetchone()
-        if row is not None:
+        if row is not None:  # idempotent for identical content (contract §3.4)
             if row["steps"] != steps:
                 raise Conflict(f"reservation {reservation!r} exists with other steps")
             return {
@@ -534,7 +534,7 @@ def settle_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
 
 
 def set_step_limit(neuron: str, prog: str, step_limit: int, expected_version: int) -> Unit:
-    """SPEC §3.8 [2.2]: set a prog's step limit, fenced by its state_version.
+    """contract §3.8: set a prog's step limit, fenced by its state_version.
 
     Order: ownership, grant (``grant_disabled``), the version
     (``state_mismatch``), then the floor: a limit below ``steps_used +
@@ -580,7 +580,7 @@ def set_step_limit(neuron: str, prog: str, step_limit: int, expected_version: in
 
 
 def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
-    """SPEC §3.4: every op the exhaustion ends becomes cancelled; retained
+    """contract §3.4: every op the exhaustion ends becomes cancelled; retained
     results are consumed without being returned; unknown attempts stay."""
     conn.execute("UPDATE progs SET exhausted = 1 WHERE id = ?", (prog_id,))
     (prog,) = conn.execute("SELECT prog FROM progs WHERE id = ?", (prog_id,)).fetchone()
@@ -593,7 +593,7 @@ def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
 
 
 def recover_reservations(neuron: str, prog: str, before: int | None) -> Unit:
-    """SPEC §3.4: release the prog's open reservations (a crashed runner's)
+    """contract §3.4: release the prog's open reservations (a crashed runner's)
     and return how many. With ``before`` only those numbered below it, so a
     replay never releases a reservation made after the request was signed.
     A ``before`` above ``reservation_seq`` is accepted: it fences nothing

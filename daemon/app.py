@@ -4,12 +4,13 @@ A request's way: bytes → :mod:`wardd.protocol` → :mod:`.server` → a handle
 here → a writer unit (:mod:`._units`, :mod:`._units_mgmt`) → for
 ``execute``/``invoke`` the worker (:mod:`.workers`) → the adapter → the
 outcome unit. Handlers check params first (``bad_request``), then the
-signature (SPEC §4), then hand the decision to a unit.
+signature (contract §4), then hand the decision to a unit.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import importlib.metadata
 import os
 import secrets
@@ -68,6 +69,7 @@ log = structlog.get_logger("wardd")
 VERSION = importlib.metadata.version("wardd")
 SignedHandler = Callable[[Connection, str, dict[str, Any]], Awaitable[Any]]
 EXIT_FAIL_STOP = 70
+STATUS_INTERVAL_S = 2.0  # how often STATUS= is refreshed (sent only when it changed)
 # reads and execute (its token is voided by then: token_void, shutdown)
 _SERVED_WHILE_STOPPING = frozenset(
     {
@@ -155,7 +157,7 @@ class Daemon:
         self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
 
     def _on_fatal(self, why: str) -> None:
-        # Called on the writer thread: SPEC §3.2.3 fail-stop.
+        # Called on the writer thread: contract §3.2.3 fail-stop.
         self.fatal = why
         log.critical("fail_stop", reason=why)
         self._trio_token.run_sync_soon(self._stop_event.set)
@@ -174,7 +176,7 @@ class Daemon:
         """Serve until a stop signal (0) or a fail-stop (non-zero).
 
         The owner lock is never released here: the process holds it until
-        it is gone (SPEC §3.6), even when a call is still running in it."""
+        it is gone (contract §3.6), even when a call is still running in it."""
         self._trio_token = trio.lowlevel.current_trio_token()
         self._stop_event = trio.Event()
         self._grace_cut = trio.Event()
@@ -218,6 +220,8 @@ class Daemon:
                     conns.start_soon(self._watchdog, notifier, wd)
                 # watched through the grace: a second stop signal ends it
                 conns.start_soon(self._watch_signals, signals)
+                if notifier.enabled:
+                    conns.start_soon(self._report_status, notifier)
                 async with trio.open_nursery() as requests:
                     async with trio.open_nursery() as services:
                         accepting = trio.CancelScope()
@@ -231,7 +235,7 @@ class Daemon:
                         await self._stop_event.wait()
                         notifier.stopping()
                         log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
-                        # SPEC §3.6, in this order and before any await: stop
+                        # contract §3.6, in this order and before any await: stop
                         # accepting, refuse new writes, claim no queued dispatch,
                         # and mark every unconsumed token void (its execute waits
                         # for the void to be durable)
@@ -258,7 +262,7 @@ class Daemon:
         if self.fatal is None:
             await self._mark_clean_stop()
         self.writer.stop()
-        # SPEC §3.6: the owner lock stays held until the process is gone (a
+        # contract §3.6: the owner lock stays held until the process is gone (a
         # call may still be in progress in it); the kernel drops it at exit
         log.info("stopped", boot=self.boot, clean=self.fatal is None)
         return 0 if self.fatal is None else EXIT_FAIL_STOP
@@ -297,7 +301,7 @@ class Daemon:
             self._on_signal(sig)
 
     def _on_signal(self, sig: int) -> None:
-        """SPEC §3.6: the first stop signal starts the stop; another one
+        """contract §3.6: the first stop signal starts the stop; another one
         during the grace ends the grace at once; the others are logged."""
         name = signal_name(sig)
         if sig not in STOP_SIGNALS:
@@ -312,12 +316,50 @@ class Daemon:
             log.info("signal", signal=name, action="none")
 
     async def _watchdog(self, notifier: Notifier, interval: float) -> None:
+        """``WATCHDOG=1`` every ``interval``, each only once the daemon proved alive.
+
+        The event loop is alive if this task runs; the writer thread if a no-op
+        unit sent through its queue comes back (so a writer stuck in a batch
+        for longer than the interval withholds the pings, and systemd kills
+        the daemon at the watchdog period); the workers if their threads run
+        (a worker busy in a long act is alive: acts have their own timeouts).
+        """
+        withheld = False
         while True:
-            notifier.watchdog()
+            probe = self.writer.submit(_noop)
+            while not await _wait_future(probe, interval):
+                if not withheld:
+                    log.warning("watchdog_withheld", reason="writer", waited_s=interval)
+                    withheld = True
+            workers_ok = self.stopping or self.pool.threads_alive()
+            if probe.exception() is None and workers_ok:
+                notifier.watchdog()
+                withheld = False
+            elif not withheld:
+                why = "workers" if probe.exception() is None else "writer"
+                log.warning("watchdog_withheld", reason=why, waited_s=0)
+                withheld = True
             await trio.sleep(interval)
 
+    async def _report_status(self, notifier: Notifier) -> None:
+        """``STATUS=`` for ``systemctl status``: recovering, serving with counts, stopping."""
+        sent = None
+        while True:
+            if self.stopping:
+                text = "stopping"
+            elif not self.recovered.is_set():
+                text = "recovering"
+            else:
+                _, unknown = self.reads.counts()
+                pending = self.recovery.pending
+                text = f"serving, {unknown} unknown attempts, {pending} receipts pending"
+            if text != sent:
+                notifier.status(text)
+                sent = text
+            await trio.sleep(STATUS_INTERVAL_S)
+
     async def _shutdown(self) -> None:
-        """SPEC §3.6: wait up to the grace for calls in progress, then kill
+        """contract §3.6: wait up to the grace for calls in progress, then kill
         `cli` process groups so no orphan can have its effect later."""
         finished = await self._join_workers()
         # outcomes the workers submitted are answered once committed: a unit
@@ -382,7 +424,7 @@ class Daemon:
     async def _void(self, attempt_id: int, reason: str) -> bool:
         """Durably void a prepared attempt; False if the write failed.
 
-        SPEC §3.6 [2.2]: a void the daemon must write is critical: if it
+        contract §3.6: a void the daemon must write is critical: if it
         cannot be written the daemon fail-stops, so that the next start
         marks the attempt unknown and no op stays blocked by a prepared
         attempt whose token can no longer be used."""
@@ -459,7 +501,7 @@ class Daemon:
         raise UnknownMethod(f"no method {method!r}")
 
     def _authenticate(self, method: str, params: dict[str, Any]) -> str:
-        """SPEC §4: network, then signature against our network, then registration."""
+        """contract §4: network, then signature against our network, then registration."""
         network = params.get("network")
         if network is not None and network != self.config.network:
             raise WrongNetwork(
@@ -478,7 +520,7 @@ class Daemon:
         return str(neuron)
 
     async def _exclusive(self, neuron: str, unit: _units.Unit) -> Any:
-        """Run a write holding the neuron's ward guard exclusively (SPEC §3.1)."""
+        """Run a write holding the neuron's ward guard exclusively (contract §3.1)."""
         await self.guards.acquire_exclusive_async(neuron)
         try:
             return await self.writer.run(unit)
@@ -612,7 +654,7 @@ class Daemon:
         handle, _token = self.tokens.issue(conn.id, ref, deadline)
         self._expiry.append((deadline, handle))
         self._expiry_wake.set()
-        log.debug("prepared", op=ref.op, attempt=ref.attempt, worker=ref.worker)
+        log.debug("prepared", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=ref.worker)
         return {"token": handle, "attempt": ref.public()}
 
     async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:
@@ -625,7 +667,7 @@ class Daemon:
             self.tokens.expire(handle)  # its timer has not fired yet
             await self._void_token(handle, token)
         if token.void_reason is None:
-            # SPEC §3.2.2 [2.2]: a token whose attempt a write already voided
+            # contract §3.2.2: a token whose attempt a write already voided
             # (a pause, an exhaustion, a revocation) is answered at once, never
             # after waiting in a worker's queue; the claim checks again
             record = self.reads.attempt_state(token.ref.attempt_id)
@@ -643,7 +685,7 @@ class Daemon:
         return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset, ref=ref))
 
     async def _invoke(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        # SPEC §3.2.5 [2.2]: prepare's checks on arrival, on a read, so that a
+        # contract §3.2.5: prepare's checks on arrival, on a read, so that a
         # refusal (attempt_busy for a running attempt, say) is answered at once
         # and only a request that passes waits in its worker's queue; the
         # claim unit checks again, under the guard
@@ -697,7 +739,7 @@ class Daemon:
         )
 
     async def _abort(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        """SPEC §3.8 [2.2]: end a hung call. The checks run on a read (the
+        """contract §3.8: end a hung call. The checks run on a read (the
         claim registered the call before a read can show it running); the
         call's process group is killed, its outcome is recorded ``unknown``
         with ``aborted: true`` by its own worker, and the reply leaves once
@@ -797,6 +839,27 @@ def _dead_token(record: tuple[str, str | None] | None) -> WarddError:
     if record is not None and record[0] == "void":
         return TokenVoid("the token's attempt was voided", {"reason": record[1]})
     return TokenInvalid("the token was already used")
+
+
+def _noop(conn: sqlite3.Connection) -> None:
+    """The watchdog's probe unit: it writes nothing."""
+
+
+async def _wait_future(fut: concurrent.futures.Future[Any], timeout: float) -> bool:
+    """Wait up to ``timeout`` for a thread-level future; whether it is done."""
+    done = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def wake(_: object) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass
+
+    fut.add_done_callback(wake)
+    with trio.move_on_after(timeout):
+        await done.wait()
+    return fut.done()
 
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch

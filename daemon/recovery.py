@@ -1,4 +1,4 @@
-"""Crash recovery and executor receipts (SPEC §3.4, §3.6).
+"""Crash recovery and executor receipts (contract §3.4, §3.6).
 
 At start, under the owner lock and before serving anything but ``hello``
 and ``status``, every attempt of an earlier boot that is prepared or
@@ -75,19 +75,28 @@ class Candidate:
         return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
-def mark_unknown(boot: str) -> Any:
-    """The start-time unit: earlier boots' open attempts become unknown."""
+def mark_unknown(boot: str, marks: list[dict[str, Any]] | None = None) -> Any:
+    """The start-time unit: earlier boots' open attempts become unknown.
+
+    Each marked attempt is also appended to ``marks`` (neuron, op, attempt,
+    claimed, boot), for the log once the unit is committed.
+    """
 
     def unit(conn: sqlite3.Connection) -> list[int]:
         rows = conn.execute(
-            "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id,"
+            "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id, n.neuron, o.op,"
             " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id) AS claimed"
             " FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " JOIN neurons n ON n.id = o.neuron_id"
             " WHERE a.state IN ('prepared', 'running') AND a.boot != ?",
             (boot,),
         ).fetchall()
         for r in rows:
             evidence = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
+            if marks is not None:
+                marks.append(
+                    {"neuron": r["neuron"], "op": r["op"], "attempt": r["attempt"], **evidence}
+                )
             move_attempt(
                 conn,
                 attempt_id=r["id"],
@@ -105,7 +114,7 @@ def mark_unknown(boot: str) -> Any:
 
 
 def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: bool = True) -> Any:
-    """Record a receipt's answer: applied when ``binding`` allows (SPEC §3.4),
+    """Record a receipt's answer: applied when ``binding`` allows (contract §3.4),
     otherwise kept as a hint in the evidence (answer and detail)."""
 
     def unit(conn: sqlite3.Connection) -> bool:
@@ -153,7 +162,7 @@ class Recovery:
         self._stopping = False
         self.marked = 0
         self._marked_ids: set[int] = set()
-        self.resolved_by_receipt = 0  # of the attempts this start marked (SPEC §3.8)
+        self.resolved_by_receipt = 0  # of the attempts this start marked (contract §3.8)
 
     @property
     def pending(self) -> int:
@@ -196,15 +205,16 @@ class Recovery:
 
     async def at_start(self) -> None:
         # Before the first await: status counts every receipt still to run
-        # from the moment the daemon serves (SPEC §3.6), including those of
+        # from the moment the daemon serves (contract §3.6), including those of
         # attempts this recovery is about to mark.
         for c in self._candidates(states=("unknown", "prepared", "running")):
             if not self._in_process(c):
                 self._pending[c.attempt_id] = trio.Event()
-        self._marked_ids = set(await self._writer.run(mark_unknown(self._boot)))
+        marks: list[dict[str, Any]] = []
+        self._marked_ids = set(await self._writer.run(mark_unknown(self._boot, marks)))
         self.marked = len(self._marked_ids)
-        if self.marked:
-            log.warning("marked_unknown", attempts=self.marked)
+        for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
+            log.warning("marked_unknown", **mark)
         cands = self._candidates()
         self._later = [c for c in cands if not self._in_process(c)]
         later_ids = {c.attempt_id for c in self._later}
@@ -250,6 +260,7 @@ class Recovery:
             answered = True
             log.info(
                 "receipt",
+                neuron=c.neuron,
                 op=c.op,
                 attempt=c.attempt,
                 answer=receipt.answer,
@@ -283,7 +294,7 @@ class Recovery:
         return {"checked": len(cands), "resolved": resolved}
 
     async def wait_for_receipt(self, neuron: str, op: str, attempt: int) -> None:
-        """SPEC §3.4: a reconcile waits for a pending receipt check first, and
+        """contract §3.4: a reconcile waits for a pending receipt check first, and
         is refused (``overloaded``, ``receipt_pending``) if no check of its
         attempt has answered: the check was abandoned (the daemon is
         stopping) or raised."""
@@ -327,7 +338,9 @@ def _ask(adapter: Adapter, c: Candidate, claim_info: Any) -> Receipt:
         else:
             got = fn(c.key)
     except Exception as exc:  # noqa: BLE001 - a failing receipt is an unknown answer
-        log.warning("receipt_failed", op=c.op, attempt=c.attempt, error=type(exc).__name__)
+        log.warning(
+            "receipt_failed", neuron=c.neuron, op=c.op, attempt=c.attempt, error=type(exc).__name__
+        )
         return Receipt("unknown", detail=f"the receipt raised {type(exc).__name__}")
     if isinstance(got, Receipt):
         return got

@@ -1,4 +1,4 @@
-"""Workers: one dedicated thread each, running the guarded dispatch (SPEC §3.2).
+"""Workers: one dedicated thread each, running the guarded dispatch (contract §3.2).
 
 On its thread a worker takes the neuron's ward guard shared, submits the
 claim to the writer and waits for its COMMIT on a thread-level future, then
@@ -66,8 +66,8 @@ class Dispatch:
 
 @attrs.define(eq=False)
 class Call:
-    """A claimed attempt of this boot until its outcome is durable (SPEC §3.8
-    [2.2] ``abort``): registered inside the claim unit, so it exists whenever
+    """A claimed attempt of this boot until its outcome is durable (contract §3.8
+    ``abort``): registered inside the claim unit, so it exists whenever
     a read shows the attempt ``running``."""
 
     key: str  # the idempotency key
@@ -119,6 +119,10 @@ class WorkerPool:
         for t in self._threads:
             t.start()
 
+    def threads_alive(self) -> bool:
+        """Whether every worker thread still runs (the watchdog asks, until the stop)."""
+        return all(t.is_alive() for t in self._threads)
+
     def has(self, worker: str) -> bool:
         return worker in self._queues
 
@@ -149,7 +153,7 @@ class WorkerPool:
             t.join(max(0.0, deadline - time.monotonic()))
         finished = not any(t.is_alive() for t in self._threads)
         if not finished:
-            # SPEC §3.6: a call still running now is left claimed without an
+            # contract §3.6: a call still running now is left claimed without an
             # outcome (unknown at the next start, with its evidence), even if
             # killing its process group makes it return in this boot
             self._grace_over = True
@@ -158,7 +162,7 @@ class WorkerPool:
     # -- abort ------------------------------------------------------------------
 
     def abort(self, attempt_id: int, on_done: Callable[[WarddError | None], None]) -> bool:
-        """Abort the call of a running attempt (SPEC §3.8 [2.2]).
+        """Abort the call of a running attempt (contract §3.8).
 
         True if the abort was taken: the call's process group is killed (or
         the call is never started, if it has not begun), its outcome is
@@ -221,7 +225,7 @@ class WorkerPool:
             return call.aborted
 
     def end_grace(self) -> bool:
-        """End the grace at once (a second stop signal, SPEC §3.6): calls
+        """End the grace at once (a second stop signal, contract §3.6): calls
         still running are left claimed without an outcome, as when the grace
         passes. True if no worker was running a call any more."""
         finished = not any(t.is_alive() for t in self._threads)
@@ -261,7 +265,7 @@ class WorkerPool:
     def _dispatch(self, state: WorkerState, d: Dispatch) -> None:
         """Run with the neuron's guard held shared (taken by ``_next``).
 
-        SPEC §3.6 [2.2]: once the claim is durable, nothing that goes wrong
+        contract §3.6: once the claim is durable, nothing that goes wrong
         leaves the attempt ``running`` for the rest of the boot: an
         exception anywhere between the claim and the outcome (in the
         adapter, in checking its value, here) records ``unknown`` with the
@@ -295,7 +299,7 @@ class WorkerPool:
             state.busy = None
         aborted = self._end_call(ref)
         if aborted:
-            # SPEC §3.8 [2.2]: the effect may have happened; never guessed
+            # contract §3.8: the effect may have happened; never guessed
             ended = f"{status}: {error}" if error else status
             status, value, error = "unknown", None, f"aborted by the operator ({ended})"
         try:
@@ -343,7 +347,7 @@ class WorkerPool:
             self._forget_claim(d)
             err = exc if isinstance(exc, WarddError) else Internal("the claim failed")
             if isinstance(err, Internal):
-                # SPEC §3.2.2: a failed claim voids the attempt (claim_failed); an
+                # contract §3.2.2: a failed claim voids the attempt (claim_failed); an
                 # invoke's attempt and claim were one unit, so nothing is left
                 if d.ref is not None:
                     try:
@@ -351,13 +355,13 @@ class WorkerPool:
                             _units.void(d.ref.attempt_id, "claim_failed"), critical=True
                         )
                     except WarddError:
-                        # SPEC §3.6 [2.2]: fail-stop; the next start marks it
+                        # contract §3.6: fail-stop; the next start marks it
                         # unknown with claimed: false
                         self._writer.fail_stop("a void (claim_failed) could not be written")
                 err = Internal("the claim could not be committed", {"reason": "claim_failed"})
             d.reply(None, err)
             return None
-        log.debug("claimed", op=ref.op, attempt=ref.attempt, worker=state.id)
+        log.debug("claimed", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=state.id)
         return ref
 
     def _forget_claim(self, d: Dispatch) -> None:
@@ -395,12 +399,18 @@ class WorkerPool:
         aborted: bool = False,
     ) -> None:
         """Submit the outcome and move on: the reply is sent from the
-        commit's callback (SPEC §3.2.3: only once the outcome is durable),
+        commit's callback (contract §3.2.3: only once the outcome is durable),
         so the worker serves its next dispatch while the outcome waits for
         its batch, and outcomes of several workers share one fsync. The
         outcome is critical: if it cannot be stored, the daemon fail-stops."""
         if self._grace_over:
-            log.warning("outcome_left_unrecorded", op=ref.op, attempt=ref.attempt, status=status)
+            log.warning(
+                "outcome_left_unrecorded",
+                neuron=ref.neuron,
+                op=ref.op,
+                attempt=ref.attempt,
+                status=status,
+            )
             self._unregister(ref.attempt_id, Internal("the daemon stopped before the outcome"))
             return
         fut = self._writer.submit(
@@ -424,7 +434,13 @@ class WorkerPool:
             self._unregister(ref.attempt_id, None)
             with self._counts_lock:
                 state.counts[status] += 1
-            log.info("outcome", op=ref.op, attempt=ref.attempt, worker=state.id, status=status)
+            where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}
+            if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
+                log.warning("outcome", **where, status=status, error=error)
+            elif status == "failed":
+                log.info("outcome", **where, status=status, error=error)
+            else:
+                log.info("outcome", **where, status=status)
             result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
             if status == "succeeded":
                 result["result"] = value

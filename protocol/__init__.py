@@ -1,4 +1,4 @@
-"""wardd.protocol: the sans-IO wire protocol of wardd (SPEC §4).
+"""wardd.protocol: the sans-IO wire protocol of wardd (contract §4).
 
 Bytes in, items out, like h11: no sockets, no trio, no SQLite. The daemon and
 both clients drive the same code:

@@ -1,4 +1,4 @@
-"""The one error table (SPEC §4): wire code -> exception class -> meaning.
+"""The one error table (contract §4): wire code -> exception class -> meaning.
 
 Every error the daemon answers with is a `WarddError` subclass named after its
 code in CamelCase (``bad_frame`` -> `BadFrame`). The class docstring is the
@@ -102,7 +102,7 @@ class WarddError(Exception):
         self.data = data
 
     def to_wire(self) -> dict[str, Any]:
-        """The ``error`` map of an error reply: ``{code, message, data?}`` (SPEC §4)."""
+        """The ``error`` map of an error reply: ``{code, message, data?}`` (contract §4)."""
         wire: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not None:
             wire["data"] = self.data
@@ -312,7 +312,7 @@ class UnsupportedGuarantee(WarddError):
     code = "unsupported_guarantee"
 
 
-# -- prepare, invoke, manual_take (SPEC §3.2, in their order) -----------------------------
+# -- prepare, invoke, manual_take (contract §3.2, in their order) -----------------------------
 
 
 class Terminal(WarddError):
@@ -446,7 +446,7 @@ class NotAbortable(WarddError):
 #: code -> (exception class, one-line meaning), in table order.
 ERRORS: Final[Mapping[str, tuple[type[WarddError], str]]] = types.MappingProxyType(_TABLE)
 
-#: The values `TokenVoid`'s `data.reason` takes (SPEC §4).
+#: The values `TokenVoid`'s `data.reason` takes (contract §4).
 TOKEN_VOID_REASONS: Final = frozenset(
     {
         "placement_changed",

@@ -263,7 +263,7 @@ class Actor:
         self, expected: str, state: str, prog: str | None = None
     ) -> dict[str, Any]:
         """set_prog_state params fenced like the bundled clients: with the
-        prog's current state_version (SPEC §3.4)."""
+        prog's current state_version (contract §3.4)."""
         prog = prog or self.prog
         version = self.get_prog(prog)["state_version"]
         return {
@@ -446,3 +446,40 @@ def poll_until(pred: Any, what: str, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+# A stand-in for systemd's socket activation: dup the given fd to 3, set
+# LISTEN_FDS/LISTEN_PID for this very process, then exec the daemon (same pid).
+_ACTIVATE = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "os.dup2(fd, 3)\n"
+    "os.set_inheritable(3, True)\n"
+    "os.environ['LISTEN_FDS'] = '1'\n"
+    "os.environ['LISTEN_PID'] = str(os.getpid())\n"
+    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
+)
+
+
+def spawn_activated(env: Env, sock: socket.socket, log: Path) -> subprocess.Popen[bytes]:
+    """``wardd run`` on ``env``'s config, socket-activated with ``sock`` as fd 3."""
+    with open(log, "wb") as f:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _ACTIVATE,
+                str(sock.fileno()),
+                "-m",
+                "wardd.daemon.cli",
+                "run",
+                "--config",
+                str(env.config),
+            ],
+            pass_fds=(sock.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))},
+            start_new_session=True,
+        )

@@ -1,4 +1,4 @@
-"""The guarded dispatch path over the wire (SPEC §3.1-§3.3, §5 seed scenarios).
+"""The guarded dispatch path over the wire (contract §3.1-§3.3, §5 acceptance scenarios).
 
 Effects are counted in real ledger files written by the acts themselves
 (``file.append`` and ``cli``), never by flags inside the daemon.
@@ -377,7 +377,7 @@ class TestTokens:
 
 
 class TestPrepareOrder:
-    def test_prepare_checks_in_spec_order(self, daemon):
+    def test_prepare_checks_in_contract_order(self, daemon):
         a = Actor(daemon, acts=("echo",))
         assert code_of(a.prepare, "nope").code == "unknown_operation"
         a.submit("op")

@@ -1,4 +1,4 @@
-"""Operator tools for in-doubt work (issue 13; docs/recovery.md, docs/operations.md):
+"""Operator tools for in-doubt work (docs/recovery.md, docs/operations.md):
 abort a hung call, change a prog's step limit, see the last crash in
 ``status``, reconcile unclaimed attempts in bulk, watch a backlog drain.
 

@@ -1,4 +1,4 @@
-"""Rotated files and reconfigured acts never make a receipt guess (SPEC §3.4, §6 [2.2]).
+"""Rotated files and reconfigured acts never make a receipt guess (contract §3.4, §6).
 
 Each test is an operator's history against a real daemon process. A
 ``file.append`` call is held after its claim is committed and before it

@@ -1,4 +1,4 @@
-"""The stop path with real processes and real signals (SPEC §3.4, §3.6).
+"""The stop path with real processes and real signals (contract §3.4, §3.6).
 
 Each test replays a history that once broke "no effect twice, nothing
 unknown guessed": a reconcile that won against a receipt check the stop cut

@@ -203,7 +203,7 @@ class Cluster:
             self.acks.at_least(self.acks.generation, n.id, r["placement_generation"])
 
     def rebind_all(self) -> None:
-        """A new boot inherits no placement (SPEC §3.1); now and then also undo
+        """A new boot inherits no placement (contract §3.1); now and then also undo
         what the chaos left (a revoked grant, a paused prog)."""
         with self.daemon.connect() as c:
             for n in self.neurons:
@@ -331,7 +331,8 @@ class Cluster:
                 left = self.pages(c, state)
                 if left:
                     self.violations.append(
-                        f"after restart, {len(left)} attempts still {state} (SPEC §3.6): {left[:3]}"
+                        f"after restart, {len(left)} attempts still {state} "
+                        f"(contract §3.6): {left[:3]}"
                     )
             unknown = self.pages(c, "unknown")
             st = self.request(c, "status", {})
@@ -356,7 +357,8 @@ class Cluster:
                     # hint of the receipt that ran before serving
                     self.violations.append(
                         f"{where}: a file.append attempt unknown after READY without a "
-                        "receipt hint (SPEC §3.6: in-process receipts are checked before serving)"
+                        "receipt hint (contract §3.6: in-process receipts are checked before "
+                        "serving)"
                     )
                 elif u["act"] in self.file_append_acts():
                     self.stats.add("file_append_unknown_after_ready")
@@ -616,7 +618,7 @@ class Driver(Worker):
             try:
                 out = self.k.request(self.c, "execute", {"token": token})
             except TokenVoid:
-                k.ack_outcome(n, op, number, "void")  # SPEC §4: it durably voids its attempt
+                k.ack_outcome(n, op, number, "void")  # contract §4: it durably voids its attempt
                 return
             k.ack_outcome(n, op, number, out["status"])
         elif r < 0.94:

@@ -1,4 +1,4 @@
-"""Crash-injection soak: nothing lost, nothing run twice (SPEC §1, §3.2, §3.3, §3.6).
+"""Crash-injection soak: nothing lost, nothing run twice (contract §1, §3.2, §3.3, §3.6).
 
 A real daemon runs a mixed workload over several neurons and progs and is
 SIGKILLed at random moments, then restarted; after every kill the database

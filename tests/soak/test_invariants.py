@@ -141,7 +141,7 @@ class TestCheckOp:
         assert any("2 succeeded attempts" in p for p in problems(o, effects(1, 2)))
         assert any("2 effects over its attempts" in p for p in problems(o, effects(1, 2)))
         o = op(att(1, "failed"), state="retained", act="echo")
-        assert any("SPEC §3.3" in p for p in problems(o))
+        assert any("contract §3.3" in p for p in problems(o))
 
 
 class TestAcks:

@@ -1,4 +1,4 @@
-"""The built-in adapters keep SPEC §6: real files, real child processes, no mocks."""
+"""The built-in adapters keep their contract: real files, real child processes, no mocks."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ class TestEcho:
 
 class TestActRequest:
     def test_idempotency_key_carries_neuron_op_and_attempt(self) -> None:
-        """The idempotency key is "<neuron>/<op>/<attempt>" (SPEC §3.4)."""
+        """The idempotency key is "<neuron>/<op>/<attempt>" (contract §3.4)."""
         assert request(op="x.y", attempt=7).idempotency_key == f"{NEURON}/x.y/7"
 
     def test_receipt_answer_is_checked(self) -> None:
@@ -288,7 +288,7 @@ class TestFileAppend:
 
 
 class TestFileAppendClaimedReceipt:
-    """SPEC §6 [2.2]: the receipt of a claimed attempt, from the claim's record, on real files."""
+    """contract §6: the receipt of a claimed attempt, from the claim's record, on real files."""
 
     @staticmethod
     def claimed(path: Path) -> tuple[FileAppendAdapter, dict[str, Any]]:
@@ -595,11 +595,40 @@ class TestCli:
             with pytest.raises(DefiniteFailure, match="cannot start"):
                 adapter.call(request(b"args"))
 
-    def test_program_that_drops_its_args_is_unknown(self) -> None:
-        """Args the program never reads (stdin closed early) make the outcome unknown."""
-        adapter = cli("exec 0<&-; exit 0", max_frame=8 << 20, max_arg_bytes=4 << 20)
-        with pytest.raises(OutcomeUnknown, match="stdin"):
-            adapter.call(request(b"a" * (4 << 20)))
+    def test_program_that_drops_its_args_is_decided_by_its_exit_status(self) -> None:
+        """A program that closes stdin unread succeeds on exit 0 and is unknown on exit 7."""
+        big = b"a" * (4 << 20)
+        ok = cli("exec 0<&-; exit 0", max_frame=8 << 20, max_arg_bytes=4 << 20)
+        assert ok.call(request(big))["stdout"] == b""
+        bad = cli("exec 0<&-; exit 7", max_frame=8 << 20, max_arg_bytes=4 << 20)
+        with pytest.raises(OutcomeUnknown, match="exit status 7"):
+            bad.call(request(big))
+        nofx = cli("exec 0<&-; exit 2", max_arg_bytes=65536, no_effect_exits=[2])
+        with pytest.raises(DefiniteFailure):
+            nofx.call(request(b"b" * 65536))
+
+    @pytest.mark.parametrize(
+        "argv",
+        [["/bin/true"], ["/usr/bin/env", "touch", "{dir}/touched"], [SH, "-c", "exit 0"]],
+        ids=["true", "touch", "sh-exit-0"],
+    )
+    def test_programs_that_ignore_their_input_always_succeed(
+        self, argv: list[str], tmp_path: Path
+    ) -> None:
+        """100 runs of a program that never reads stdin, small and max-size args: all succeed."""
+        table = {"adapter": "cli", "argv": [a.format(dir=tmp_path) for a in argv]}
+        adapter = build_adapter("t", table, max_frame=MAX_FRAME)
+        for i in range(100):
+            args = b"x" if i % 2 else b"y" * adapter.max_arg_bytes
+            assert adapter.call(request(args, attempt=i + 1))["truncated"] is False
+
+    def test_program_that_writes_a_megabyte_before_reading_gets_all_its_args(self) -> None:
+        """A program printing 1 MB before it reads its 1 MiB of args cannot deadlock."""
+        script = "head -c 1048576 /dev/zero | tr '\\0' x; cat"
+        adapter = cli(script, max_frame=4 << 20, max_arg_bytes=1 << 20)
+        args = os.urandom(1 << 20)
+        out = adapter.call(request(args))
+        assert out["stdout"] == b"x" * (1 << 20) + args and out["truncated"] is False
 
     def test_args_over_the_bound_are_refused(self, tmp_path: Path) -> None:
         """Args above max_arg_bytes fail before anything starts."""
@@ -724,7 +753,7 @@ class TestCli:
             use_pidfd=use_pidfd,
         )
         assert (done.returncode, done.stdout_head, done.stderr_tail) == (5, b"in", b"err\n")
-        assert not done.timed_out and done.stdin_error is None
+        assert not done.timed_out and done.stdin_unread == 0
         assert wait_dead(int(wait_for_file(pidfile)))
         slow = _process.run(
             groups,

@@ -1,4 +1,4 @@
-"""What a claim records about its adapter, and what a receipt is asked with (SPEC §3.4 [2.2])."""
+"""What a claim records about its adapter, and what a receipt is asked with (contract §3.4)."""
 
 from __future__ import annotations
 
