@@ -448,7 +448,7 @@ class TestStopSignals:
         try:
             d.start()
             boot = d.boot
-            assert logged(d, "ready")
+            wait_for(lambda: logged(d, "ready"), what="the ready line on the terminal")
             d.close_clients()
             d.close_terminal()
             assert d.proc.wait(20) == 0
