@@ -83,7 +83,11 @@ class Neuron:
             with open(where, "rb") as f:
                 data = f.read(_MAX_KEY_FILE + 1)
         except OSError as exc:
-            raise KeyFileError(f"cannot read key file {where}: {exc.strerror or exc}") from None
+            missing = isinstance(exc, FileNotFoundError)
+            hint = " (create one with: wardctl keygen)" if missing else ""
+            raise KeyFileError(
+                f"cannot read key file {where}: {exc.strerror or exc}{hint}"
+            ) from None
         if len(data) > _MAX_KEY_FILE:
             _refuse(where, "too large to be a key file")
         return cls(_parse_key(where, data))

@@ -15,6 +15,7 @@ not be used, and when `invoke` ran an attempt whose outcome is not
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import stat
 import sys
@@ -83,7 +84,7 @@ def _common_options(defaults: bool) -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=float,
+        type=_positive_seconds,
         default=unset,
         help=f"wait at most this long for each reply (default: {DEFAULT_READ_TIMEOUT:g} "
         "for reads; no limit for writes, which may wait for adapter calls)",
@@ -106,6 +107,17 @@ def _version() -> str:
         return version("wardd")
     except PackageNotFoundError:
         return "unknown"
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (argparse reports the error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, not {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -566,7 +578,8 @@ def _recovery_lines(s: Mapping[str, Any]) -> list[str]:
         head = f"previous boot {_short(prev.get('boot'))} did not stop cleanly"
     if not marked:
         return [f"{head}: no attempt marked unknown"]
-    text = f"{head}: {marked} attempts marked unknown, {resolved} resolved by receipt"
+    noun = "attempt" if marked == 1 else "attempts"
+    text = f"{head}: {marked} {noun} marked unknown, {resolved} resolved by receipt"
     unknown = s.get("unknown_attempts")
     if isinstance(unknown, int) and unknown:
         text += f", {unknown} wait for you: wardctl attempts --state unknown"
@@ -793,7 +806,7 @@ def _read_args(ctx: _Context) -> bytes:
         try:
             return bytes.fromhex(a.args_hex)
         except ValueError:
-            a.parser.error("--args-hex needs an even number of hex digits")
+            a.parser.error("--args-hex needs hex digits (0-9, a-f), an even number of them")
     if a.args_file is not None:
         if a.args_file == "-":
             return bytes(sys.stdin.buffer.read())
@@ -855,7 +868,7 @@ def _reconcile(ctx: _Context) -> int:
         try:
             value = bytes.fromhex(a.value_hex)
         except ValueError:
-            a.parser.error("--value-hex needs an even number of hex digits")
+            a.parser.error("--value-hex needs hex digits (0-9, a-f), an even number of them")
     result = ctx.session().reconcile(a.op, a.attempt, a.status, value)
     text = f"op {result.get('op')} attempt {result.get('attempt')}: {result.get('status')}"
     return _out(ctx, result, text + _already(result))

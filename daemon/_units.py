@@ -487,8 +487,13 @@ def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -
         "SELECT id, kind, state FROM attempts WHERE op_id = ? AND attempt = ?", (o["id"], attempt)
     ).fetchone()
     if row is None or row["state"] != "running" or row["kind"] != "guarded":
-        what = "has no such attempt" if row is None else f"attempt is {row['state']}"
-        raise NotRunning(f"nothing to abort: the op {what}")
+        what = (
+            f"op {op!r} has no attempt {attempt}"
+            if row is None
+            else f"attempt {attempt} of op {op!r} is {row['state']}"
+            + (" (a manual attempt)" if row["kind"] == "manual" else "")
+        )
+        raise NotRunning(f"nothing to abort: {what}")
     return int(row["id"]), str(o["act"])
 
 

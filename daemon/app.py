@@ -234,7 +234,18 @@ class Daemon:
                         log.info("ready", boot=self.boot)
                         await self._stop_event.wait()
                         notifier.stopping()
-                        log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
+                        busy = [
+                            {"neuron": b.neuron, "op": b.op, "attempt": b.attempt}
+                            for b in (st.busy for st in self.pool.states)
+                            if b is not None
+                        ]
+                        log.info(
+                            "stopping",
+                            boot=self.boot,
+                            reason=self.fatal or "signal",
+                            busy=busy,  # the grace waits for these calls; a 2nd signal ends it
+                            grace_s=self.config.shutdown_grace_s,
+                        )
                         # contract §3.6, in this order and before any await: stop
                         # accepting, refuse new writes, claim no queued dispatch,
                         # and mark every unconsumed token void (its execute waits
