@@ -65,7 +65,12 @@ What the claim records, and what the receipt makes of it (contract §6,):
   other keys.
 - The receipt answers ``not_executed`` only when the file at ``path`` is the
   claim's file — same device and inode, no shorter than ``size``, the same
-  digest — and no line for the key starts at or after ``size``. For a file
+  digest — its sampled bytes held a complete line of this adapter
+  (``keyed``), and no line for the key starts at or after ``size``. The
+  ``keyed`` condition makes the digest proof of identity: a line of ours
+  carries a key that names one attempt for ever, so no one writes those
+  bytes again by accident, whereas a file holding only, say, a header that
+  a rotation hook writes again after a copy-truncate would look unchanged. For a file
   that was empty at the claim (``size`` 0) there is nothing to compare, and a
   truncation back to empty cannot be ruled out: no line there is
   ``unknown``. Every other case is ``unknown`` with a ``detail`` saying why
@@ -90,6 +95,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import threading
 from collections.abc import Mapping
@@ -111,6 +117,7 @@ _KEYS = ("adapter", "path", "max_arg_bytes")
 _HEX_DIGITS = b"0123456789abcdef"
 _CHUNK = 1 << 20
 _SAMPLE = 4096  # bytes at each end of the file before the claim's offset, digested
+_KEY_LINE = re.compile(rb"[0-9a-f]{64}/[A-Za-z0-9._:-]{1,128}/[0-9]+\t(?:[0-9a-f]{2})*\n")
 
 _file_locks: dict[tuple[int, int], threading.Lock] = {}
 _file_locks_guard = threading.Lock()
@@ -207,7 +214,7 @@ def file_identity(path: str) -> dict[str, Any] | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        digest = _prefix_digest(fd, st.st_size)
+        digest = _prefix_sample(fd, st.st_size)
     except OSError:
         return None
     finally:
@@ -215,22 +222,39 @@ def file_identity(path: str) -> dict[str, Any] | None:
             os.close(fd)
     if digest is None:
         return None
-    return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "digest": digest}
+    digest, keyed = digest
+    return {
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "size": st.st_size,
+        "digest": digest,
+        "keyed": keyed,
+    }
 
 
-def _prefix_digest(fd: int, size: int) -> str | None:
-    """SHA-256 of the first and last `_SAMPLE` bytes before ``size``; None if they are gone."""
+def _prefix_sample(fd: int, size: int) -> tuple[str, bool] | None:
+    """(digest, keyed) of the first and last `_SAMPLE` bytes before ``size``;
+    None if they are gone. ``keyed``: the sample holds a complete line of
+    this adapter (a key and its hex), bytes that no one can write again by
+    accident, since a key names one attempt for ever."""
     if size <= 2 * _SAMPLE:
         spans = [(0, size)]
     else:
         spans = [(0, _SAMPLE), (size - _SAMPLE, _SAMPLE)]
     h = hashlib.sha256()
+    keyed = False
     for offset, length in spans:
         data = _pread_exactly(fd, length, offset)
         if data is None:
             return None
         h.update(data)
-    return h.hexdigest()
+        keyed = keyed or _KEY_LINE.search(data) is not None
+    return h.hexdigest(), keyed
+
+
+def _prefix_digest(fd: int, size: int) -> str | None:
+    got = _prefix_sample(fd, size)
+    return None if got is None else got[0]
 
 
 def _pread_exactly(fd: int, length: int, offset: int) -> bytes | None:
@@ -282,6 +306,12 @@ def claimed_receipt(claim_info: Mapping[str, Any], prefix: bytes) -> Receipt:
         return Receipt(
             "unknown",
             detail=f"{path} was empty at the claim: a truncation since cannot be ruled out",
+        )
+    if answer == "not_executed" and claim_info["file"].get("keyed") is not True:
+        return Receipt(
+            "unknown",
+            detail=f"{path} held no line of this adapter before the claim's offset: a "
+            "copy-truncate that wrote the same bytes again cannot be ruled out",
         )
     return _scan_answer(answer, None)
 

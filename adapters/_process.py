@@ -43,6 +43,7 @@ from ._base import DefiniteFailure, OutcomeUnknown
 
 _READ_SIZE = 65536
 _POLL_S = 0.05  # exit polling interval where pidfd_open is unavailable
+_ABORTED_KEPT = 1024  # keys are unique per attempt: an old one never matches again
 _DRAIN_READS = 64  # at most 4 MiB read per pipe after the leader's exit
 
 
@@ -70,7 +71,9 @@ class ProcessGroups:
         self._lock = threading.Lock()
         self._live: dict[int, subprocess.Popen[bytes]] = {}
         self._by_key: dict[str, int] = {}  # a call's key -> its leader's pid
-        self._aborted: set[str] = set()  # keys whose call is aborted
+        # keys of calls aborted before their program was spawned (or after it
+        # was reaped: a race the caller resolves), oldest first, bounded
+        self._aborted: dict[str, None] = {}
         self._closed = False
 
     def spawn(
@@ -88,8 +91,10 @@ class ProcessGroups:
             if self._closed:
                 raise DefiniteFailure("the adapter has been shut down; nothing was started")
             if key is not None and key in self._aborted:
-                self._aborted.discard(key)
-                raise DefiniteFailure("the call was aborted before its program started")
+                del self._aborted[key]
+                # nothing ran, but the contract records an aborted call unknown
+                # (its evidence says why: an operator may reconcile not_executed)
+                raise OutcomeUnknown("aborted by the operator before its program started")
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -122,11 +127,11 @@ class ProcessGroups:
         is spawned (an ``abort`` of a call whose program is starting)."""
         with self._lock:
             pid = self._by_key.get(key)
-            if pid is None:
-                self._aborted.add(key)
-                return
-            self._aborted.add(key)
-            _kill_group(pid)
+            self._aborted[key] = None
+            while len(self._aborted) > _ABORTED_KEPT:
+                del self._aborted[next(iter(self._aborted))]
+            if pid is not None:
+                _kill_group(pid)
 
     def finish(self, proc: subprocess.Popen[bytes]) -> int:
         """SIGKILL ``proc``'s whole group, wait for the leader to die, reap it: its returncode."""
@@ -147,7 +152,7 @@ class ProcessGroups:
         for key, live in list(self._by_key.items()):
             if live == pid:
                 del self._by_key[key]
-                self._aborted.discard(key)
+                self._aborted.pop(key, None)
 
     def kill_all(self) -> None:
         """SIGKILL every live group and refuse new children from now on (shutdown)."""

@@ -692,6 +692,8 @@ class Daemon:
                 raise Internal("the attempt could not be voided")
         ref = self.tokens.consume(handle, token)
         if ref.attempt_id is None or ref.worker is None or not self.pool.has(ref.worker):
+            if ref.attempt_id is not None:
+                await self._void(ref.attempt_id, "claim_failed")
             raise Internal("the attempt names no worker of this daemon")
         return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset, ref=ref))
 
@@ -763,11 +765,11 @@ class Daemon:
                 f"act {act!r} runs in an adapter that cannot be stopped from outside"
             )
         done = trio.Event()
-        box: list[WarddError | None] = []
+        box: list[tuple[str | None, WarddError | None]] = []
         token = self._trio_token
 
-        def on_done(error: WarddError | None) -> None:
-            box.append(error)
+        def on_done(status: str | None, error: WarddError | None) -> None:
+            box.append((status, error))
             try:
                 token.run_sync_soon(done.set)
             except trio.RunFinishedError:
@@ -782,8 +784,11 @@ class Daemon:
                 await done.wait()
             finally:
                 self._dispatch_scopes.discard(scope)
-        if box[0] is not None:
-            raise box[0]
+        status, error = box[0]
+        if error is not None:
+            raise error
+        if status != "unknown":  # the call ended on its own before the kill reached it
+            raise NotRunning(f"nothing to abort: the call ended before the abort ({status})")
         return {"op": op, "attempt": attempt, "status": "unknown"}
 
     async def _list_workers(self, conn: Connection, p: dict[str, Any]) -> Any:

@@ -62,6 +62,7 @@ class Dispatch:
     ) = None
     act: str | None = None  # an invoke's act, for its claim record
     claimed_id: int | None = None  # set inside the claim unit
+    claimed_ref: AttemptRef | None = None  # likewise
 
 
 @attrs.define(eq=False)
@@ -74,7 +75,7 @@ class Call:
     act: str
     phase: str = "claimed"  # claimed -> calling -> done (the adapter returned)
     aborted: bool = False
-    waiters: list[Callable[[WarddError | None], None]] = attrs.field(factory=list)
+    waiters: list[Callable[[str | None, WarddError | None], None]] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -161,15 +162,18 @@ class WorkerPool:
 
     # -- abort ------------------------------------------------------------------
 
-    def abort(self, attempt_id: int, on_done: Callable[[WarddError | None], None]) -> bool:
+    def abort(
+        self, attempt_id: int, on_done: Callable[[str | None, WarddError | None], None]
+    ) -> bool:
         """Abort the call of a running attempt (contract §3.8).
 
         True if the abort was taken: the call's process group is killed (or
-        the call is never started, if it has not begun), its outcome is
-        recorded ``unknown`` with ``aborted: true``, and ``on_done`` is
-        called once that is durable (with an error if it could not be
-        stored). False if the adapter had already returned: the attempt's
-        own outcome stands and nothing is changed."""
+        the call is never started, if it has not begun) and ``on_done(status,
+        error)`` is called once the attempt's outcome is durable (``error``
+        if it could not be stored). That outcome is ``unknown`` with
+        ``aborted: true``, unless the call ended on its own (succeeded or
+        failed) before the kill reached it: its own outcome then stands.
+        False if the adapter had already returned: nothing is changed."""
         with self._calls_lock:
             call = self._calls.get(attempt_id)
             if call is None or call.phase == "done":
@@ -197,14 +201,17 @@ class WorkerPool:
             with self._calls_lock:
                 self._calls[ref.attempt_id] = Call(key=key, act=ref.act)
             d.claimed_id = ref.attempt_id
+            d.claimed_ref = ref
 
         return register
 
-    def _unregister(self, attempt_id: int, error: WarddError | None) -> None:
+    def _unregister(
+        self, attempt_id: int, error: WarddError | None, status: str | None = None
+    ) -> None:
         with self._calls_lock:
             call = self._calls.pop(attempt_id, None)
         for notify in call.waiters if call is not None else ():
-            notify(error)
+            notify(status, error)
 
     def _begin_call(self, ref: AttemptRef) -> bool:
         """Enter the adapter call; False if an abort came first (not called)."""
@@ -291,17 +298,20 @@ class WorkerPool:
                 status, value, error = "unknown", None, "the call was not started"
         except BaseException as exc:  # noqa: BLE001 - after the claim: unknown, never running
             if ref is None:
+                ref = d.claimed_ref  # set inside the claim unit: the claim may be durable
+            if ref is None:
                 raise  # before the claim: nothing was started (the loop answers)
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
             status, value, error = "unknown", None, _fault(exc)
         finally:
             release()
             state.busy = None
-        aborted = self._end_call(ref)
+        aborted = self._end_call(ref) and status == "unknown"
         if aborted:
-            # contract §3.8: the effect may have happened; never guessed
-            ended = f"{status}: {error}" if error else status
-            status, value, error = "unknown", None, f"aborted by the operator ({ended})"
+            # contract §3.8: the effect may have happened; never guessed. A call
+            # that ended on its own (succeeded, failed) before the abort took
+            # effect keeps its own outcome: the abort then answers not_running
+            error = f"aborted by the operator ({error or 'no detail'})"
         try:
             self._accept(state, d, ref, status, value, error, aborted=aborted)
         except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
@@ -370,6 +380,7 @@ class WorkerPool:
         if d.claimed_id is not None:
             self._unregister(d.claimed_id, Internal("the claim was not committed"))
             d.claimed_id = None
+            d.claimed_ref = None
 
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
         adapter = self._adapters[ref.act]
@@ -431,7 +442,7 @@ class WorkerPool:
                 self._unregister(ref.attempt_id, lost)
                 d.reply(None, lost)
                 return
-            self._unregister(ref.attempt_id, None)
+            self._unregister(ref.attempt_id, None, status)
             with self._counts_lock:
                 state.counts[status] += 1
             where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}

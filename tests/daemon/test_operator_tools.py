@@ -13,6 +13,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from tests.daemon.harness import (
     Actor,
     Background,
@@ -21,6 +23,7 @@ from tests.daemon.harness import (
     run_wardctl,
     wait_for,
 )
+from wardd.protocol import WarddError
 
 GATED_PLUGIN = '''
 import os
@@ -39,6 +42,16 @@ class Gated:
         while not os.path.exists(gate):
             time.sleep(0.02)
         return b"done"
+
+
+class LazyAbort(Gated):
+    """Declares itself abortable, but its abort only notes that it was asked:
+    the call then ends on its own."""
+
+    abortable = True
+
+    def abort(self, key):
+        open(os.path.join(os.environ["WARDD_TEST_ROOT"], "abort-asked"), "w").close()
 '''
 
 
@@ -64,8 +77,14 @@ def plugin_env(root) -> dict[str, str]:
     (dist / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: wardd-gated-plugin\nVersion: 1.0\n"
     )
-    (dist / "entry_points.txt").write_text("[wardd.adapters]\ngated = wardd_gated_plugin:Gated\n")
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))}
+    (dist / "entry_points.txt").write_text(
+        "[wardd.adapters]\ngated = wardd_gated_plugin:Gated\n"
+        "lazyabort = wardd_gated_plugin:LazyAbort\n"
+    )
+    return {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")])),
+        "WARDD_TEST_ROOT": str(root),
+    }
 
 
 class TestAbort:
@@ -142,6 +161,32 @@ class TestAbort:
             assert code_of(a.call, "abort", bad).code == "bad_request"
         a.grant(["echo"], enabled=False)
         assert code_of(a.call, "abort", {"op": "e", "attempt": 1}).code == "grant_disabled"
+
+    def test_a_call_that_ends_on_its_own_keeps_its_outcome_and_the_abort_is_not_running(
+        self, make_daemon
+    ):
+        """An abort taken while the call runs, which the call outlives and
+        ends by itself (succeeded): the attempt keeps its own outcome, the
+        abort answers not_running once that is durable, and nothing is guessed."""
+        env = Env(acts={"lazy": {"adapter": "lazyabort"}})
+        d = make_daemon(env, start=False)
+        d.start(plugin_env(env.root))
+        a = Actor(d, acts=("lazy",))
+        gate = env.root / "gate"
+        a.submit("l", "lazy", str(gate).encode())
+        call = Background(a.invoke, "l", 1, d.connect())
+        wait_for((env.root / "gate.started").exists, what="the call to start")
+        abort = Background(a.call, "abort", {"op": "l", "attempt": 1}, d.connect())
+        wait_for((env.root / "abort-asked").exists, what="the adapter's abort")
+        assert not abort.done.is_set()  # it waits for the outcome
+        gate.touch()
+        assert call.result()["status"] == "succeeded"
+        with pytest.raises(WarddError) as ei:
+            abort.result()
+        assert ei.value.code == "not_running" and "succeeded" in ei.value.message
+        att = a.op("l")["attempts"][0]
+        assert att["state"] == "succeeded" and "evidence" not in att
+        assert a.state("l") == "retained"
 
     def test_wardctl_abort_names_the_next_step(self, make_daemon):
         """`wardctl abort OP` aborts the op's latest attempt and says how to resolve it."""

@@ -314,8 +314,10 @@ class TestFileAppendClaimedReceipt:
     def test_a_torn_last_line_at_the_claim_is_ended_after_the_offset(self, tmp_path: Path) -> None:
         """The newline the call adds to a torn last line keeps its line after the offset."""
         path = tmp_path / "notes.log"
-        path.write_bytes(b"torn")
         adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))  # an earlier line of ours
+        with path.open("ab") as f:
+            f.write(b"torn")
         info = adapter.claim_info()
         assert adapter.receipt(key(), info) == Receipt("not_executed")
         adapter.call(request(b"x"))
@@ -324,12 +326,33 @@ class TestFileAppendClaimedReceipt:
     def test_a_key_that_continues_a_torn_line_is_no_line(self, tmp_path: Path) -> None:
         """Bytes glued to a torn line at the offset do not start a line there."""
         path = tmp_path / "notes.log"
-        path.write_bytes(b"torn")
         adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))  # an earlier line of ours
+        with path.open("ab") as f:
+            f.write(b"torn")
         info = adapter.claim_info()
         with path.open("ab") as f:
             f.write(f"{key()}\t00\n".encode())
         assert adapter.receipt(key(), info) == Receipt("not_executed")
+
+    def test_a_file_without_a_line_of_ours_is_never_proven_unchanged(self, tmp_path: Path) -> None:
+        """A header-only file, copy-truncated after the call and given the same
+        header again, looks unchanged: the receipt says unknown, never
+        not_executed, since only a line of ours (a unique key) proves identity."""
+        path = tmp_path / "notes.log"
+        path.write_bytes(b"# notes, rotated daily\n")
+        adapter = appender(path)
+        info = adapter.claim_info()
+        assert info["file"]["keyed"] is False
+        adapter.call(request(b"x"))  # the effect
+        rotated = tmp_path / "notes.log.1"
+        rotated.write_bytes(path.read_bytes())  # copytruncate: copy, then truncate in place
+        with path.open("r+b") as f:
+            f.truncate(0)
+            f.write(b"# notes, rotated daily\n")  # the rotation hook writes the header again
+        got = adapter.receipt(key(), info)
+        assert got.answer == "unknown" and "no line of this adapter" in (got.detail or "")
+        assert key().encode() in rotated.read_bytes()
 
     def test_rotation_by_rename_is_unknown_whether_or_not_the_line_was_written(
         self, tmp_path: Path
@@ -800,7 +823,7 @@ class TestCli:
         assert box["done"].returncode == -9 and wait_dead(pid)
         assert groups.live == 0
         marker = tmp_path / "ran"
-        with pytest.raises(DefiniteFailure, match="aborted before"):
+        with pytest.raises(OutcomeUnknown, match="aborted by the operator before"):
             _process.run(
                 groups,
                 [SH, "-c", f"touch {marker}"],
