@@ -214,15 +214,15 @@ def file_identity(path: str) -> dict[str, Any] | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        digest = _prefix_sample(fd, st.st_size)
+        sample = _prefix_sample(fd, st.st_size)
     except OSError:
         return None
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
-    if digest is None:
+    if sample is None:
         return None
-    digest, keyed = digest
+    digest, keyed = sample
     return {
         "dev": st.st_dev,
         "ino": st.st_ino,

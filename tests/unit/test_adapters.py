@@ -196,7 +196,8 @@ class TestFileAppend:
         """Keys straddling the 1 MiB read chunks and lines longer than a chunk are found."""
         path = tmp_path / "big.log"
         with path.open("wb") as f:
-            f.write(b"x" * ((1 << 20) - 10) + b"\n")  # the next line straddles the chunk edge
+            f.write(f"{key('first')}\t00\n".encode())  # a line of ours: the file is keyed
+            f.write(b"x" * ((1 << 20) - 10 - 69 - len("first")) + b"\n")  # straddle the edge
             f.write(f"{key('a')}\t00\n".encode())
             f.write(b"y" * (3 << 20) + b"\n")
             f.write(f"{key('b')}\t".encode() + b"ab" * (1 << 20) + b"\n")
