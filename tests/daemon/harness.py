@@ -344,7 +344,6 @@ def code_of(fn: Any, *args: Any, **kw: Any) -> Any:
 def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> None:
     """Bounded polling of an outside process's effect (a file, a state, a
     status field): the observable the test waits on, never a fixed sleep."""
-    import time
 
     deadline = time.monotonic() + timeout
     while not pred():
@@ -378,6 +377,17 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.value
+
+    def error_of(self, timeout: float = 30.0) -> BaseException:
+        """The error the call ended with (the test fails if it returned)."""
+        assert self.done.wait(timeout), "background call did not finish"
+        assert self.error is not None, f"expected an error, got {self.value!r}"
+        return self.error
+
+
+def key(actor: Actor, op: str, attempt: int = 1) -> str:
+    """The idempotency key an act receives: ``<neuron>/<op>/<attempt>``."""
+    return f"{actor.id}/{op}/{attempt}"
 
 
 def run_wardctl(
@@ -440,12 +450,8 @@ class ReadLease:
 
 
 def poll_until(pred: Any, what: str, timeout: float = 20.0) -> None:
-    """Bounded polling of an outside process's observable state."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    """`wait_for` with the description first."""
+    wait_for(pred, timeout, what)
 
 
 # A stand-in for systemd's socket activation: dup the given fd to 3, set

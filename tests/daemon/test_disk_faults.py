@@ -13,8 +13,7 @@ import resource
 
 import pytest
 
-from tests.daemon.harness import Actor
-from tests.daemon.test_dispatch import Background, code_of, wait_for
+from tests.daemon.harness import Actor, Background, code_of, wait_for
 from wardd.protocol import WarddError
 
 UNLIMITED = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)

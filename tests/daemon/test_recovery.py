@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Env
-from tests.daemon.test_dispatch import Background, code_of, key, wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, key, wait_for
 from wardd.client import Neuron
 from wardd.daemon._schema import SCHEMA_VERSION
 from wardd.protocol import WarddError

@@ -22,15 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import Actor, Daemon, Env, ReadLease, poll_until
+from tests.daemon.harness import Actor, Daemon, Env, ReadLease, code_of, key, poll_until
 from wardd.client import ClientError
 from wardd.protocol import WarddError
 
 DATA = Path(__file__).parent.parent / "data"
-
-
-def key(actor: Actor, op: str, attempt: int = 1) -> str:
-    return f"{actor.id}/{op}/{attempt}"
 
 
 def line(actor: Actor, op: str, args: bytes) -> str:
@@ -97,12 +93,6 @@ def hint(actor: Actor, op: str) -> tuple[str, str]:
     return ev.get("receipt_hint"), ev.get("receipt_detail", "")
 
 
-def code_of(fn, *args) -> str:
-    with pytest.raises(WarddError) as info:
-        fn(*args)
-    return info.value.code
-
-
 class TestRotation:
     def test_same_file_without_the_line_is_not_executed(self, make_daemon):
         """Killed between claim and write, the file untouched: the receipt says not_executed."""
@@ -150,7 +140,7 @@ class TestRotation:
         answer, detail = hint(a, "op")
         assert answer == "unknown"
         assert ("not the claim's file" if create else "renamed") in detail
-        assert code_of(a.prepare, "op", 2) == "attempt_unknown"
+        assert code_of(a.prepare, "op", 2).code == "attempt_unknown"
         # the operator checks the rotated file, and records what it holds
         found = line(a, "op", b"x") in d.env.ledger_lines(rotated)
         assert found is written
@@ -212,7 +202,7 @@ class TestReconfiguration:
         assert a.state("op") == "unknown"
         answer, detail = hint(a, "op")
         assert answer == "unknown" and "claimed under adapter 'cli'" in detail
-        assert code_of(a.prepare, "op", 2) == "attempt_unknown"
+        assert code_of(a.prepare, "op", 2).code == "attempt_unknown"
         assert env.ledger_lines(env.cli_ledger) == [key(a, "op")]
         assert not env.ledger.exists()
 

@@ -31,8 +31,7 @@ from typing import Any
 import cbor2
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Daemon, Env
-from tests.daemon.test_dispatch import Background, code_of, wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Daemon, Env, code_of, wait_for
 from wardd.client import Client, Neuron, Session
 
 # -- replay ---------------------------------------------------------------------------------

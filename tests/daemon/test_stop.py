@@ -17,49 +17,15 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.daemon.harness import Actor, Daemon, Env
+from tests.daemon.harness import Actor, Background, Daemon, Env, wait_for
 from wardd.protocol import WarddError
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> None:
-    """Bounded polling of an outside process's observable state."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-class Background:
-    """A blocking client call on a thread of its own."""
-
-    def __init__(self, fn: Any, *args: Any) -> None:
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-        def run() -> None:
-            try:
-                self.value = fn(*args)
-            except BaseException as e:  # noqa: BLE001
-                self.error = e
-            finally:
-                self.done.set()
-
-        threading.Thread(target=run, daemon=True).start()
-
-    def error_of(self, timeout: float = 30.0) -> BaseException:
-        assert self.done.wait(timeout), "background call did not finish"
-        assert self.error is not None, f"expected an error, got {self.value!r}"
-        return self.error
 
 
 def events(d: Daemon, index: int = -1) -> list[dict[str, Any]]:
