@@ -48,6 +48,7 @@ from wardd.adapters import Adapter, Receipt, has_receipt
 from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
+from ._orphans import find_orphans, kill_groups
 from ._reads import Reads
 from ._records import append_event, dec, enc, move_attempt, wire_safe
 from ._units import record_outcome
@@ -75,11 +76,17 @@ class Candidate:
         return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
-def mark_unknown(boot: str, marks: list[dict[str, Any]] | None = None) -> Any:
+def mark_unknown(
+    boot: str,
+    marks: list[dict[str, Any]] | None = None,
+    orphans: set[int] | frozenset[int] = frozenset(),
+) -> Any:
     """The start-time unit: earlier boots' open attempts become unknown.
 
     Each marked attempt is also appended to ``marks`` (neuron, op, attempt,
-    claimed, boot), for the log once the unit is committed.
+    claimed, boot), for the log once the unit is committed. An attempt in
+    ``orphans`` had a program that outlived its boot, killed just before
+    (``_orphans``): its evidence says ``orphan_killed: true``.
     """
 
     def unit(conn: sqlite3.Connection) -> list[int]:
@@ -92,7 +99,9 @@ def mark_unknown(boot: str, marks: list[dict[str, Any]] | None = None) -> Any:
             (boot,),
         ).fetchall()
         for r in rows:
-            evidence = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
+            evidence: dict[str, Any] = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
+            if r["id"] in orphans:  # its program outlived that boot and was killed now
+                evidence["orphan_killed"] = True
             if marks is not None:
                 marks.append(
                     {"neuron": r["neuron"], "op": r["op"], "attempt": r["attempt"], **evidence}
@@ -210,8 +219,11 @@ class Recovery:
         for c in self._candidates(states=("unknown", "prepared", "running")):
             if not self._in_process(c):
                 self._pending[c.attempt_id] = trio.Event()
+        orphans = await self._kill_orphans()
         marks: list[dict[str, Any]] = []
-        self._marked_ids = set(await self._writer.run(mark_unknown(self._boot, marks)))
+        self._marked_ids = set(
+            await self._writer.run(mark_unknown(self._boot, marks, orphans))
+        )
         self.marked = len(self._marked_ids)
         for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
             log.warning("marked_unknown", **mark)
@@ -225,6 +237,36 @@ class Recovery:
         for c in cands:
             if self._in_process(c):
                 await self._check(c)
+
+    async def _kill_orphans(self) -> set[int]:
+        """Kill what an earlier boot's claimed calls left running (``_orphans``);
+        the attempt ids that had an orphan."""
+        rows = self._reads.conn.execute(
+            "SELECT a.id, n.neuron, o.op, a.attempt FROM attempts a"
+            " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
+            " WHERE a.kind = 'guarded' AND a.boot != ? AND a.state IN ('running', 'unknown')"
+            " AND EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)",
+            (self._boot,),
+        ).fetchall()
+        by_key = {f"{r[1]}/{r[2]}/{r[3]}": (int(r[0]), r[1], r[2], r[3]) for r in rows}
+        if not by_key:
+            return set()
+        found = await trio.to_thread.run_sync(find_orphans, by_key)
+        had: set[int] = set()
+        for key, pids in found.items():
+            attempt_id, neuron, op, attempt = by_key[key]
+            groups = kill_groups(pids)
+            if groups:
+                had.add(attempt_id)
+                log.warning(
+                    "orphan_killed",
+                    neuron=neuron,
+                    op=op,
+                    attempt=attempt,
+                    pids=pids,
+                    groups=groups,
+                )
+        return had
 
     async def background_receipts(self) -> None:
         limiter = trio.CapacityLimiter(RECEIPT_CONCURRENCY)

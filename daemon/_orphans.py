@@ -1,0 +1,80 @@
+"""Programs an earlier boot left running (contract §3.6).
+
+A clean stop kills every `cli` process group before the daemon exits, and
+under the systemd unit a dead daemon's cgroup is emptied. A daemon run by
+hand that is SIGKILLed (or whose parent shell dies with it) leaves its
+running `cli` programs behind, without a parent: such a program can still
+have its effect after the restart, so that whatever an operator decides
+from what it has done *so far* may be wrong. At start, before anything is
+marked or answered, recovery looks for them and kills their process groups,
+so that after the restart no orphan of an earlier boot can still have its
+effect, as after a clean stop.
+
+An orphan is found by its environment: every `cli` program gets
+``WARDD_IDEMPOTENCY_KEY=<neuron>/<op>/<attempt>``, a key that names one
+attempt for ever (and its children inherit it unless they clear it). Only
+processes of the daemon's own uid are readable, which are the only ones it
+can have started. Linux ``/proc`` only; elsewhere nothing is found.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterable
+
+__all__ = ["ENV_KEY", "find_orphans", "kill_groups"]
+
+ENV_KEY = b"WARDD_IDEMPOTENCY_KEY="
+_ENVIRON_MAX = 1 << 20  # an environment larger than this is not one of ours
+
+
+def find_orphans(keys: Iterable[str], proc: str = "/proc") -> dict[str, list[int]]:
+    """``key -> pids`` of the live processes whose environment holds one of ``keys``."""
+    wanted = {k.encode() for k in keys}
+    found: dict[str, list[int]] = {}
+    if not wanted:
+        return found
+    me = os.getpid()
+    try:
+        entries = list(os.scandir(proc))
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        key = _key_of(os.path.join(entry.path, "environ"))
+        if key is not None and key in wanted:
+            found.setdefault(key.decode(), []).append(int(entry.name))
+    return found
+
+
+def _key_of(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            environ = f.read(_ENVIRON_MAX)
+    except OSError:  # gone meanwhile, or another uid's
+        return None
+    for item in environ.split(b"\0"):
+        if item.startswith(ENV_KEY):
+            return item[len(ENV_KEY) :]
+    return None
+
+
+def kill_groups(pids: Iterable[int]) -> list[int]:
+    """SIGKILL the process group of each pid (never the daemon's own); the groups killed."""
+    own = os.getpgrp()
+    killed: list[int] = []
+    for pid in pids:
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        if pgid == own or pgid in killed:
+            continue
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        killed.append(pgid)
+    return killed
