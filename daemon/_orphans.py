@@ -37,7 +37,7 @@ def find_orphans(keys: Iterable[str], proc: str = "/proc") -> dict[str, list[int
         return found
     me = os.getpid()
     try:
-        entries = list(os.scandir(proc))
+        entries = sorted(os.scandir(proc), key=lambda e: e.name)
     except OSError:
         return found
     for entry in entries:
@@ -46,6 +46,8 @@ def find_orphans(keys: Iterable[str], proc: str = "/proc") -> dict[str, list[int
         key = _key_of(os.path.join(entry.path, "environ"))
         if key is not None and key in wanted:
             found.setdefault(key.decode(), []).append(int(entry.name))
+    for pids in found.values():
+        pids.sort()
     return found
 
 

@@ -52,7 +52,9 @@ class TestCrash:
         call.done.wait(10)
         att = a.op("op")["attempts"][0]
         assert att["state"] == "unknown" and att["claimed"] is True
-        assert att["evidence"] == {"claimed": True, "boot": old_boot}
+        # the program outlived the SIGKILLed daemon and was killed at the restart
+        orphaned = {"claimed": True, "boot": old_boot, "orphan_killed": True}
+        assert att["evidence"] == orphaned
         assert a.state("op") == "unknown"
         assert code_of(a.prepare, "op", 2).code == "attempt_unknown"
         listed = a.read("list_attempts", {"state": "unknown"})["attempts"]
@@ -73,7 +75,7 @@ class TestCrash:
         assert err.code == "conflict"
         info = a.op("op")
         assert info["state"] == "retained" and info["result"]["source"] == "reconcile"
-        assert info["attempts"][0]["evidence"] == {"claimed": True, "boot": old_boot}
+        assert info["attempts"][0]["evidence"] == orphaned
         assert d.env.ledger_lines(d.env.cli_ledger) == [key(a, "op")]
         kinds = [r["kind"] for r in a.history("op")]
         assert kinds == ["submitted", "prepared", "claimed", "marked_unknown", "reconciled"]
