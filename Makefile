@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint soak bench clean
+.PHONY: run test lint unasync soak bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ lint: $(STAMP)
 	@mkdir -p .lint/wardd && for d in protocol daemon client adapters; do ln -sfn ../../$$d .lint/wardd/$$d; done
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/python client/_unasync.py --check
+
+# The blocking Session is generated from the trio one: edit client/_async_session.py, then this.
+unasync: $(STAMP)
+	$(BIN)/python client/_unasync.py
 
 # The soaks (docs/reliability.md): KILLS crash cycles, CASES wire-fuzz cases; -s shows the figures.
 soak: $(STAMP)

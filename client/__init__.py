@@ -6,13 +6,15 @@
   subclass of the daemon's error code when it refuses a request.
 - `Neuron`: an Ed25519 signing subject (`generate`, `load`, `save`, `sign`).
 - `Session` / `TrioSession`: signed calls for one neuron, reading the
-  compare-and-set values they need from the daemon unless given.
+  compare-and-set values they need from the daemon unless given (the
+  blocking `Session` is generated from `TrioSession`: `_unasync.py`).
 - `ClientCore`: the sans-IO connection core both clients share.
 - `wardctl`: the operator command line (`wardd.client.wardctl:main`).
 """
 
 from __future__ import annotations
 
+from ._async_session import TrioSession
 from ._core import ClientCore, HelloResult, result_of
 from ._errors import (
     ClientError,
@@ -23,8 +25,9 @@ from ._errors import (
 )
 from ._neuron import Neuron
 from ._paths import default_key_path, default_socket_path
-from ._session import NO_VALUE, Session, TrioSession
+from ._session import NO_VALUE
 from ._sync import Client
+from ._sync_session import Session
 from ._trio import TrioClient
 
 __all__ = [

@@ -30,8 +30,9 @@ from ._neuron import Neuron
 from ._paths import key_path as env_key_path
 from ._paths import socket_path as env_socket_path
 from ._render import duration, human_size, scalar, tree, write_json
-from ._session import NO_VALUE, Session
+from ._session import NO_VALUE
 from ._sync import Client
+from ._sync_session import Session
 
 __all__ = ["build_parser", "main"]
 

@@ -1,0 +1,249 @@
+"""`TrioSession`: signed and read calls for one neuron over a `TrioClient` (contract §3, §4).
+
+`_async_session.py` is the one source of both sessions: `_unasync.py` writes
+the blocking `Session` into `_sync_session.py` from it, as httpcore does with
+unasync (`make unasync`; a unit test fails while the two differ). What each
+method sends, and which compare-and-set values it reads first, is written
+once, as a plan, in `_session.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from ._errors import ConnectionClosed
+from ._neuron import Neuron
+from ._session import NO_VALUE, Plan, _lost, _outcome, _SessionBase
+from ._trio import TrioClient
+
+__all__ = ["TrioSession"]
+
+T = TypeVar("T")
+
+
+class TrioSession(_SessionBase):
+    """Signed and read calls for one neuron over a `TrioClient` (same API, awaited).
+
+    Each write signs with the daemon's network (from `hello`) unless
+    `network` is given, in which case it is also sent in the params.
+    Compare-and-set values left as None are read from the daemon first.
+    """
+
+    def __init__(
+        self,
+        client: TrioClient,
+        neuron: Neuron,
+        *,
+        network: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        super().__init__(neuron, network, epoch)
+        self.client = client
+
+    async def _run(self, plan: Plan[T]) -> T:
+        try:
+            call = next(plan)
+            while True:
+                params = self._wire_params(call, self.client.hello_result)
+                try:
+                    result = await self.client.call(call.method, params)
+                except ConnectionClosed as exc:
+                    raise _lost(call, exc) from exc
+                call = plan.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    async def signed(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Sign and send any method (the escape hatch for what has no helper)."""
+        return await self._run(self._plans.one(method, dict(params or {})))
+
+    # -- reads ----------------------------------------------------------------------
+    async def status(self) -> dict[str, Any]:
+        """The daemon's `status` (contract §4)."""
+        return await self._run(self._plans.one("status", {}, signed=False))
+
+    async def workers(self) -> list[dict[str, Any]]:
+        """`list_workers`: ``[{worker, descriptor, digest}]``."""
+        workers = await self._run(self._plans.one("list_workers", {}, signed=False))
+        return workers["workers"]  # type: ignore[no-any-return]
+
+    async def get_neuron(self) -> dict[str, Any]:
+        """This neuron's root: epoch, policy_version, placement, grants."""
+        return await self._run(self._plans.root())
+
+    async def get_prog(self, prog: str) -> dict[str, Any]:
+        """One prog of this neuron."""
+        return await self._run(self._plans.prog(prog))
+
+    async def get_operation(self, op: str) -> dict[str, Any]:
+        """One op of this neuron with its attempts and result."""
+        return await self._run(self._plans.operation(op))
+
+    async def list_operations(self, state: str | None = None, prog: str | None = None) -> list[Any]:
+        """Every op of this neuron (all pages), optionally by state and prog."""
+        return await self._run(self._plans.operations(state, prog))
+
+    async def history(self, op: str) -> list[Any]:
+        """Every event record of one op (all pages)."""
+        return await self._run(self._plans.history(op))
+
+    async def list_attempts(self, state: str) -> list[Any]:
+        """Every attempt in `state` (unknown, running, prepared) of every neuron."""
+        return await self._run(self._plans.attempts(state))
+
+    # -- neuron root ----------------------------------------------------------------
+    async def register(self) -> dict[str, Any]:
+        """`register_neuron` for this neuron (idempotent: ``already: true``)."""
+        return await self._run(self._plans.one("register_neuron", {}))
+
+    async def bind(
+        self, worker: str = "w0", *, expected_generation: int | None = None
+    ) -> dict[str, Any]:
+        """Bind the placement to `worker`'s current descriptor (from `list_workers`)."""
+        return await self._run(self._plans.bind(worker, expected_generation))
+
+    async def release(self, *, expected_generation: int | None = None) -> dict[str, Any]:
+        """`release_placement`: the placement becomes null."""
+        return await self._run(self._plans.release(expected_generation))
+
+    async def advance_epoch(self, *, expected_epoch: int | None = None) -> dict[str, Any]:
+        """`advance_epoch`: retires every request signed for the older epoch."""
+        return await self._run(self._plans.advance_epoch(expected_epoch))
+
+    async def grant(
+        self,
+        prog: str,
+        acts: Iterable[str] | None,
+        *,
+        enabled: bool = True,
+        expected_policy_version: int | None = None,
+    ) -> dict[str, Any]:
+        """`set_grant` for `prog`; `acts=None` keeps its current act set."""
+        return await self._run(self._plans.grant(prog, acts, enabled, expected_policy_version))
+
+    # -- progs ----------------------------------------------------------------------
+    async def create_prog(self, prog: str, step_limit: int) -> dict[str, Any]:
+        """`create_prog` (the same content again answers ``already: true``)."""
+        return await self._run(
+            self._plans.one("create_prog", {"prog": prog, "step_limit": step_limit})
+        )
+
+    async def set_prog_state(
+        self,
+        prog: str,
+        state: str,
+        *,
+        expected_state: str | None = None,
+        expected_state_version: int | None = None,
+    ) -> dict[str, Any]:
+        """`set_prog_state`, always fenced by ``expected_state_version``; both
+        expected values default to the prog's current ones (read first)."""
+        return await self._run(
+            self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
+        )
+
+    async def set_step_limit(
+        self, prog: str, step_limit: int, *, expected_state_version: int | None = None
+    ) -> dict[str, Any]:
+        """`set_step_limit`, always fenced by ``expected_state_version`` (default:
+        the prog's current one, read first). Raising the limit of an exhausted
+        prog lets new work pass; what the exhaustion cancelled stays cancelled."""
+        return await self._run(
+            self._plans.set_step_limit(prog, step_limit, expected_state_version)
+        )
+
+    async def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
+        """`abort` a hung call of a running attempt (default: the op's latest
+        attempt): its process group is killed and the attempt ends
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        return await self._run(self._plans.abort(op, attempt))
+
+    async def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
+        """`reserve_steps` (contract §3.4)."""
+        params = {"prog": prog, "reservation": reservation, "steps": steps}
+        return await self._run(self._plans.one("reserve_steps", params))
+
+    async def settle_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
+        """`settle_steps` (contract §3.4)."""
+        params = {"prog": prog, "reservation": reservation, "steps": steps}
+        return await self._run(self._plans.one("settle_steps", params))
+
+    async def recover_reservations(self, prog: str, *, before: int | None = None) -> dict[str, Any]:
+        """`recover_reservations`, always with ``before``: only open reservations
+        numbered below it are released (default: the prog's current
+        ``reservation_seq``, read first, i.e. every reservation made so far)."""
+        return await self._run(self._plans.recover_reservations(prog, before))
+
+    # -- operations -----------------------------------------------------------------
+    async def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> dict[str, Any]:
+        """`submit` an op (idempotent for identical content)."""
+        params = {"prog": prog, "op": op, "act": act, "args": bytes(args)}
+        return await self._run(self._plans.one("submit", params))
+
+    async def prepare(
+        self,
+        op: str,
+        *,
+        expected_attempt: int | None = None,
+        placement_generation: int | None = None,
+        expected_epoch: int | None = None,
+    ) -> dict[str, Any]:
+        """`prepare` the next attempt: ``{token, attempt}``; `execute` it on this connection."""
+        return await self._run(
+            self._plans.attempt(
+                "prepare", op, expected_attempt, placement_generation, expected_epoch
+            )
+        )
+
+    async def execute(self, token: bytes) -> dict[str, Any]:
+        """`execute` a token prepared on this session's connection."""
+        return await self._run(self._plans.one("execute", {"token": token}, signed=False))
+
+    async def invoke(
+        self,
+        op: str,
+        *,
+        expected_attempt: int | None = None,
+        placement_generation: int | None = None,
+        expected_epoch: int | None = None,
+    ) -> dict[str, Any]:
+        """`invoke`: prepare and execute the next attempt in one request."""
+        return await self._run(
+            self._plans.attempt(
+                "invoke", op, expected_attempt, placement_generation, expected_epoch
+            )
+        )
+
+    async def manual_take(
+        self, op: str, *, expected_attempt: int | None = None, expected_epoch: int | None = None
+    ) -> dict[str, Any]:
+        """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
+        return await self._run(
+            self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch)
+        )
+
+    async def reconcile(
+        self, op: str, attempt: int, status: str, value: Any = NO_VALUE
+    ) -> dict[str, Any]:
+        """`reconcile` an unknown attempt to succeeded, failed or not_executed."""
+        params = {"op": op, "attempt": attempt, "outcome": _outcome(status, value)}
+        return await self._run(self._plans.one("reconcile", params))
+
+    async def cancel(self, op: str) -> dict[str, Any]:
+        """`cancel` an op (never executes anything)."""
+        return await self._run(self._plans.one("cancel", {"op": op}))
+
+    async def consume(self, op: str) -> dict[str, Any]:
+        """`consume` the op's retained result."""
+        return await self._run(self._plans.one("consume", {"op": op}))
+
+    async def rebind(self, op: str, *, expected_epoch: int | None = None) -> dict[str, Any]:
+        """`rebind` a retained result to the current epoch (executes nothing)."""
+        return await self._run(self._plans.rebind(op, expected_epoch))
+
+    async def check_receipts(self) -> dict[str, Any]:
+        """`check_receipts` for this neuron's unknown guarded attempts."""
+        return await self._run(self._plans.one("check_receipts", {}))

@@ -1,0 +1,251 @@
+# Generated from client/_async_session.py by client/_unasync.py: do not edit.
+# Edit _async_session.py, then run `make unasync` (a unit test fails while they differ).
+"""`Session`: signed and read calls for one neuron over a `Client` (contract §3, §4).
+
+`_async_session.py` is the one source of both sessions: `_unasync.py` writes
+the blocking `Session` into `_sync_session.py` from it, as httpcore does with
+unasync (`make unasync`; a unit test fails while the two differ). What each
+method sends, and which compare-and-set values it reads first, is written
+once, as a plan, in `_session.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from ._errors import ConnectionClosed
+from ._neuron import Neuron
+from ._session import NO_VALUE, Plan, _lost, _outcome, _SessionBase
+from ._sync import Client
+
+__all__ = ["Session"]
+
+T = TypeVar("T")
+
+
+class Session(_SessionBase):
+    """Signed and read calls for one neuron over a blocking `Client`.
+
+    Each write signs with the daemon's network (from `hello`) unless
+    `network` is given, in which case it is also sent in the params.
+    Compare-and-set values left as None are read from the daemon first.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        neuron: Neuron,
+        *,
+        network: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        super().__init__(neuron, network, epoch)
+        self.client = client
+
+    def _run(self, plan: Plan[T]) -> T:
+        try:
+            call = next(plan)
+            while True:
+                params = self._wire_params(call, self.client.hello_result)
+                try:
+                    result = self.client.call(call.method, params)
+                except ConnectionClosed as exc:
+                    raise _lost(call, exc) from exc
+                call = plan.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    def signed(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Sign and send any method (the escape hatch for what has no helper)."""
+        return self._run(self._plans.one(method, dict(params or {})))
+
+    # -- reads ----------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """The daemon's `status` (contract §4)."""
+        return self._run(self._plans.one("status", {}, signed=False))
+
+    def workers(self) -> list[dict[str, Any]]:
+        """`list_workers`: ``[{worker, descriptor, digest}]``."""
+        workers = self._run(self._plans.one("list_workers", {}, signed=False))
+        return workers["workers"]  # type: ignore[no-any-return]
+
+    def get_neuron(self) -> dict[str, Any]:
+        """This neuron's root: epoch, policy_version, placement, grants."""
+        return self._run(self._plans.root())
+
+    def get_prog(self, prog: str) -> dict[str, Any]:
+        """One prog of this neuron."""
+        return self._run(self._plans.prog(prog))
+
+    def get_operation(self, op: str) -> dict[str, Any]:
+        """One op of this neuron with its attempts and result."""
+        return self._run(self._plans.operation(op))
+
+    def list_operations(self, state: str | None = None, prog: str | None = None) -> list[Any]:
+        """Every op of this neuron (all pages), optionally by state and prog."""
+        return self._run(self._plans.operations(state, prog))
+
+    def history(self, op: str) -> list[Any]:
+        """Every event record of one op (all pages)."""
+        return self._run(self._plans.history(op))
+
+    def list_attempts(self, state: str) -> list[Any]:
+        """Every attempt in `state` (unknown, running, prepared) of every neuron."""
+        return self._run(self._plans.attempts(state))
+
+    # -- neuron root ----------------------------------------------------------------
+    def register(self) -> dict[str, Any]:
+        """`register_neuron` for this neuron (idempotent: ``already: true``)."""
+        return self._run(self._plans.one("register_neuron", {}))
+
+    def bind(
+        self, worker: str = "w0", *, expected_generation: int | None = None
+    ) -> dict[str, Any]:
+        """Bind the placement to `worker`'s current descriptor (from `list_workers`)."""
+        return self._run(self._plans.bind(worker, expected_generation))
+
+    def release(self, *, expected_generation: int | None = None) -> dict[str, Any]:
+        """`release_placement`: the placement becomes null."""
+        return self._run(self._plans.release(expected_generation))
+
+    def advance_epoch(self, *, expected_epoch: int | None = None) -> dict[str, Any]:
+        """`advance_epoch`: retires every request signed for the older epoch."""
+        return self._run(self._plans.advance_epoch(expected_epoch))
+
+    def grant(
+        self,
+        prog: str,
+        acts: Iterable[str] | None,
+        *,
+        enabled: bool = True,
+        expected_policy_version: int | None = None,
+    ) -> dict[str, Any]:
+        """`set_grant` for `prog`; `acts=None` keeps its current act set."""
+        return self._run(self._plans.grant(prog, acts, enabled, expected_policy_version))
+
+    # -- progs ----------------------------------------------------------------------
+    def create_prog(self, prog: str, step_limit: int) -> dict[str, Any]:
+        """`create_prog` (the same content again answers ``already: true``)."""
+        return self._run(
+            self._plans.one("create_prog", {"prog": prog, "step_limit": step_limit})
+        )
+
+    def set_prog_state(
+        self,
+        prog: str,
+        state: str,
+        *,
+        expected_state: str | None = None,
+        expected_state_version: int | None = None,
+    ) -> dict[str, Any]:
+        """`set_prog_state`, always fenced by ``expected_state_version``; both
+        expected values default to the prog's current ones (read first)."""
+        return self._run(
+            self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
+        )
+
+    def set_step_limit(
+        self, prog: str, step_limit: int, *, expected_state_version: int | None = None
+    ) -> dict[str, Any]:
+        """`set_step_limit`, always fenced by ``expected_state_version`` (default:
+        the prog's current one, read first). Raising the limit of an exhausted
+        prog lets new work pass; what the exhaustion cancelled stays cancelled."""
+        return self._run(
+            self._plans.set_step_limit(prog, step_limit, expected_state_version)
+        )
+
+    def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
+        """`abort` a hung call of a running attempt (default: the op's latest
+        attempt): its process group is killed and the attempt ends
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        return self._run(self._plans.abort(op, attempt))
+
+    def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
+        """`reserve_steps` (contract §3.4)."""
+        params = {"prog": prog, "reservation": reservation, "steps": steps}
+        return self._run(self._plans.one("reserve_steps", params))
+
+    def settle_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
+        """`settle_steps` (contract §3.4)."""
+        params = {"prog": prog, "reservation": reservation, "steps": steps}
+        return self._run(self._plans.one("settle_steps", params))
+
+    def recover_reservations(self, prog: str, *, before: int | None = None) -> dict[str, Any]:
+        """`recover_reservations`, always with ``before``: only open reservations
+        numbered below it are released (default: the prog's current
+        ``reservation_seq``, read first, i.e. every reservation made so far)."""
+        return self._run(self._plans.recover_reservations(prog, before))
+
+    # -- operations -----------------------------------------------------------------
+    def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> dict[str, Any]:
+        """`submit` an op (idempotent for identical content)."""
+        params = {"prog": prog, "op": op, "act": act, "args": bytes(args)}
+        return self._run(self._plans.one("submit", params))
+
+    def prepare(
+        self,
+        op: str,
+        *,
+        expected_attempt: int | None = None,
+        placement_generation: int | None = None,
+        expected_epoch: int | None = None,
+    ) -> dict[str, Any]:
+        """`prepare` the next attempt: ``{token, attempt}``; `execute` it on this connection."""
+        return self._run(
+            self._plans.attempt(
+                "prepare", op, expected_attempt, placement_generation, expected_epoch
+            )
+        )
+
+    def execute(self, token: bytes) -> dict[str, Any]:
+        """`execute` a token prepared on this session's connection."""
+        return self._run(self._plans.one("execute", {"token": token}, signed=False))
+
+    def invoke(
+        self,
+        op: str,
+        *,
+        expected_attempt: int | None = None,
+        placement_generation: int | None = None,
+        expected_epoch: int | None = None,
+    ) -> dict[str, Any]:
+        """`invoke`: prepare and execute the next attempt in one request."""
+        return self._run(
+            self._plans.attempt(
+                "invoke", op, expected_attempt, placement_generation, expected_epoch
+            )
+        )
+
+    def manual_take(
+        self, op: str, *, expected_attempt: int | None = None, expected_epoch: int | None = None
+    ) -> dict[str, Any]:
+        """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
+        return self._run(
+            self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch)
+        )
+
+    def reconcile(
+        self, op: str, attempt: int, status: str, value: Any = NO_VALUE
+    ) -> dict[str, Any]:
+        """`reconcile` an unknown attempt to succeeded, failed or not_executed."""
+        params = {"op": op, "attempt": attempt, "outcome": _outcome(status, value)}
+        return self._run(self._plans.one("reconcile", params))
+
+    def cancel(self, op: str) -> dict[str, Any]:
+        """`cancel` an op (never executes anything)."""
+        return self._run(self._plans.one("cancel", {"op": op}))
+
+    def consume(self, op: str) -> dict[str, Any]:
+        """`consume` the op's retained result."""
+        return self._run(self._plans.one("consume", {"op": op}))
+
+    def rebind(self, op: str, *, expected_epoch: int | None = None) -> dict[str, Any]:
+        """`rebind` a retained result to the current epoch (executes nothing)."""
+        return self._run(self._plans.rebind(op, expected_epoch))
+
+    def check_receipts(self) -> dict[str, Any]:
+        """`check_receipts` for this neuron's unknown guarded attempts."""
+        return self._run(self._plans.one("check_receipts", {}))
