@@ -142,12 +142,17 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: boo
             record_outcome(conn, c.attempt_id, "not_executed", None, None, "receipt")
             return True
         evidence = dec(row["evidence"]) or {}
+        before = (evidence.get("receipt_hint"), evidence.get("receipt_detail"))
         evidence["receipt_hint"] = receipt.answer
         data: dict[str, Any] = {"answer": receipt.answer, "applied": False}
         if receipt.detail:
             evidence["receipt_detail"] = data["detail"] = receipt.detail[:DETAIL_MAX]
         else:
             evidence.pop("receipt_detail", None)  # an earlier check's detail is stale
+        if before == (evidence["receipt_hint"], evidence.get("receipt_detail")):
+            # the same hint again (check_receipts polled): nothing new to record,
+            # so a poller never grows an unknown attempt's history
+            return False
         conn.execute("UPDATE attempts SET evidence = ? WHERE id = ?", (enc(evidence), c.attempt_id))
         append_event(
             conn, "receipt", row["neuron_id"], op_id=row["op_id"], attempt=c.attempt, data=data

@@ -171,6 +171,11 @@ class TestReceipts:
         no = a.op("no")
         assert no["state"] == "unknown"
         assert no["attempts"][0]["evidence"]["receipt_hint"] == "not_executed"
+        # polling check_receipts records a hint once, not once per poll
+        records = len(a.history("no"))
+        for _ in range(3):
+            a.call("check_receipts", {})
+        assert len(a.history("no")) == records
 
 
 class TestResolution:
