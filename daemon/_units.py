@@ -40,6 +40,7 @@ from wardd.protocol import (
     WarddError,
 )
 
+from ._prune import pruned_terminal, tombstone_row
 from ._records import append_event, dec, enc, move_attempt, now, refresh_op_state
 
 Unit = Callable[[sqlite3.Connection], Any]
@@ -108,6 +109,9 @@ def op_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row:
         "SELECT * FROM operations WHERE neuron_id = ? AND op = ?", (neuron_id, op)
     ).fetchone()
     if row is None:
+        pruned = tombstone_row(conn, neuron_id, op)
+        if pruned is not None:  # SPEC §3.9: a pruned op is terminal for ever
+            raise pruned_terminal(pruned)
         raise UnknownOperation(f"no operation {op!r} for this neuron")
     return cast(sqlite3.Row, row)
 

@@ -32,6 +32,8 @@ workers = 2
 """
 
 MIN_MAX_FRAME = 131072
+DEFAULT_RETENTION_S = 2_592_000  # 30 days (SPEC §3.9)
+MAX_SECONDS_KEY = 2**32 - 1  # ~136 years: anything longer is a typo
 _NETWORK_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ACT_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _TOP_KEYS = {
@@ -46,6 +48,8 @@ _TOP_KEYS = {
     "acts",
     "max_connections",
     "max_in_flight",
+    "retention_s",
+    "prune_interval_s",
 }
 
 
@@ -82,6 +86,8 @@ class Config:
     max_connections: int
     max_in_flight: int
     acts: tuple[ActConfig, ...]
+    retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
+    prune_interval_s: int = 60
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -166,6 +172,20 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     grace = _seconds(source, "shutdown_grace_s", data.get("shutdown_grace_s", 30), allow_zero=True)
     max_conn = _uint(source, "max_connections", data.get("max_connections", 4096), minimum=1)
     max_inflight = _uint(source, "max_in_flight", data.get("max_in_flight", 256), minimum=1)
+    # SPEC §3.9: whole seconds; 0 keeps every finished op for ever
+    retention_s = _uint(
+        source,
+        "retention_s",
+        data.get("retention_s", DEFAULT_RETENTION_S),
+        maximum=MAX_SECONDS_KEY,
+    )
+    prune_interval_s = _uint(
+        source,
+        "prune_interval_s",
+        data.get("prune_interval_s", 60),
+        minimum=1,
+        maximum=MAX_SECONDS_KEY,
+    )
     acts_raw = data.get("acts", {})
     if not isinstance(acts_raw, dict):
         raise ConfigError(source, "acts", "must be a table of act tables")
@@ -199,6 +219,8 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         max_connections=max_conn,
         max_in_flight=max_inflight,
         acts=tuple(acts),
+        retention_s=retention_s,
+        prune_interval_s=prune_interval_s,
     )
 
 

@@ -1,0 +1,318 @@
+"""Retention (SPEC §3.9): finished ops are pruned to tombstones.
+
+An op is *prunable* once it has been ``consumed`` or ``cancelled`` for longer
+than ``retention_s`` and none of its attempts is ``prepared``, ``running`` or
+``unknown``. ``operations.ended_at`` says since when (schema v5: a trigger
+sets it from the event record that ended the op, and clears it while an
+attempt is open), so finding them is one range scan of a partial index.
+
+Pruning an op, in one writer unit with every other op of its batch:
+insert its tombstone ``{neuron, op, prog, act, args digest, final state,
+ended_at, pruned_at}``, then delete its outcomes, claims, attempts, event
+records and the op row. The schema's triggers allow those deletes only for
+an op that has a tombstone, and a tombstone only for an op that has ended,
+so no other write can delete a record and no unknown attempt is ever
+deleted, whatever this module does.
+
+The :class:`Pruner` looks every ``prune_interval_s``; a look goes on, batch
+after batch, until nothing prunable is left. Each batch is a unit of its own
+(bounded time, one transaction, an op pruned whole or not at all), queued
+behind whatever the writer already has, so a dispatch waits for at most one
+batch. After a look that pruned anything, the free pages go back to the file
+system (``PRAGMA incremental_vacuum``, in bounded units too) and a passive WAL
+checkpoint on a connection of its own truncates the file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from wardd.protocol import Terminal, WarddError
+
+from ._records import now
+from ._writer import connect
+
+__all__ = [
+    "Pruner",
+    "args_digest",
+    "prune_batch",
+    "pruned_terminal",
+    "tombstone_row",
+    "tombstone_view",
+    "vacuum_step",
+]
+
+log = structlog.get_logger("wardd.prune")
+Unit = Callable[[sqlite3.Connection], Any]
+
+# A batch stops at whichever comes first. 2 ms of SQL plus its commit is
+# the most a dispatch queued behind it waits (docs/performance.md).
+BATCH_BUDGET_S = 0.002
+BATCH_MAX_OPS = 64
+# pages an incremental_vacuum unit moves and frees (4 KiB each)
+VACUUM_PAGES = 256
+_OPEN = ("prepared", "running", "unknown")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+# -- times ------------------------------------------------------------------------
+
+
+def to_ms(text: str) -> int:
+    """RFC 3339 UTC text (as :func:`now` writes it) → milliseconds since the epoch."""
+    d = datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) - _EPOCH
+    return d.days * 86_400_000 + d.seconds * 1000 + d.microseconds // 1000
+
+
+def from_ms(ms: int) -> str:
+    """Milliseconds since the epoch → RFC 3339 UTC text, like :func:`now`."""
+    t = datetime.datetime.fromtimestamp(ms // 1000, datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def cutoff(retention_s: int, at: float | None = None) -> str:
+    """Ops that ended before this (RFC 3339 text, comparable as text with
+    ``ended_at``) have been finished for longer than ``retention_s``."""
+    t = (time.time() if at is None else at) - retention_s
+    return from_ms(int(t * 1000))
+
+
+# -- tombstones ---------------------------------------------------------------------
+
+
+def tombstone_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row | None:
+    """The tombstone of the neuron's pruned op ``op``, joined with its prog's
+    id text (``prog``), or None."""
+    cur = conn.execute(
+        "SELECT t.*, p.prog FROM tombstones t JOIN progs p ON p.id = t.prog_id"
+        " WHERE t.neuron_id = ? AND t.op = ?",
+        (neuron_id, op),
+    )
+    cur.row_factory = sqlite3.Row
+    row: sqlite3.Row | None = cur.fetchone()
+    return row
+
+
+def tombstone_view(row: sqlite3.Row) -> dict[str, Any]:
+    """``get_operation`` of a pruned op (SPEC §3.9): no args, no attempts."""
+    return {
+        "op": row["op"],
+        "prog": row["prog"],
+        "act": row["act"],
+        "state": row["state"],
+        "pruned": True,
+        "ended_at": from_ms(row["ended_at"]),
+        "pruned_at": from_ms(row["pruned_at"]),
+    }
+
+
+def args_digest(args: bytes) -> bytes:
+    return hashlib.sha256(args).digest()
+
+
+def pruned_terminal(row: sqlite3.Row) -> Terminal:
+    """SPEC §3.9: every write naming a pruned op but ``submit`` is ``terminal``."""
+    return Terminal(
+        f"the operation was {row['state']} and has been pruned",
+        {"state": row["state"], "pruned": True},
+    )
+
+
+# -- the units ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class BatchResult:
+    pruned: int  # ops turned into tombstones
+    examined: int  # candidates looked at (0: nothing prunable is left)
+
+
+def prune_batch(
+    before: str, *, budget_s: float = BATCH_BUDGET_S, max_ops: int = BATCH_MAX_OPS
+) -> Unit:
+    """Prune up to ``max_ops`` ops that ended before ``before``, oldest
+    first, stopping once ``budget_s`` of work is spent (one writer unit)."""
+
+    def unit(conn: sqlite3.Connection) -> BatchResult:
+        t0 = time.perf_counter()
+        at = now()
+        at_ms = to_ms(at)
+        ids = conn.execute(
+            "SELECT id FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
+            " ORDER BY ended_at LIMIT ?",
+            (before, max_ops),
+        ).fetchall()
+        pruned = examined = 0
+        for (op_id,) in ids:
+            examined += 1
+            pruned += prune_op(conn, op_id, at_ms)
+            if time.perf_counter() - t0 >= budget_s:
+                break
+        if pruned:
+            conn.execute(
+                "UPDATE prune_stats SET pruned_ops = pruned_ops + ?, last_pruned_at = ?"
+                " WHERE id = 1",
+                (pruned, at),
+            )
+        return BatchResult(pruned, examined)
+
+    return unit
+
+
+def prune_op(conn: sqlite3.Connection, op_id: int, pruned_at_ms: int) -> bool:
+    """Turn one ended op into its tombstone; False (and its ``ended_at``
+    cleared, so it is not looked at again until it ends) if it has not ended."""
+    row = conn.execute(
+        "SELECT neuron_id, op, prog_id, act, args, state, ended_at FROM operations WHERE id = ?",
+        (op_id,),
+    ).fetchone()
+    if row is None:
+        return False
+    neuron_id, op, prog_id, act, args, state, ended_at = row
+    (open_attempts,) = conn.execute(
+        f"SELECT count(*) FROM attempts WHERE op_id = ? AND state IN ({_marks(_OPEN)})",
+        (op_id, *_OPEN),
+    ).fetchone()
+    if state not in ("consumed", "cancelled") or open_attempts or ended_at is None:
+        conn.execute("UPDATE operations SET ended_at = NULL WHERE id = ?", (op_id,))
+        return False
+    conn.execute(
+        "INSERT INTO tombstones(id, neuron_id, op, prog_id, act, args_digest, state,"
+        " ended_at, pruned_at) VALUES (?,?,?,?,?,?,?,?,?)",
+        (
+            op_id,
+            neuron_id,
+            op,
+            prog_id,
+            act,
+            args_digest(bytes(args)),
+            state,
+            to_ms(ended_at),
+            pruned_at_ms,
+        ),
+    )
+    attempts = "SELECT id FROM attempts WHERE op_id = ?"
+    conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({attempts})", (op_id,))
+    conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({attempts})", (op_id,))
+    conn.execute("DELETE FROM attempts WHERE op_id = ?", (op_id,))
+    conn.execute("DELETE FROM events WHERE op_id = ?", (op_id,))
+    conn.execute("DELETE FROM operations WHERE id = ?", (op_id,))
+    return True
+
+
+def vacuum_step(pages: int = VACUUM_PAGES) -> Unit:
+    """Give up to ``pages`` free pages back to the file system; returns
+    (pages freed, free pages left)."""
+
+    def unit(conn: sqlite3.Connection) -> tuple[int, int]:
+        (before,) = conn.execute("PRAGMA freelist_count").fetchone()
+        conn.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+        (left,) = conn.execute("PRAGMA freelist_count").fetchone()
+        return int(before) - int(left), int(left)
+
+    return unit
+
+
+def _marks(values: tuple[str, ...]) -> str:
+    return ",".join("?" * len(values))
+
+
+# -- the scheduler ------------------------------------------------------------------
+
+
+class Pruner:
+    """Looks every ``interval_s`` for ops finished longer than ``retention_s``
+    ago and prunes them on the writer, batch after batch (SPEC §3.9).
+
+    ``writer`` is the daemon's :class:`~._writer.Writer`; ``stopping`` says
+    when the daemon no longer takes writes (no batch is queued after that).
+    """
+
+    def __init__(
+        self,
+        writer: Any,
+        db_path: Path,
+        *,
+        retention_s: int,
+        interval_s: int,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.writer = writer
+        self.db_path = db_path
+        self.retention_s = retention_s
+        self.interval_s = interval_s
+        self.stopping = stopping
+        self._ckpt: sqlite3.Connection | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.retention_s > 0
+
+    async def run(self) -> None:
+        """Look now, then every ``interval_s``, until cancelled."""
+        if not self.enabled:
+            return
+        try:
+            while not self.stopping():
+                await self.look()
+                await trio.sleep(self.interval_s)
+        finally:
+            if self._ckpt is not None:
+                self._ckpt.close()
+                self._ckpt = None
+
+    async def look(self) -> int:
+        """Prune until nothing prunable is left; returns how many ops."""
+        t0 = time.monotonic()
+        before = cutoff(self.retention_s)
+        total = batches = 0
+        try:
+            while not self.stopping():
+                res: BatchResult = await self.writer.run(prune_batch(before))
+                if res.examined == 0:
+                    break
+                total += res.pruned
+                batches += 1
+            if total:
+                freed = await self.give_back()
+                log.info(
+                    "pruned",
+                    ops=total,
+                    batches=batches,
+                    pages_freed=freed,
+                    seconds=round(time.monotonic() - t0, 3),
+                )
+        except WarddError as err:  # the writer failed or stopped: the next look retries
+            log.warning("prune_failed", error=err.message, pruned=total)
+        return total
+
+    async def give_back(self) -> int:
+        """Free pages back to the file system, then a passive checkpoint
+        (it truncates the database file to what the WAL says it holds)."""
+        total = 0
+        while not self.stopping():
+            freed, left = await self.writer.run(vacuum_step())
+            total += freed
+            if left == 0 or freed == 0:
+                break
+        if not self.stopping():
+            await trio.to_thread.run_sync(self._checkpoint)
+        return total
+
+    def _checkpoint(self) -> None:
+        try:
+            if self._ckpt is None:
+                self._ckpt = connect(self.db_path)
+            self._ckpt.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:  # the space comes back at the next checkpoint
+            log.warning("checkpoint_failed", error=str(exc))
