@@ -310,9 +310,16 @@ class Pruner:
         return total
 
     def _checkpoint(self) -> None:
+        """On a thread, on a connection of its own: copy the WAL into the
+        database without waiting for anyone (PASSIVE), then, only if no
+        transaction is open right now, TRUNCATE the WAL to nothing (with no
+        busy wait: it takes the write lock only to copy what the passive
+        pass left, a few pages)."""
         try:
             if self._ckpt is None:
                 self._ckpt = connect(self.db_path)
+                self._ckpt.execute("PRAGMA busy_timeout=0")
             self._ckpt.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self._ckpt.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:  # the space comes back at the next checkpoint
             log.warning("checkpoint_failed", error=str(exc))
