@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, wait_for
-from wardd.client import Client, Neuron
+from wardd.client import Client, Neuron, Session
 from wardd.daemon._schema import SCHEMA_VERSION
+from wardd.protocol import WarddError
 
 FAST = {"retention_s": 1, "prune_interval_s": 1}
 DATA = Path(__file__).parent.parent / "data"
@@ -207,6 +208,10 @@ class TestPruning:
             assert (err.code, err.data) == ("terminal", {"state": "consumed", "pruned": True}), (
                 method
             )
+        # the bundled client reads the attempts it should expect: none are left
+        with pytest.raises(WarddError) as err:
+            Session(a.client, a.neuron).invoke("once")
+        assert err.value.code == "terminal"
         # a management write still needs the grant first (SPEC §3.4 order)
         a.grant(["echo", "ledger"], enabled=False)
         assert code_of(a.call, "cancel", {"op": "once"}).code == "grant_disabled"
