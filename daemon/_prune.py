@@ -16,11 +16,12 @@ deleted, whatever this module does.
 
 The :class:`Pruner` looks every ``prune_interval_s``; a look goes on, batch
 after batch, until nothing prunable is left. Each batch is a unit of its own
-(bounded time, one transaction, an op pruned whole or not at all), queued
-behind whatever the writer already has, so a dispatch waits for at most one
-batch. After a look that pruned anything, the free pages go back to the file
-system (``PRAGMA incremental_vacuum``, in bounded units too) and a passive WAL
-checkpoint on a connection of its own truncates the file.
+(at most 2 ms of work, one transaction, an op pruned whole or not at all)
+that stops early once another unit is queued behind it, and the pruner
+pauses between batches as long as the last one took, so a dispatch waits for
+at most about one op's deletion and one commit. After each look the free
+pages go back to the file system (``PRAGMA incremental_vacuum``, in bounded
+units too) and a checkpoint on a connection of its own truncates the file.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ Unit = Callable[[sqlite3.Connection], Any]
 # the most a dispatch queued behind it waits (docs/performance.md).
 BATCH_BUDGET_S = 0.002
 BATCH_MAX_OPS = 64
+# the least pause between two batches (see Pruner.look)
+PAUSE_S = 0.002
 # pages an incremental_vacuum unit moves and frees (4 KiB each)
 VACUUM_PAGES = 256
 _OPEN = ("prepared", "running", "unknown")
@@ -138,10 +141,15 @@ class BatchResult:
 
 
 def prune_batch(
-    before: str, *, budget_s: float = BATCH_BUDGET_S, max_ops: int = BATCH_MAX_OPS
+    before: str,
+    *,
+    budget_s: float = BATCH_BUDGET_S,
+    max_ops: int = BATCH_MAX_OPS,
+    yield_to: Callable[[], bool] = lambda: False,
 ) -> Unit:
     """Prune up to ``max_ops`` ops that ended before ``before``, oldest
-    first, stopping once ``budget_s`` of work is spent (one writer unit)."""
+    first, stopping once ``budget_s`` of work is spent or, after the first
+    op, as soon as ``yield_to()`` says other units wait (one writer unit)."""
 
     def unit(conn: sqlite3.Connection) -> BatchResult:
         t0 = time.perf_counter()
@@ -156,7 +164,7 @@ def prune_batch(
         for (op_id,) in ids:
             examined += 1
             pruned += prune_op(conn, op_id, at_ms)
-            if time.perf_counter() - t0 >= budget_s:
+            if time.perf_counter() - t0 >= budget_s or yield_to():
                 break
         if pruned:
             conn.execute(
@@ -272,19 +280,29 @@ class Pruner:
                 self._ckpt = None
 
     async def look(self) -> int:
-        """Prune until nothing prunable is left; returns how many ops."""
+        """Prune until nothing prunable is left; returns how many ops.
+
+        Between batches the pruner waits as long as the last one took (at
+        least :data:`PAUSE_S`): pruning takes at most about half of the
+        writer's time and of the interpreter's, and a batch stops early as
+        soon as another unit is queued behind it (SPEC §3.9: dispatch is
+        never held up for more than a few milliseconds)."""
         t0 = time.monotonic()
         before = cutoff(self.retention_s)
         total = batches = 0
         try:
             while not self.stopping():
-                res: BatchResult = await self.writer.run(prune_batch(before))
+                t = time.monotonic()
+                res: BatchResult = await self.writer.run(
+                    prune_batch(before, yield_to=lambda: self.writer.backlog > 1)
+                )
                 if res.examined == 0:
                     break
                 total += res.pruned
                 batches += 1
+                await trio.sleep(max(PAUSE_S, time.monotonic() - t))
+            freed = await self.give_back()
             if total:
-                freed = await self.give_back()
                 log.info(
                     "pruned",
                     ops=total,
@@ -297,15 +315,17 @@ class Pruner:
         return total
 
     async def give_back(self) -> int:
-        """Free pages back to the file system, then a passive checkpoint
-        (it truncates the database file to what the WAL says it holds)."""
+        """Free pages back to the file system (after every look: a look that
+        was stopped by the shutdown leaves some for the next), then, if any
+        were freed, a checkpoint that truncates the file."""
         total = 0
         while not self.stopping():
             freed, left = await self.writer.run(vacuum_step())
             total += freed
             if left == 0 or freed == 0:
                 break
-        if not self.stopping():
+            await trio.sleep(PAUSE_S)
+        if total and not self.stopping():
             await trio.to_thread.run_sync(self._checkpoint)
         return total
 
