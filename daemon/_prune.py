@@ -56,8 +56,9 @@ __all__ = [
 log = structlog.get_logger("wardd.prune")
 Unit = Callable[[sqlite3.Connection], Any]
 
-# A batch stops at whichever comes first. 2 ms of SQL plus its commit is
-# the most a dispatch queued behind it waits (docs/performance.md).
+# A batch stops at whichever comes first (and after any op once another unit
+# is queued behind it: then a dispatch waits for one op's deletion and one
+# commit; docs/performance.md has the figures).
 BATCH_BUDGET_S = 0.002
 BATCH_MAX_OPS = 64
 # the least pause between two batches (see Pruner.look)
