@@ -189,31 +189,42 @@ def build_backlog(tmp: Path, n: int, pending: int) -> tuple[Path, Actor]:
     return d.database, actor
 
 
-def invoke_while(d: Daemon, actor: Actor, ops: list[str], backlog: int | None) -> dict[str, Any]:
+def invoke_while(
+    d: Daemon, actor: Actor, ops: list[str], backlog: int | None, after_n: int = 0
+) -> dict[str, Any]:
     """Invoke ``ops`` one by one on a fresh start of ``d``; with ``backlog``,
-    only while fewer than that many ops are pruned (returns the prune time)."""
+    while fewer than that many ops are pruned (the prune time is returned),
+    then ``after_n`` more on the same daemon once pruning is done."""
     d.start()
     c = d.connect()
     try:
         actor.bind(c)
         lat: list[float] = []
+        after: list[float] = []
         t0 = time.monotonic()
         done_at = None
         for i, op in enumerate(ops):
             p = actor.invoke_params(op)
             t = time.perf_counter()
             r = c.call("invoke", p)
-            lat.append(time.perf_counter() - t)
+            (lat if done_at is None else after).append(time.perf_counter() - t)
             if r["status"] != "succeeded":
                 raise RuntimeError(f"invoke did not succeed: {r}")
-            if backlog is not None and i % 50 == 49:
+            if done_at is not None and len(after) >= after_n:
+                break
+            if backlog is not None and done_at is None and i % 50 == 49:
                 if c.call("status")["db"]["pruned_ops"] >= backlog:
                     done_at = time.monotonic() - t0
-                    break
         pruned = c.call("status")["db"]["pruned_ops"]
         if backlog is not None and done_at is None:
             done_at = (time.monotonic() - t0) + wait_pruned(c, backlog)
-        return {"lat": lat, "pruned_during": pruned, "prune_s": done_at, "rss_kib": rss_kib(d.pid)}
+        return {
+            "lat": lat,
+            "after": after,
+            "pruned_during": pruned,
+            "prune_s": done_at,
+            "rss_kib": rss_kib(d.pid),
+        }
     finally:
         c.close()
         d.stop()
@@ -224,7 +235,7 @@ def dispatch_under_pruning(tmp: Path, n: int, invokes: int, idle_invokes: int) -
     """``invokes`` bounds the calls made while pruning (they stop when it is
     done); ``idle_invokes`` calls on the same database with no pruning."""
     t0 = time.monotonic()
-    db, actor = build_backlog(tmp, n, idle_invokes + invokes)
+    db, actor = build_backlog(tmp, n, 2 * idle_invokes + invokes)
     built_s = time.monotonic() - t0
     idle_root = tmp / "ret-idle"
     idle_root.mkdir()
@@ -238,8 +249,9 @@ def dispatch_under_pruning(tmp: Path, n: int, invokes: int, idle_invokes: int) -
     busy = invoke_while(
         Daemon(db.parent, workers=2, database=db, retention_s=1, prune_interval_s=1),
         actor,
-        [f"lat{i}" for i in range(idle_invokes, idle_invokes + invokes)],
+        [f"lat{i}" for i in range(idle_invokes, 2 * idle_invokes + invokes)],
         n,
+        after_n=idle_invokes,
     )
     shutil.rmtree(idle_root, ignore_errors=True)
     return {"n": n, "built_s": built_s, "idle": idle, "pruning": busy}
@@ -280,11 +292,14 @@ def long_run(
         while any(t.is_alive() for t in ts):
             time.sleep(sample_s)
             st = setup.call("status")
+            wal = Path(str(d.database) + "-wal")
             samples.append(
                 {
                     "t": round(time.monotonic() - t0, 1),
                     "cycles": sum(counts),
                     "size": st["db"]["size"],
+                    "db": d.database.stat().st_size,
+                    "wal": wal.stat().st_size if wal.exists() else 0,
                     "rss_kib": rss_kib(d.pid),
                     "pruned": st["db"]["pruned_ops"],
                     "live": sum(n for s, n in st["operations"].items()) - st["db"]["pruned_ops"],

@@ -434,12 +434,19 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     print(f"      invoke while the backlog is pruned      p50 {fmt_ms(percentile(busy['lat'], 50))}"
           f" p99 {fmt_ms(percentile(busy['lat'], 99))}  ({len(busy['lat']):,} calls,"
           f" {busy['pruned_during']:,} ops pruned meanwhile)")
+    if busy["after"]:
+        R.value("retention.after_p50_ms", percentile(busy["after"], 50) * 1000)
+        R.value("retention.after_p99_ms", percentile(busy["after"], 99) * 1000)
+        after = busy["after"]
+        print(f"      invoke right after, same daemon, pruned p50 {fmt_ms(percentile(after, 50))}"
+              f" p99 {fmt_ms(percentile(after, 99))}  ({len(after):,} calls)")
     rate = x["n"] / busy["prune_s"] if busy["prune_s"] else 0
     print(f"      the whole backlog pruned in {busy['prune_s']:.1f} s ({rate:,.0f} ops/s)")
     lr = _retention.long_run(tmp, cfg["ret_cycles"], cfg["ret_retention_s"])
     R.value("retention.long", lr)
     warm = lr["after_warmup"] or lr["samples"]
     sizes = [s["size"] / 2**20 for s in warm]
+    dbs = [s["db"] / 2**20 for s in warm]
     rss = [s["rss_kib"] / 1024 for s in warm]
     print(f"   long run: {lr['cycles']:,} cycles in {lr['elapsed_s']:.0f} s"
           f" ({lr['cycles'] / lr['elapsed_s']:,.0f}/s, 4 clients), retention_s ="
@@ -447,8 +454,16 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     if sizes:
         print(f"      database + WAL  first {sizes[0]:.1f} MiB, min {min(sizes):.1f}, max"
               f" {max(sizes):.1f}, last {sizes[-1]:.1f} MiB")
+        print(f"      database file   first {dbs[0]:.1f} MiB, min {min(dbs):.1f}, max"
+              f" {max(dbs):.1f}, last {dbs[-1]:.1f} MiB")
         print(f"      RSS             first {rss[0]:.1f} MiB, min {min(rss):.1f}, max"
               f" {max(rss):.1f}, last {rss[-1]:.1f} MiB")
+        grown = warm[-1]["cycles"] - warm[0]["cycles"]
+        if grown > 0:
+            per = (warm[-1]["db"] - warm[0]["db"]) / grown
+            R.value("retention.long_db_growth_per_cycle", per)
+            print(f"      database file growth after warm-up: {per:,.0f} B per cycle"
+                  " (the tombstones: what is kept for ever)")
     if lr["cycles"] < 1_000_000:
         R.note(f"retention long run: {lr['cycles']:,} cycles, not the 1M of issue 16"
                " (--retention-cycles 1000000 runs them)")

@@ -61,8 +61,12 @@ Unit = Callable[[sqlite3.Connection], Any]
 # commit; docs/performance.md has the figures).
 BATCH_BUDGET_S = 0.002
 BATCH_MAX_OPS = 64
-# the least pause between two batches (see Pruner.look)
+# the least pause between two batches, and how much longer than a batch the
+# pause is while the daemon is busy (see Pruner.look)
 PAUSE_S = 0.002
+BUSY_FACTOR = 4
+# how often a look checkpoints the WAL on its own thread (see Pruner.look)
+CHECKPOINT_EVERY_S = 0.2
 # pages an incremental_vacuum unit moves and frees (4 KiB each)
 VACUUM_PAGES = 256
 _OPEN = ("prepared", "running", "unknown")
@@ -262,6 +266,7 @@ class Pruner:
         self.interval_s = interval_s
         self.stopping = stopping
         self._ckpt: sqlite3.Connection | None = None
+        self._last_ckpt = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -283,14 +288,17 @@ class Pruner:
     async def look(self) -> int:
         """Prune until nothing prunable is left; returns how many ops.
 
-        Between batches the pruner waits as long as the last one took (at
-        least :data:`PAUSE_S`): pruning takes at most about half of the
-        writer's time and of the interpreter's, and a batch stops early as
-        soon as another unit is queued behind it (SPEC §3.9: dispatch is
-        never held up for more than a few milliseconds)."""
+        Between batches the pruner pauses as long as the last batch took
+        (at least :data:`PAUSE_S`) while the writer has nothing else to do,
+        and :data:`BUSY_FACTOR` times as long once other units were written
+        since its last batch: pruning takes at most about half of the writer
+        (and of the interpreter) on an idle daemon and a fifth on a busy one,
+        and a batch stops early as soon as another unit is queued behind it
+        (SPEC §3.9: dispatch is never held up for more than a few ms)."""
         t0 = time.monotonic()
         before = cutoff(self.retention_s)
         total = batches = 0
+        seen = self.writer.stats.units
         try:
             while not self.stopping():
                 t = time.monotonic()
@@ -301,7 +309,12 @@ class Pruner:
                     break
                 total += res.pruned
                 batches += 1
-                await trio.sleep(max(PAUSE_S, time.monotonic() - t))
+                units = self.writer.stats.units
+                busy = units - seen > 1  # others wrote since our last batch
+                seen = units
+                took = time.monotonic() - t
+                await self._keep_wal_short()
+                await trio.sleep(max(PAUSE_S, took * (BUSY_FACTOR if busy else 1)))
             freed = await self.give_back()
             if total:
                 log.info(
@@ -321,14 +334,38 @@ class Pruner:
         were freed, a checkpoint that truncates the file."""
         total = 0
         while not self.stopping():
+            t = time.monotonic()
             freed, left = await self.writer.run(vacuum_step())
             total += freed
             if left == 0 or freed == 0:
                 break
-            await trio.sleep(PAUSE_S)
+            await self._keep_wal_short()
+            await trio.sleep(max(PAUSE_S, time.monotonic() - t))
         if total and not self.stopping():
             await trio.to_thread.run_sync(self._checkpoint)
         return total
+
+    async def _keep_wal_short(self) -> None:
+        """While pruning writes many pages, copy the WAL into the database
+        on the pruner's own thread every :data:`CHECKPOINT_EVERY_S`, so that
+        the writer's automatic checkpoint (1,000 pages, run inside whichever
+        commit crosses it: often a dispatch's) rarely has anything to do."""
+        if time.monotonic() - self._last_ckpt < CHECKPOINT_EVERY_S:
+            return
+        await trio.to_thread.run_sync(self._passive)
+        self._last_ckpt = time.monotonic()
+
+    def _passive(self) -> None:
+        try:
+            self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("checkpoint_failed", error=str(exc))
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._ckpt is None:
+            self._ckpt = connect(self.db_path)
+            self._ckpt.execute("PRAGMA busy_timeout=0")
+        return self._ckpt
 
     def _checkpoint(self) -> None:
         """On a thread, on a connection of its own: copy the WAL into the
@@ -337,10 +374,7 @@ class Pruner:
         busy wait: it takes the write lock only to copy what the passive
         pass left, a few pages)."""
         try:
-            if self._ckpt is None:
-                self._ckpt = connect(self.db_path)
-                self._ckpt.execute("PRAGMA busy_timeout=0")
-            self._ckpt.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            self._ckpt.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:  # the space comes back at the next checkpoint
             log.warning("checkpoint_failed", error=str(exc))
