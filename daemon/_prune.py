@@ -18,10 +18,11 @@ The :class:`Pruner` looks every ``prune_interval_s``; a look goes on, batch
 after batch, until nothing prunable is left. Each batch is a unit of its own
 (at most 2 ms of work, one transaction, an op pruned whole or not at all)
 that stops early once another unit is queued behind it, and the pruner
-pauses between batches as long as the last one took, so a dispatch waits for
-at most about one op's deletion and one commit. After each look the free
-pages go back to the file system (``PRAGMA incremental_vacuum``, in bounded
-units too) and a checkpoint on a connection of its own truncates the file.
+pauses between batches at least as long as the last one took, so a dispatch
+waits for at most about one chunk's deletion (8 ops, about a millisecond)
+and one commit. After each look the free pages go back to the file system
+(``PRAGMA incremental_vacuum``, in bounded units too) and a checkpoint on a
+connection of its own truncates the file.
 """
 
 from __future__ import annotations
@@ -56,15 +57,17 @@ __all__ = [
 log = structlog.get_logger("wardd.prune")
 Unit = Callable[[sqlite3.Connection], Any]
 
-# A batch stops at whichever comes first (and after any op once another unit
-# is queued behind it: then a dispatch waits for one op's deletion and one
-# commit; docs/performance.md has the figures).
+# A batch stops at whichever comes first (and after any chunk once another
+# unit is queued behind it: then a dispatch waits for one chunk's deletion and
+# one commit; docs/performance.md has the figures).
 BATCH_BUDGET_S = 0.002
 BATCH_MAX_OPS = 64
+# ops pruned by one set of statements; a batch checks its budget after each
+CHUNK_OPS = 8
 # the least pause between two batches, and how much longer than a batch the
 # pause is while the daemon is busy (see Pruner.look)
 PAUSE_S = 0.002
-BUSY_FACTOR = 4
+BUSY_FACTOR = 2
 # how often a look checkpoints the WAL on its own thread (see Pruner.look)
 CHECKPOINT_EVERY_S = 0.2
 # pages an incremental_vacuum unit moves and frees (4 KiB each)
@@ -153,8 +156,8 @@ def prune_batch(
     yield_to: Callable[[], bool] = lambda: False,
 ) -> Unit:
     """Prune up to ``max_ops`` ops that ended before ``before``, oldest
-    first, stopping once ``budget_s`` of work is spent or, after the first
-    op, as soon as ``yield_to()`` says other units wait (one writer unit)."""
+    first, :data:`CHUNK_OPS` at a time, stopping once ``budget_s`` of work is
+    spent or as soon as ``yield_to()`` says other units wait (one writer unit)."""
 
     def unit(conn: sqlite3.Connection) -> BatchResult:
         t0 = time.perf_counter()
@@ -166,9 +169,10 @@ def prune_batch(
             (before, max_ops),
         ).fetchall()
         pruned = examined = 0
-        for (op_id,) in ids:
-            examined += 1
-            pruned += prune_op(conn, op_id, at_ms)
+        for k in range(0, len(ids), CHUNK_OPS):
+            chunk = [i for (i,) in ids[k : k + CHUNK_OPS]]
+            examined += len(chunk)
+            pruned += prune_ops(conn, chunk, at_ms)
             if time.perf_counter() - t0 >= budget_s or yield_to():
                 break
         if pruned:
@@ -183,44 +187,49 @@ def prune_batch(
 
 
 def prune_op(conn: sqlite3.Connection, op_id: int, pruned_at_ms: int) -> bool:
-    """Turn one ended op into its tombstone; False (and its ``ended_at``
-    cleared, so it is not looked at again until it ends) if it has not ended."""
-    row = conn.execute(
-        "SELECT neuron_id, op, prog_id, act, args, state, ended_at FROM operations WHERE id = ?",
-        (op_id,),
-    ).fetchone()
-    if row is None:
-        return False
-    neuron_id, op, prog_id, act, args, state, ended_at = row
-    (open_attempts,) = conn.execute(
-        f"SELECT count(*) FROM attempts WHERE op_id = ? AND state IN ({_marks(_OPEN)})",
-        (op_id, *_OPEN),
-    ).fetchone()
-    if state not in ("consumed", "cancelled") or open_attempts or ended_at is None:
-        conn.execute("UPDATE operations SET ended_at = NULL WHERE id = ?", (op_id,))
-        return False
-    conn.execute(
+    """Turn one ended op into its tombstone (see :func:`prune_ops`)."""
+    return prune_ops(conn, [op_id], pruned_at_ms) == 1
+
+
+def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) -> int:
+    """Turn the ended ops among ``op_ids`` into tombstones, a few statements
+    for all of them; returns how many. An op that has not ended (its
+    ``ended_at`` is stale) gets ``ended_at`` cleared instead, so that it is
+    not looked at again until it ends (the trigger sets it again then)."""
+    if not op_ids:
+        return 0
+    ids = ",".join(str(int(i)) for i in op_ids)  # row ids from our own query
+    rows = conn.execute(
+        "SELECT o.id, o.neuron_id, o.op, o.prog_id, o.act, o.args, o.state, o.ended_at"
+        f" FROM operations o WHERE o.id IN ({ids}) AND o.ended_at IS NOT NULL"
+        " AND o.state IN ('consumed', 'cancelled') AND NOT EXISTS (SELECT 1 FROM attempts a"
+        f" WHERE a.op_id = o.id AND a.state IN ({_marks(_OPEN)}))",
+        _OPEN,
+    ).fetchall()
+    ended = {r[0] for r in rows}
+    stale = [i for i in op_ids if i not in ended]
+    if stale:
+        conn.execute(
+            f"UPDATE operations SET ended_at = NULL WHERE id IN ({','.join(map(str, stale))})"
+        )
+    if not rows:
+        return 0
+    conn.executemany(
         "INSERT INTO tombstones(id, neuron_id, op, prog_id, act, args_digest, state,"
         " ended_at, pruned_at) VALUES (?,?,?,?,?,?,?,?,?)",
-        (
-            op_id,
-            neuron_id,
-            op,
-            prog_id,
-            act,
-            args_digest(bytes(args)),
-            state,
-            to_ms(ended_at),
-            pruned_at_ms,
-        ),
+        [
+            (i, n, op, prog, act, args_digest(bytes(args)), state, to_ms(end), pruned_at_ms)
+            for i, n, op, prog, act, args, state, end in rows
+        ],
     )
-    attempts = "SELECT id FROM attempts WHERE op_id = ?"
-    conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({attempts})", (op_id,))
-    conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({attempts})", (op_id,))
-    conn.execute("DELETE FROM attempts WHERE op_id = ?", (op_id,))
-    conn.execute("DELETE FROM events WHERE op_id = ?", (op_id,))
-    conn.execute("DELETE FROM operations WHERE id = ?", (op_id,))
-    return True
+    done = ",".join(str(i) for i in sorted(ended))
+    attempts = f"SELECT id FROM attempts WHERE op_id IN ({done})"
+    conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({attempts})")
+    conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({attempts})")
+    conn.execute(f"DELETE FROM attempts WHERE op_id IN ({done})")
+    conn.execute(f"DELETE FROM events WHERE op_id IN ({done})")
+    conn.execute(f"DELETE FROM operations WHERE id IN ({done})")
+    return len(rows)
 
 
 def vacuum_step(pages: int = VACUUM_PAGES) -> Unit:
@@ -292,7 +301,7 @@ class Pruner:
         (at least :data:`PAUSE_S`) while the writer has nothing else to do,
         and :data:`BUSY_FACTOR` times as long once other units were written
         since its last batch: pruning takes at most about half of the writer
-        (and of the interpreter) on an idle daemon and a fifth on a busy one,
+        (and of the interpreter) on an idle daemon and a third on a busy one,
         and a batch stops early as soon as another unit is queued behind it
         (SPEC §3.9: dispatch is never held up for more than a few ms)."""
         t0 = time.monotonic()

@@ -196,7 +196,10 @@ class Reads:
         its op's row id, so paging is not disturbed by a prune between pages."""
         n = self._neuron(neuron)
         where, params = ["o.neuron_id = ?", "o.id > ?"], [n["id"], after or 0]
-        twhere, tparams = ["t.neuron_id = ?", "t.id > ?"], [n["id"], after or 0]
+        # tombstones are read in row id order (`+` keeps SQLite off the
+        # (neuron_id, op) index, which would sort every tombstone of the
+        # neuron for each page): the merge with the live ops stops at `limit`
+        twhere, tparams = ["+t.neuron_id = ?", "t.id > ?"], [n["id"], after or 0]
         if state == "unknown":
             where.append(
                 "EXISTS (SELECT 1 FROM attempts a WHERE a.op_id = o.id AND a.state = 'unknown')"
@@ -205,7 +208,7 @@ class Reads:
         elif state is not None:
             where.append("o.state = ?")
             params.append(state)
-            twhere.append("t.state = ?")
+            twhere.append("+t.state = ?")
             tparams.append(state)
         if prog is not None:
             where.append("p.prog = ?")
