@@ -1,10 +1,10 @@
 """wardd.adapters: the acts' adapters and the contract between them and the daemon.
 
-Built in: ``echo`` (always present), ``file.append`` and ``cli`` (SPEC §6).
+Built in: ``echo`` (always present), ``file.append`` and ``cli`` (contract §6).
 Third-party adapters register in the ``wardd.adapters`` entry-point group and
 are built by `build_adapter` (see `wardd.adapters._registry`).
 
-How an adapter's ``call`` ends decides its attempt's outcome (SPEC §3.2.4): a
+How an adapter's ``call`` ends decides its attempt's outcome (contract §3.2.4): a
 returned value is succeeded, `DefiniteFailure` is failed (no effect), any
 other exception is unknown.
 """

@@ -1,4 +1,4 @@
-"""The adapter contract: requests, receipts, and how a call's fate is told (SPEC §3.2.4, §6).
+"""The adapter contract: requests, receipts, and how a call's fate is told (contract §3.2.4, §6).
 
 An adapter's ``call`` tells the daemon the fate of one attempt by how it ends:
 
@@ -85,13 +85,13 @@ class ActRequest:
 
     @property
     def idempotency_key(self) -> str:
-        """``"<neuron>/<op>/<attempt>"`` (SPEC §3.4): unique across neurons, ops and attempts."""
+        """``"<neuron>/<op>/<attempt>"`` (contract §3.4): unique across neurons, ops, attempts."""
         return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
 @attrs.frozen
 class Receipt:
-    """An executor receipt's answer about one idempotency key (SPEC §3.4).
+    """An executor receipt's answer about one idempotency key (contract §3.4).
 
     ``value`` is the act's result for ``executed`` when the adapter can tell
     it (the built-in ones cannot: null). ``detail`` is a short, secret-free
@@ -110,14 +110,28 @@ class Adapter(Protocol):
 
     Optional members, looked up with ``getattr`` by the daemon:
 
+    - ``kind``: the adapter's name as configured (``"file.append"``,
+      ``"cli"``, an entry point's name). The daemon stores it with every
+      claim, so that a receipt is only ever asked about a claim its own kind
+      of adapter made (contract §3.4).
     - ``receipt(idempotency_key, claim_info=None) -> Receipt``: answers
       whether the attempt with that key had its effect; never raises (a
       failure to tell is ``Receipt("unknown")``). Use `has_receipt` to ask
-      whether an adapter offers one.
-    - ``claim_info() -> dict | None``: facts stored with the dispatch claim
-      and handed back to ``receipt`` (``file.append``: ``{"path": ...}``).
+      whether an adapter offers one. ``claim_info`` is None for an attempt
+      that was never claimed (it never reached the adapter) and for a claim
+      whose ``claim_info()`` recorded None; ``{}`` (or an older wardd's
+      record) for a claim that holds no record of this adapter's — the
+      daemon then takes the answer as a hint only.
+    - ``claim_info() -> dict | None``: facts stored with the dispatch claim,
+      computed on the worker thread just before the claim is committed (so
+      before the call), and handed back to ``receipt`` (``file.append``: the
+      file's path, device, inode, size and a digest of its content).
     - ``kill_all() -> None``: SIGKILL every process group the adapter still
       runs (``cli``); called by the daemon at shutdown after its grace.
+    - ``abortable: bool`` and ``abort(idempotency_key) -> None``: the call
+      with that key can be stopped from outside (``cli``: its process group
+      is killed), so that the operator's ``abort`` can end a hung call. An
+      adapter without them answers ``abort`` with ``not_abortable``.
     """
 
     tag: str

@@ -1,4 +1,4 @@
-"""The ``cli`` built-in adapter: one run of a configured program per call (SPEC §6).
+"""The ``cli`` built-in adapter: one run of a configured program per call (docs/configuration.md).
 
 Table keys: ``adapter``, ``argv`` (required), ``max_arg_bytes``,
 ``no_effect_exits``, ``timeout_s``, ``env``, ``receipt_argv``.
@@ -8,14 +8,18 @@ How a call ends:
 - exit 0 → succeeded with ``{"stdout": bytes, "stderr_tail": str,
   "truncated": bool}``;
 - an exit in ``no_effect_exits`` → `DefiniteFailure` (the program asserts
-  it did nothing), even if it closed stdin before reading all args;
+  it did nothing);
 - the program cannot be spawned (``ENOENT``, ``EACCES``, ``ENOEXEC``, …), a
   secret file cannot be read, the adapter was shut down: `DefiniteFailure`,
   the program never started;
 - any other exit, death by a signal, ``timeout_s`` passed (the group is
-  SIGKILLed), a broken stdin pipe, a wait error → `OutcomeUnknown`.
+  SIGKILLed), a wait error → `OutcomeUnknown`.
 
-Decisions (the SPEC leaves them open):
+A program need not read its input: a broken stdin pipe (it closed stdin or
+exited before reading all args) is not an error by itself; the exit status
+decides as above.
+
+Decisions:
 
 - Secret files (``env.NAME = {file = "/path"}``) are read at **every call**
   (and every receipt run), never at build time and never cached: a rotated
@@ -74,7 +78,7 @@ from ._base import (
 _KEYS = ("adapter", "argv", "max_arg_bytes", "no_effect_exits", "timeout_s", "env", "receipt_argv")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 STDERR_TAIL_BYTES = 4096
-FRAME_RESERVE = 65536  # room left in a frame beside stdout (SPEC §6: max_frame - 64 KiB)
+FRAME_RESERVE = 65536  # room left in a frame beside stdout: stdout is bounded to max_frame - 64 KiB
 RECEIPT_TIMEOUT_S = 30.0
 RECEIPT_STDOUT_BYTES = 4096
 SECRET_FILE_MAX_BYTES = 65536
@@ -172,7 +176,9 @@ class CliAdapter:
     timeout_s: float | None = None
     env: tuple[tuple[str, EnvValue], ...] = ()
     receipt_argv: tuple[str, ...] | None = None
+    kind: str = attrs.field(default="cli", init=False)
     in_process: bool = attrs.field(default=False, init=False)
+    abortable: bool = attrs.field(default=True, init=False)
     _groups: _process.ProcessGroups = attrs.field(factory=_process.ProcessGroups, init=False)
     _base_env: dict[str, str] = attrs.field(factory=_base_environment, init=False)
 
@@ -210,6 +216,12 @@ class CliAdapter:
         """SIGKILL every process group this adapter runs; refuse new calls from now on."""
         self._groups.kill_all()
 
+    def abort(self, idempotency_key: str) -> None:
+        """SIGKILL the process group of the call for ``idempotency_key`` (the
+        operator's ``abort``); a call whose program is still starting is
+        killed as soon as it exists. The call then ends unknown."""
+        self._groups.abort(idempotency_key)
+
     def call(self, request: ActRequest) -> dict[str, Any]:
         """Run the program once for ``request`` (see the module docstring for outcomes)."""
         if len(request.args) > self.max_arg_bytes:
@@ -230,6 +242,7 @@ class CliAdapter:
                 timeout_s=self.timeout_s,
                 stdout_head=self.stdout_limit + margin,
                 stderr_tail=STDERR_TAIL_BYTES + margin,
+                key=request.idempotency_key,
             )
         except DefiniteFailure as exc:
             raise DefiniteFailure(_redact.redact_text(str(exc), secrets)) from None
@@ -252,11 +265,6 @@ class CliAdapter:
             raise OutcomeUnknown(f"{self.tag}: killed by {_signal_name(-code)}{said}")
         if code in self.no_effect_exits:
             raise DefiniteFailure(f"{self.tag}: exit status {code} (a no-effect exit){said}")
-        if done.stdin_error is not None:
-            raise OutcomeUnknown(
-                f"{self.tag}: writing args to stdin failed ({done.stdin_error}); "
-                f"exit status {code}{said}"
-            )
         if code != 0:
             raise OutcomeUnknown(f"{self.tag}: exit status {code}{said}")
         return {"stdout": stdout, "stderr_tail": stderr_tail, "truncated": truncated}

@@ -1,4 +1,4 @@
-"""The ``echo`` act, always present (SPEC §6): returns its args unchanged."""
+"""The ``echo`` act, always present (contract §6): returns its args unchanged."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ class EchoAdapter:
     """Returns the request's args (bytes) unchanged; has no effect and no receipt."""
 
     tag: str = "echo"
+    kind: str = attrs.field(default="echo", init=False)
     in_process: bool = True
     max_arg_bytes: int = DEFAULT_MAX_ARG_BYTES
     receipt_supported: bool = attrs.field(default=False, init=False)

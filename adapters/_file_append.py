@@ -1,4 +1,4 @@
-"""The ``file.append`` built-in adapter (SPEC §6).
+"""The ``file.append`` built-in adapter (contract §6).
 
 Each call appends one line ``"<idempotency key>\\t<hex args>\\n"`` to the
 configured file and fsyncs it; the receipt looks the key up in that file.
@@ -12,7 +12,7 @@ How a call ends:
   (unknown), never failed: some bytes may be in the file.
 - Otherwise the line is durable and the call returns None.
 
-Decisions (the SPEC leaves them open):
+Decisions:
 
 - The file is opened ``O_RDWR|O_APPEND|O_CREAT|O_CLOEXEC``, mode 0600 when
   created. ``O_RDWR`` rather than ``O_WRONLY`` because the last byte is read
@@ -32,16 +32,70 @@ Decisions (the SPEC leaves them open):
   ``unknown``: a write of this attempt began, its effect is partial, and
   that is not for a receipt to decide. (A torn line cut at an even number of
   hex digits and later ended cannot be told from a whole one: it answers
-  ``executed``.)
-- A missing file answers ``not_executed`` only when its directory exists; a
-  missing directory (say, a file system not mounted yet) is ``unknown``.
-- Renaming or rotating the file away makes every earlier key read as
-  ``not_executed``: do not rotate a file while its act has unknown attempts.
+  ``executed``.) The key is unique to its attempt, so a complete line with it,
+  wherever it is found, is that attempt's effect.
+
+What the claim records, and what the receipt makes of it (contract §6,):
+
+- `claim_info` is computed just before the claim is committed, and the call
+  runs only after that commit, so it describes the file as it was before
+  this attempt's write: ``{"path", "file"}``, ``file`` being ``None`` when
+  the file does not exist (or cannot be inspected), else its ``dev``,
+  ``ino``, ``size`` and ``digest``. The daemon computes it on the worker
+  thread (for ``execute`` and ``invoke`` alike), never on the writer thread,
+  so a slow file system stalls one worker only.
+- Why ``size`` is a lower bound of where this attempt's line lands: the
+  call appends (``O_APPEND``) at the end of the file as it is at the write,
+  after an optional newline that ends a torn last line. Between the record
+  and the write the file can only grow through appends (our other workers',
+  serialised by the per-file lock, or another process's), so the line starts
+  at or after ``size`` — unless the file was truncated meanwhile, which the
+  receipt detects (below). So the receipt needs to look only after ``size``.
+- ``path`` is the configured path, the name the call opens — not a
+  ``realpath``: the receipt must look up the same name, so that a file
+  renamed or replaced under it, or a symlink repointed, reads as another
+  file (another device or inode) rather than as an unchanged one. The
+  receipt reads the recorded path even when the act's path was
+  reconfigured since: that is where the call wrote.
+- ``digest`` is the SHA-256 of the file's first and last 4 KiB before
+  ``size`` (of the whole of it when shorter). Device, inode and size alone
+  cannot tell a copy-truncate (logrotate's ``copytruncate``) followed by new
+  appends past ``size`` from an untouched file; the digest can: the bytes at
+  the start of a file truncated and written again are other lines, with
+  other keys.
+- The receipt answers ``not_executed`` only when the file at ``path`` is the
+  claim's file — same device and inode, no shorter than ``size``, the same
+  digest — its sampled bytes held a complete line of this adapter
+  (``keyed``), and no line for the key starts at or after ``size``. The
+  ``keyed`` condition makes the digest proof of identity: a line of ours
+  carries a key that names one attempt for ever, so no one writes those
+  bytes again by accident, whereas a file holding only, say, a header that
+  a rotation hook writes again after a copy-truncate would look unchanged. For a file
+  that was empty at the claim (``size`` 0) there is nothing to compare, and a
+  truncation back to empty cannot be ruled out: no line there is
+  ``unknown``. Every other case is ``unknown`` with a ``detail`` saying why
+  (renamed, rotated, replaced, truncated, deleted, absent at the claim,
+  unreadable, torn line, no record), except that a complete line for the
+  key found in the file now at ``path`` is still ``executed``. So a rotation
+  (a rename or a copy-truncate) can never make an executed attempt read as
+  ``not_executed``; it leaves it ``unknown``, for the operator to check the
+  rotated files and ``reconcile``.
+- A claim record without ``file`` (written by wardd before 2.2, which kept
+  only the path) is read the same way: ``executed`` for a line in the file,
+  otherwise ``unknown``.
+- An attempt that was never claimed (``claim_info`` is ``None``) never
+  reached the adapter: its receipt reads the configured file as a whole,
+  ``executed`` or ``not_executed``. A missing file answers ``not_executed``
+  only when its directory exists; a missing directory (say, a file system
+  not mounted yet) is ``unknown``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import stat
 import threading
 from collections.abc import Mapping
@@ -62,6 +116,8 @@ from ._base import (
 _KEYS = ("adapter", "path", "max_arg_bytes")
 _HEX_DIGITS = b"0123456789abcdef"
 _CHUNK = 1 << 20
+_SAMPLE = 4096  # bytes at each end of the file before the claim's offset, digested
+_KEY_LINE = re.compile(rb"[0-9a-f]{64}/[A-Za-z0-9._:-]{1,128}/[0-9]+\t(?:[0-9a-f]{2})*\n")
 
 _file_locks: dict[tuple[int, int], threading.Lock] = {}
 _file_locks_guard = threading.Lock()
@@ -80,6 +136,7 @@ class FileAppendAdapter:
     tag: str
     path: str
     max_arg_bytes: int
+    kind: str = attrs.field(default="file.append", init=False)
     in_process: bool = attrs.field(default=True, init=False)
     receipt_supported: bool = attrs.field(default=True, init=False)
 
@@ -93,8 +150,8 @@ class FileAppendAdapter:
         return cls(tag, path, _config.max_arg_bytes(table, max_frame=max_frame))
 
     def claim_info(self) -> dict[str, Any]:
-        """``{"path": <configured path>}``, stored with the claim for the receipt."""
-        return {"path": self.path}
+        """The file as it is just before the call, stored with the claim (module docstring)."""
+        return {"path": self.path, "file": file_identity(self.path)}
 
     def call(self, request: ActRequest) -> None:
         """Append the request's line and fsync it (see the module docstring for failures)."""
@@ -128,18 +185,191 @@ class FileAppendAdapter:
             _fsync_directory(self.path)
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
-        """Look the key up in the claimed file (SPEC §6); never raises."""
-        if claim_info is None:
-            path: object = self.path  # an unclaimed attempt never reached the adapter
-        else:
-            path = claim_info.get("path") if isinstance(claim_info, Mapping) else None
-        if not isinstance(path, str):
-            return Receipt("unknown", detail="claim info holds no path")
-        if path != self.path:
-            return Receipt("unknown", detail="the configured path changed since the claim")
+        """Look the key up as the claim's record allows (contract §6); never raises.
+
+        ``claim_info`` is ``None`` for an attempt that was never claimed, else
+        what `claim_info` recorded (``{}`` for a claim holding no such record).
+        """
         if "\t" in idempotency_key or "\n" in idempotency_key:
             return Receipt("unknown", detail="idempotency key holds a tab or a newline")
-        return _receipt_from_file(path, idempotency_key.encode() + b"\t")
+        prefix = idempotency_key.encode() + b"\t"
+        if claim_info is None:  # never claimed: never reached the adapter
+            return _whole_file_receipt(self.path, prefix)
+        return claimed_receipt(claim_info, prefix)
+
+
+def file_identity(path: str) -> dict[str, Any] | None:
+    """``{dev, ino, size, digest}`` of the regular file at ``path``, or None.
+
+    None when the file does not exist, is not a regular file, cannot be
+    read, or shrank while it was read: the receipt then never answers
+    ``not_executed`` for the claim. Opened ``O_NONBLOCK`` (a FIFO never
+    blocks the worker) and read-only (a read lease is not broken).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        sample = _prefix_sample(fd, st.st_size)
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    if sample is None:
+        return None
+    digest, keyed = sample
+    return {
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "size": st.st_size,
+        "digest": digest,
+        "keyed": keyed,
+    }
+
+
+def _prefix_sample(fd: int, size: int) -> tuple[str, bool] | None:
+    """(digest, keyed) of the first and last `_SAMPLE` bytes before ``size``;
+    None if they are gone. ``keyed``: the sample holds a complete line of
+    this adapter (a key and its hex), bytes that no one can write again by
+    accident, since a key names one attempt for ever."""
+    if size <= 2 * _SAMPLE:
+        spans = [(0, size)]
+    else:
+        spans = [(0, _SAMPLE), (size - _SAMPLE, _SAMPLE)]
+    h = hashlib.sha256()
+    keyed = False
+    for offset, length in spans:
+        data = _pread_exactly(fd, length, offset)
+        if data is None:
+            return None
+        h.update(data)
+        keyed = keyed or _KEY_LINE.search(data) is not None
+    return h.hexdigest(), keyed
+
+
+def _prefix_digest(fd: int, size: int) -> str | None:
+    got = _prefix_sample(fd, size)
+    return None if got is None else got[0]
+
+
+def _pread_exactly(fd: int, length: int, offset: int) -> bytes | None:
+    parts: list[bytes] = []
+    while length > 0:
+        got = os.pread(fd, length, offset)
+        if not got:
+            return None  # the file is shorter than it was: truncated meanwhile
+        parts.append(got)
+        length -= len(got)
+        offset += len(got)
+    return b"".join(parts)
+
+
+def claimed_receipt(claim_info: Mapping[str, Any], prefix: bytes) -> Receipt:
+    """The receipt of a claimed attempt from its claim record (see the module docstring)."""
+    path = claim_info.get("path") if isinstance(claim_info, Mapping) else None
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return Receipt("unknown", detail="the claim holds no record of the file")
+    if "file" not in claim_info:
+        return _executed_or_unknown(
+            path, prefix, "the claim holds no record of the file's identity (an older claim)"
+        )
+    recorded = _recorded_identity(claim_info["file"])
+    if recorded is None:
+        if claim_info["file"] is not None:
+            return Receipt("unknown", detail="the claim's record of the file is malformed")
+        why = f"{path} did not exist at the claim: a file created and rotated away since"
+        return _executed_or_unknown(path, prefix, why + " cannot be ruled out")
+    dev, ino, size, digest = recorded
+    try:
+        f = _open_for_reading(path)
+    except FileNotFoundError:
+        return Receipt("unknown", detail=f"{path} is gone since the claim (renamed or deleted)")
+    except OSError as exc:
+        return Receipt("unknown", detail=f"cannot open {path}: {exc.strerror}")
+    try:
+        with f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return Receipt("unknown", detail=f"{path} is not a regular file")
+            changed = _change_since_claim(f.fileno(), st, dev, ino, size, digest)
+            if changed is not None:
+                return _scan_answer(scan_for_key(f, prefix), f"{path} {changed}")
+            answer = scan_for_key(f, prefix, size)
+    except OSError as exc:
+        return Receipt("unknown", detail=f"cannot read {path}: {exc.strerror}")
+    if answer == "not_executed" and size == 0:
+        return Receipt(
+            "unknown",
+            detail=f"{path} was empty at the claim: a truncation since cannot be ruled out",
+        )
+    if answer == "not_executed" and claim_info["file"].get("keyed") is not True:
+        return Receipt(
+            "unknown",
+            detail=f"{path} held no line of this adapter before the claim's offset: a "
+            "copy-truncate that wrote the same bytes again cannot be ruled out",
+        )
+    return _scan_answer(answer, None)
+
+
+def _recorded_identity(value: object) -> tuple[int, int, int, str] | None:
+    if not isinstance(value, Mapping):
+        return None
+    fields = (value.get("dev"), value.get("ino"), value.get("size"))
+    digest = value.get("digest")
+    if not all(type(x) is int and x >= 0 for x in fields) or not isinstance(digest, str):
+        return None
+    dev, ino, size = fields
+    return dev, ino, size, digest  # type: ignore[return-value]
+
+
+def _change_since_claim(
+    fd: int, st: os.stat_result, dev: int, ino: int, size: int, digest: str
+) -> str | None:
+    """How the open file differs from the claim's, or None when it is the same file."""
+    if (st.st_dev, st.st_ino) != (dev, ino):
+        return "is not the claim's file (renamed, rotated or replaced since the claim)"
+    if st.st_size < size:
+        return f"is shorter than at the claim ({st.st_size} < {size} bytes: truncated since)"
+    if _prefix_digest(fd, size) != digest:
+        return "holds other bytes before the claim's offset (truncated and rewritten since)"
+    return None
+
+
+def _scan_answer(answer: ReceiptAnswer, not_found: str | None) -> Receipt:
+    """``executed`` stands; a torn line is unknown; no line is ``not_found`` (unknown) if given."""
+    if answer == "unknown":
+        return Receipt("unknown", detail="the key's line is torn or malformed")
+    if answer == "not_executed" and not_found is not None:
+        return Receipt("unknown", detail=not_found)
+    return Receipt(answer)
+
+
+def _open_for_reading(path: str) -> IO[bytes]:
+    """Open read-only, ``O_NONBLOCK``: a FIFO put at the path never blocks a receipt."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _executed_or_unknown(path: str, prefix: bytes, why: str) -> Receipt:
+    """A line for the key in the file now at ``path`` is ``executed``; anything else ``unknown``."""
+    try:
+        with _open_for_reading(path) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return Receipt("unknown", detail=f"{path} is not a regular file")
+            return _scan_answer(scan_for_key(f, prefix), why)
+    except FileNotFoundError:
+        return Receipt("unknown", detail=why)
+    except OSError as exc:
+        return Receipt("unknown", detail=f"cannot read {path}: {exc.strerror}")
 
 
 def _regular_file_stat(fd: int, path: str) -> os.stat_result:
@@ -184,9 +414,10 @@ def _fsync_directory(path: str) -> None:
         raise OutcomeUnknown(f"fsync of the directory of {path} failed: {exc.strerror}") from exc
 
 
-def _receipt_from_file(path: str, prefix: bytes) -> Receipt:
+def _whole_file_receipt(path: str, prefix: bytes) -> Receipt:
+    """The 2.1 receipt of an attempt never claimed: the configured file as a whole."""
     try:
-        f = open(path, "rb")
+        f = _open_for_reading(path)
     except FileNotFoundError:
         if os.path.isdir(os.path.dirname(path) or "/"):
             return Receipt("not_executed")
@@ -205,19 +436,25 @@ def _receipt_from_file(path: str, prefix: bytes) -> Receipt:
     return Receipt(answer)
 
 
-def scan_for_key(f: IO[bytes], prefix: bytes) -> ReceiptAnswer:
-    """Stream ``f`` for a line starting with ``prefix`` (the key and a tab).
+def scan_for_key(f: IO[bytes], prefix: bytes, start: int = 0) -> ReceiptAnswer:
+    """Stream ``f`` for a line starting with ``prefix`` (the key and a tab) at or after ``start``.
 
     ``executed`` for a complete, well-formed line; ``unknown`` when the only
-    such lines are torn or malformed; ``not_executed`` when the whole file was
-    read without one. Reads in chunks of 1 MiB: memory stays bounded however
-    large the file or its lines are.
+    such lines are torn or malformed; ``not_executed`` when the file was read
+    to its end without one. A line starts at ``start`` only if the byte
+    before it is a newline. Reads in chunks of 1 MiB: memory stays bounded
+    however large the file or its lines are.
     """
     needle = b"\n" + prefix
     keep = len(needle) - 1
     damaged = False
-    buf = b"\n"  # a virtual newline before the first byte: the first line starts a line
-    base = -1  # file offset of buf[0]
+    if start == 0:
+        f.seek(0)
+        buf = b"\n"  # a virtual newline before the first byte: the first line starts a line
+        base = -1  # file offset of buf[0]
+    else:
+        f.seek(start - 1)  # the byte before ``start`` says whether a line starts there
+        buf, base = b"", start - 1
     while True:
         chunk = f.read(_CHUNK)
         buf += chunk

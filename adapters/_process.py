@@ -1,13 +1,17 @@
 """Running one child program for the ``cli`` adapter: spawn, feed, drain, kill, reap.
 
-Rules this module keeps (SPEC §3.6, §6):
+Rules this module keeps (docs/contract.md, "Shutdown" and "The cli adapter"):
 
 - Every child is its own session and process group (``start_new_session``),
   started without a shell, with ``close_fds`` and the environment it is
   given, and registered in its adapter's `ProcessGroups` until it is reaped,
   so that `ProcessGroups.kill_all` can SIGKILL every group still running.
 - Args go to stdin, written without blocking while stdout and stderr are
-  drained, so a child that writes a lot before it reads cannot deadlock us.
+  drained (never before), so a child that writes a lot before it reads
+  cannot deadlock us. A child need not read its input: a broken stdin pipe
+  (the child closed stdin or exited without reading it all) ends the
+  writing and is recorded in `Finished.stdin_unread`, but it is not an error:
+  the exit status decides the outcome.
   stdout keeps a bounded head, stderr a bounded tail; the rest is read and
   discarded so the child never blocks on a full pipe.
 - The call ends when the group's leader exits (seen through a pidfd, or by
@@ -39,6 +43,7 @@ from ._base import DefiniteFailure, OutcomeUnknown
 
 _READ_SIZE = 65536
 _POLL_S = 0.05  # exit polling interval where pidfd_open is unavailable
+_ABORTED_KEPT = 1024  # keys are unique per attempt: an old one never matches again
 _DRAIN_READS = 64  # at most 4 MiB read per pipe after the leader's exit
 
 
@@ -52,7 +57,7 @@ class Finished:
     stderr_tail: bytes  # the last bytes of stderr, up to the tail size asked for
     stderr_total: int
     timed_out: bool
-    stdin_error: str | None  # why writing args to stdin failed (a broken pipe), if it did
+    stdin_unread: int  # args bytes the child never took (it closed stdin or exited first)
 
 
 class ProcessGroups:
@@ -65,15 +70,31 @@ class ProcessGroups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: dict[int, subprocess.Popen[bytes]] = {}
+        self._by_key: dict[str, int] = {}  # a call's key -> its leader's pid
+        # keys of calls aborted before their program was spawned (or after it
+        # was reaped: a race the caller resolves), oldest first, bounded
+        self._aborted: dict[str, None] = {}
         self._closed = False
 
     def spawn(
-        self, argv: Sequence[str], env: Mapping[str, str | bytes], *, stdin: bool
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str | bytes],
+        *,
+        stdin: bool,
+        key: str | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv``; `DefiniteFailure` when it cannot start (it never ran)."""
+        """Start ``argv``; `DefiniteFailure` when it cannot start (it never ran).
+
+        ``key`` names the call so that :meth:`abort` can find its group."""
         with self._lock:
             if self._closed:
                 raise DefiniteFailure("the adapter has been shut down; nothing was started")
+            if key is not None and key in self._aborted:
+                del self._aborted[key]
+                # nothing ran, but the contract records an aborted call unknown
+                # (its evidence says why: an operator may reconcile not_executed)
+                raise OutcomeUnknown("aborted by the operator before its program started")
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -93,10 +114,24 @@ class ProcessGroups:
             raise DefiniteFailure(f"cannot start {argv[0]}: {exc}") from exc
         with self._lock:
             self._live[proc.pid] = proc
-            closed = self._closed
-        if closed:  # kill_all ran while we were spawning: this child must not live on
+            if key is not None:
+                self._by_key[key] = proc.pid
+            # kill_all or an abort ran while we were spawning: it must not live on
+            doomed = self._closed or (key is not None and key in self._aborted)
+        if doomed:
             _kill_group(proc.pid)
         return proc
+
+    def abort(self, key: str) -> None:
+        """SIGKILL the group of the call named ``key``, now or as soon as it
+        is spawned (an ``abort`` of a call whose program is starting)."""
+        with self._lock:
+            pid = self._by_key.get(key)
+            self._aborted[key] = None
+            while len(self._aborted) > _ABORTED_KEPT:
+                del self._aborted[next(iter(self._aborted))]
+            if pid is not None:
+                _kill_group(pid)
 
     def finish(self, proc: subprocess.Popen[bytes]) -> int:
         """SIGKILL ``proc``'s whole group, wait for the leader to die, reap it: its returncode."""
@@ -106,10 +141,18 @@ class ProcessGroups:
         except ChildProcessError as exc:
             with self._lock:
                 self._live.pop(proc.pid, None)
+                self._forget_key(proc.pid)
             raise OutcomeUnknown(f"lost track of child process {proc.pid}") from exc
         with self._lock:  # reap under the lock: kill_all never signals a reaped (reusable) pid
             self._live.pop(proc.pid, None)
+            self._forget_key(proc.pid)
             return proc.wait()
+
+    def _forget_key(self, pid: int) -> None:
+        for key, live in list(self._by_key.items()):
+            if live == pid:
+                del self._by_key[key]
+                self._aborted.pop(key, None)
 
     def kill_all(self) -> None:
         """SIGKILL every live group and refuse new children from now on (shutdown)."""
@@ -186,7 +229,7 @@ class _Pump:
         self.use_pidfd = use_pidfd
         self.sel = selectors.DefaultSelector()
         self.pidfd: int | None = None
-        self.stdin_error: str | None = None
+        self.stdin_unread = 0
         self._leader_exited = False
         self._in_view = memoryview(stdin_data or b"")
         self._sinks: dict[int, _Head | _Tail] = {}
@@ -209,9 +252,8 @@ class _Pump:
                 wait = left if wait is None else min(wait, left)
             for key, _ in self.sel.select(wait):
                 self._service(key.fd)
-        if self._in_view and self.stdin_error is None:
-            # A leader that exits before taking all its args is a broken pipe too.
-            self.stdin_error = "the program exited before reading all args"
+        self.stdin_unread += len(self._in_view)  # a leader that exited before taking them all
+        self._in_view = self._in_view[:0]
         return True
 
     def close(self) -> None:
@@ -273,16 +315,18 @@ class _Pump:
             written = os.write(fd, self._in_view[:_READ_SIZE])
         except BlockingIOError:
             return
-        except OSError as exc:  # EPIPE: the child closed stdin before reading all args
-            self.stdin_error = exc.strerror or type(exc).__name__
+        except OSError:
+            # EPIPE (or another write error): the child closed stdin, or never read it, and
+            # exited. Not an error by itself: we stop writing and the exit status decides.
+            self.stdin_unread = len(self._in_view)
             written = len(self._in_view)
         self._in_view = self._in_view[written:]
         if not self._in_view:
             self.sel.unregister(fd)
             try:
                 self.proc.stdin.close()
-            except OSError as exc:
-                self.stdin_error = self.stdin_error or exc.strerror or type(exc).__name__
+            except OSError:
+                pass  # nothing is buffered in it: a close error loses no data
 
     def drain(self) -> None:
         """After the group was killed: read what is left in the pipes, without waiting.
@@ -315,6 +359,7 @@ def run(
     stdout_head: int,
     stderr_tail: int,
     use_pidfd: bool = True,
+    key: str | None = None,
 ) -> Finished:
     """Run ``argv`` to its end (or its timeout), then kill its group and reap it.
 
@@ -324,7 +369,7 @@ def run(
     `DefiniteFailure` only when the program could not be started; any other
     error propagates and means the run's effect is unknown.
     """
-    proc = groups.spawn(argv, env, stdin=stdin_data is not None)
+    proc = groups.spawn(argv, env, stdin=stdin_data is not None, key=key)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     head, tail = _Head(stdout_head), _Tail(stderr_tail)
     pump: _Pump | None = None
@@ -349,5 +394,5 @@ def run(
         stderr_tail=tail.value(),
         stderr_total=tail.total,
         timed_out=not exited,
-        stdin_error=pump.stdin_error,
+        stdin_unread=pump.stdin_unread,
     )

@@ -1,4 +1,4 @@
-"""Redaction of configured secret values from what an adapter hands back (SPEC §5, §6).
+"""Redaction of configured secret values from what an adapter hands back (contract §5, §6).
 
 Every occurrence of a secret is replaced by ``[redacted]``. Output is kept
 only in part (a bounded head of stdout, a tail of stderr), and a cut must

@@ -1,4 +1,4 @@
-"""`build_adapter`: from an act's TOML table to an adapter (SPEC §6).
+"""`build_adapter`: from an act's TOML table to an adapter (contract §6).
 
 ``adapter = "file.append"`` and ``adapter = "cli"`` are built in. Any other
 name is looked up in the ``wardd.adapters`` entry-point group
@@ -8,7 +8,8 @@ keyword arguments, without ``adapter`` and ``max_arg_bytes``. The result is
 wrapped in an `EntryPointAdapter`, which gives it the act's tag, the act's
 ``max_arg_bytes`` (the table's, else the object's own, else 65536) and
 ``in_process`` (the object's own, else False: only an adapter that declares
-it gets automatic ``not_executed`` receipts), and which calls its
+it gets automatic ``not_executed`` receipts), ``abortable`` (True only when
+the object declares it and has an ``abort(key)``), and which calls its
 ``receipt`` with or without ``claim_info`` as its signature allows.
 """
 
@@ -103,17 +104,21 @@ def _from_entry_point(
             raise AdapterConfigError(
                 "max_arg_bytes", f"entry point {name!r} declares an invalid bound {bound!r}"
             )
-    return EntryPointAdapter(tag, inner, int(bound))
+    return EntryPointAdapter(tag, inner, int(bound), kind=name)
 
 
 class EntryPointAdapter:
     """A third-party adapter, given the act's tag and bound (see the module docstring)."""
 
-    def __init__(self, tag: str, inner: Any, max_arg_bytes: int) -> None:
+    def __init__(self, tag: str, inner: Any, max_arg_bytes: int, *, kind: str = "") -> None:
         self.tag = tag
+        self.kind = kind or f"entry point {type(inner).__qualname__}"
         self.inner = inner
         self.max_arg_bytes = max_arg_bytes
         self.in_process = getattr(inner, "in_process", False) is True
+        self.abortable = getattr(inner, "abortable", False) is True and callable(
+            getattr(inner, "abort", None)
+        )
         receipt = getattr(inner, "receipt", None)
         self._receipt: Callable[..., Any] | None = receipt if callable(receipt) else None
         self._receipt_takes_claim = self._receipt is not None and _accepts_two(self._receipt)
@@ -143,6 +148,10 @@ class EntryPointAdapter:
         except Exception as exc:
             return Receipt("unknown", detail=f"receipt raised {type(exc).__name__}")
         return _normalise(answer)
+
+    def abort(self, idempotency_key: str) -> None:
+        """The wrapped object's ``abort`` (only called when ``abortable``)."""
+        self.inner.abort(idempotency_key)
 
     def claim_info(self) -> dict[str, Any] | None:
         """The wrapped object's ``claim_info()``, if it has one."""

@@ -15,7 +15,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".venv-dbos"
-PIN = "dbos==3.4.0"  # the version PERF-NOTES measured; unpinned if it cannot be had
+PIN = "dbos==3.4.0"  # the version of the reference measurements; unpinned if it cannot be had
 STAMP = VENV / ".installed"
 
 

@@ -11,7 +11,7 @@ until ``quit``: the bench then interleaves the peer's repetitions with
 wardd's, so that both are measured under the same conditions.
 
 JOURNAL is ``wal`` (the file is created in WAL mode before DBOS opens it:
-the fair comparison, PERF-NOTES) or ``default`` (DBOS's own rollback
+the fair comparison) or ``default`` (DBOS's own rollback
 journal). Prints one JSON line: steps/s and one-step workflows/s per
 repetition, and the journal mode and ``synchronous`` level DBOS ran with.
 Nothing is contacted but the SQLite file: no conductor key, no OTLP.

@@ -11,7 +11,7 @@ event records add up to ``records``.
 
 The time measured is from just before the daemon process is spawned to its
 ``READY=1``: interpreter start, imports, migration check, and the recovery
-unit that marks every in-flight attempt unknown (SPEC §3.6). A start on an
+unit that marks every in-flight attempt unknown (contract §3.6). A start on an
 empty database is measured the same way, to tell the fixed cost apart.
 """
 

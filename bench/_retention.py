@@ -1,8 +1,8 @@
-"""Retention (issue 16, SPEC §3.9): what a pruned op keeps for ever, what
+"""Retention (contract §3.9): what a pruned op keeps for ever, what
 pruning costs a dispatch, and whether a long run stays flat.
 
 1. bytes per op: ``n`` submit+invoke+consume cycles of ``echo`` with 64-byte
-   args on a real daemon, the way issue 16 measured 1,754 bytes per op on the
+   args on a real daemon, the way 1,754 bytes per op were measured on the
    schema before retention; the file size per op with every record kept,
    then after every op is pruned (file size, and ``dbstat``'s bytes of the
    tombstones table and its index).

@@ -1,4 +1,4 @@
-"""wardd benchmarks (issue 6): dispatch cost against the disk's own limit and against DBOS.
+"""wardd benchmarks: dispatch cost against the disk's own limit and against DBOS.
 
     make bench                          # the default run (~2.5 min on 2 cores, more if loaded)
     make bench BENCH_ARGS=--quick       # ~35 s, fewer and smaller samples
@@ -25,7 +25,7 @@ filesystem). Results, method and analysis: docs/performance.md.
 5. recovery time to ``READY=1`` with 1M event records and 10k in-flight
    attempts; RSS idle and with 1,000 connections; ``status`` latency under
    the concurrent load;
-6. retention (issue 16): bytes per op kept for ever once pruned, ``invoke``
+6. retention: bytes per op kept for ever once pruned, ``invoke``
    latency while a backlog of 100k prunable ops is pruned against the same
    database on a daemon that keeps everything, and a long run with retention
    on (``--retention-cycles N``; the issue asks 1M, the default run does what
@@ -34,7 +34,7 @@ filesystem). Results, method and analysis: docs/performance.md.
 Figures are median [min–max] over repetitions; latencies are pooled
 p50/p99. Ratios to the raw bound and to DBOS are paired (the raw sample, or
 the DBOS repetition, is taken right next to each wardd repetition), since
-these machines are noisy. Ratios against the targets of issue 6 close the
+these machines are noisy. Ratios against the project's targets close the
 run. Every daemon
 and temp dir is removed at the end; nothing but local Unix sockets is used.
 """
@@ -96,7 +96,7 @@ TARGETS = [
     ("recovery", "recovery to READY=1 ≤ 2 s (1M records, 10k in flight)", "<=", 2.0),
     ("rss", "RSS with 1,000 connections ≤ 80 MB", "<=", 80.0),
     ("status", "status p99 ≤ 5 ms under full concurrent load (worse worker count)", "<=", 5.0),
-    ("tombstone", "bytes per op kept for ever ≤ 10% of 1,754 (issue 16)", "<=", 175.4),
+    ("tombstone", "bytes per op kept for ever ≤ 10% of 1,754 (retention)", "<=", 175.4),
 ]
 
 
@@ -415,7 +415,7 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     R.value("retention.bytes", b)
     print(f"   submit+invoke+consume of echo, 64-byte args, {n:,} ops:")
     print(f"      kept (every record)          {b['kept_per_op']:,.0f} B/op"
-          "   (issue 16 measured 1,754 before retention)")
+          "   (1,754 measured before retention)")
     print(f"      pruned (tombstones only)     {b['pruned_per_op']:,.0f} B/op of pages in use,"
           f" {b['pruned_file_per_op']:,.0f} B/op of file; dbstat: tombstones and their index"
           f" {b['tombstone_per_op']:,.0f} B/op")
@@ -465,14 +465,14 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
             print(f"      database file growth after warm-up: {per:,.0f} B per cycle"
                   " (the tombstones: what is kept for ever)")
     if lr["cycles"] < 1_000_000:
-        R.note(f"retention long run: {lr['cycles']:,} cycles, not the 1M of issue 16"
+        R.note(f"retention long run: {lr['cycles']:,} cycles, not the 1M asked"
                " (--retention-cycles 1000000 runs them)")
 
 
 # -- summary ------------------------------------------------------------------------------
 
 def summary(R: Results) -> list[tuple[str, str, float | None, bool | None]]:
-    section("targets (issue 6), medians of this run")
+    section("targets, medians of this run")
     st, v = R.stats, R.values
     med = lambda k: st[k].median if k in st else None  # noqa: E731
     bound = med("raw.dispatch_bound")
@@ -537,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="parent of the temp dir (default: the system's)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write every figure here")
     p.add_argument("--retention-cycles", type=int, default=None, metavar="N",
-                   help="cycles of the retention long run (issue 16 asks 1,000,000)")
+                   help="cycles of the retention long run (1,000,000 were asked)")
     p.add_argument("--retention-backlog", type=int, default=None, metavar="N",
                    help="prunable ops pruned while dispatch latency is measured (100,000)")
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""wardd.client: talk to a wardd daemon (SPEC §4).
+"""wardd.client: talk to a wardd daemon (contract §4).
 
 - `Client`: a blocking connection over the daemon's Unix socket;
   `TrioClient`: its trio twin, safe for concurrent calls from many tasks.

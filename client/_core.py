@@ -1,4 +1,4 @@
-"""The sans-IO heart of both clients (SPEC §4), h11-shaped.
+"""The sans-IO heart of both clients (contract §4), h11-shaped.
 
 `ClientCore` never touches a socket: a driver asks it for the bytes of a
 request (`hello_request`, `request`), hands it whatever the socket produced
@@ -19,7 +19,7 @@ bookkeeping of one connection:
 - a request the caller gave up on (`abandon`) still gets its reply from the
   daemon, which is then dropped silently.
 
-The core never resends anything (SPEC §4: a client never resends a signed
+The core never resends anything (contract §4: a client never resends a signed
 request after sending a later one that depends on its outcome).
 """
 
@@ -53,7 +53,7 @@ Reply: TypeAlias = Response | ErrorReply
 
 @attrs.frozen
 class HelloResult:
-    """What the daemon said about itself in its `hello` reply (SPEC §4)."""
+    """What the daemon said about itself in its `hello` reply (contract §4)."""
 
     protocol: int
     daemon: str
@@ -177,7 +177,7 @@ class ClientCore:
         daemon's `max_frame`, and the connection's failure if it has failed.
         """
         if self._hello_id is None:
-            raise RuntimeError("hello must be the first request on a connection (SPEC §4)")
+            raise RuntimeError("hello must be the first request on a connection (contract §4)")
         return self._encode(method, dict(params) if params is not None else {})
 
     def _encode(self, method: str, params: dict[str, Any]) -> tuple[int, bytes]:
@@ -262,7 +262,7 @@ class ClientCore:
             error = RemoteProtocolError(f"malformed reply from the daemon: {exc}")
             raise self._broken(error) from exc
         if reply.id is None:
-            # SPEC §4: bad_frame (and a protocol_error whose id could not be
+            # contract §4: bad_frame (and a protocol_error whose id could not be
             # read) concern the connection, not one request.
             assert isinstance(reply, ErrorReply)
             self.fail(reply.error)
@@ -285,7 +285,7 @@ class ClientCore:
         if reply.id != self._hello_id or self._hello is not None:
             return
         if isinstance(reply, ErrorReply):
-            # SPEC §4: a refused hello closes the connection.
+            # contract §4: a refused hello closes the connection.
             self.fail(reply.error)
             return
         try:

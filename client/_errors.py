@@ -2,7 +2,7 @@
 
 The daemon's refusals are not here: they arrive as wire error codes and are
 raised as the `wardd.protocol.WarddError` subclass of their code (the one
-error table, SPEC §4). What is here is what no daemon said: the connection
+error table, contract §4). What is here is what no daemon said: the connection
 closed under a request, the daemon sent something the protocol does not
 allow, a request too large to frame, a key file that cannot be read.
 None of these messages ever carries key material or a token handle.
@@ -27,13 +27,13 @@ class ConnectionClosed(ClientError):
     """The connection ended (or broke) while a request still needed it.
 
     A request whose reply was lost this way may or may not have been applied
-    by the daemon (SPEC §3.1: its effect does not depend on the connection
+    by the daemon (contract §3.1: its effect does not depend on the connection
     staying open); read the state back before deciding what to do next.
     """
 
 
 class RemoteProtocolError(ClientError):
-    """The daemon sent a frame or reply the wire protocol (SPEC §4) forbids.
+    """The daemon sent a frame or reply the wire protocol (contract §4) forbids.
 
     The connection is unusable afterwards: the client cannot know which
     request a malformed reply belonged to.

@@ -1,4 +1,4 @@
-"""The neuron: a signing subject holding an Ed25519 key (SPEC §2, §4).
+"""The neuron: a signing subject holding an Ed25519 key (contract §2, §4).
 
 A `Neuron` signs requests; it is never sent anywhere but as its public id.
 Key material stays inside the object: it is not in `repr`/`str`, not in any
@@ -83,7 +83,11 @@ class Neuron:
             with open(where, "rb") as f:
                 data = f.read(_MAX_KEY_FILE + 1)
         except OSError as exc:
-            raise KeyFileError(f"cannot read key file {where}: {exc.strerror or exc}") from None
+            missing = isinstance(exc, FileNotFoundError)
+            hint = " (create one with: wardctl keygen)" if missing else ""
+            raise KeyFileError(
+                f"cannot read key file {where}: {exc.strerror or exc}{hint}"
+            ) from None
         if len(data) > _MAX_KEY_FILE:
             _refuse(where, "too large to be a key file")
         return cls(_parse_key(where, data))
@@ -111,7 +115,7 @@ class Neuron:
     # -- identity and signing ------------------------------------------------------
     @property
     def id(self) -> str:
-        """The neuron id: lowercase hex of the raw 32-byte public key (SPEC §2)."""
+        """The neuron id: lowercase hex of the raw 32-byte public key (contract §2)."""
         return self._id
 
     @property
@@ -120,7 +124,7 @@ class Neuron:
         return bytes.fromhex(self._id)
 
     def sign(self, method: str, params: Mapping[str, Any], network: str) -> dict[str, Any]:
-        """A copy of `params` with ``neuron`` and ``sig`` added (SPEC §4).
+        """A copy of `params` with ``neuron`` and ``sig`` added (contract §4).
 
         ``sig`` covers ``["wardd/1", network, method, params-without-sig]`` in
         deterministic CBOR; it is computed by `wardd.protocol.sign`. A stale

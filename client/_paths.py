@@ -1,4 +1,4 @@
-"""Default locations (SPEC §4, §6).
+"""Default locations (contract §4, §6).
 
 `default_socket_path` and `default_key_path` are the XDG defaults, the same
 the daemon uses. The clients and wardctl look at the environment first

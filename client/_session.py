@@ -1,4 +1,4 @@
-"""Signed calls for one neuron, over either client (SPEC §3, §4).
+"""Signed calls for one neuron, over either client (contract §3, §4).
 
 Each operation is written once, as a *plan*: a generator that yields the
 calls it needs (`_Call`) and receives their results, so a multi-step
@@ -12,10 +12,10 @@ what an operator at a prompt wants, but it means the write fences against
 nothing that happened before the read. A program that must be fenced by
 the epoch it was started under pins it: ``Session(client, neuron,
 epoch=N)`` sends ``expected_epoch=N`` on every `prepare`, `invoke`,
-`manual_take` and `rebind` (SPEC §4: the bundled clients always send it),
+`manual_take` and `rebind` (contract §4: the bundled clients always send it),
 so `advance_epoch` retires everything that program would still sign.
 
-The same holds for the prog fences (SPEC §3.4): `set_prog_state` always
+The same holds for the prog fences (contract §3.4): `set_prog_state` always
 sends ``expected_state_version`` and `recover_reservations` always sends
 ``before``, read from `get_prog` unless given, so the signed request can
 never be replayed after a later state change, nor release a reservation
@@ -30,7 +30,7 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from ._core import HelloResult
-from ._errors import ClientError, RemoteProtocolError
+from ._errors import ClientError, ConnectionClosed, RemoteProtocolError
 from ._neuron import Neuron
 from ._sync import Client
 from ._trio import TrioClient
@@ -57,7 +57,7 @@ class _NoValue:
 NO_VALUE: Final = _NoValue()
 """Marks a reconcile outcome sent without a ``value`` key (unlike ``None``, a null value)."""
 
-_PAGE_LIMIT = 1000  # SPEC §4: reads return at most 1000 per page
+_PAGE_LIMIT = 1000  # contract §4: reads return at most 1000 per page
 
 
 @attrs.frozen
@@ -69,9 +69,23 @@ class _Call:
 
 Plan = Generator[_Call, Any, T]
 
+_DISPATCHES = ("invoke", "execute")
+
+
+def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
+    """The answer to ``call`` was lost: for a dispatch, say the attempt may have run."""
+    if call.method not in _DISPATCHES:
+        return exc
+    op = call.params.get("op")
+    look = f"`wardctl op show {op}`" if op else "get_operation (`wardctl op show OP`)"
+    return ConnectionClosed(
+        f"{exc}: the attempt may have run (its claim may be durable); look with {look} "
+        "before anything else"
+    )
+
 
 def _ask(method: str, params: dict[str, Any], signed: bool) -> Plan[dict[str, Any]]:
-    """One call whose result is a map (every method's is, SPEC §4)."""
+    """One call whose result is a map (every method's is, contract §4)."""
     result: dict[str, Any] = yield _Call(method, params, signed)
     return result
 
@@ -94,7 +108,7 @@ class _Plans:
         return (yield from _ask("get_prog", {"neuron": self.neuron_id, "prog": prog}, False))
 
     def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[list[Any]]:
-        """Every item of a paged read (SPEC §4: pass `next` back as `after`)."""
+        """Every item of a paged read (contract §4: pass `next` back as `after`)."""
         items: list[Any] = []
         after: Any = None
         while True:
@@ -124,7 +138,7 @@ class _Plans:
     def attempts(self, state: str) -> Plan[list[dict[str, Any]]]:
         return (yield from self.pages("list_attempts", {"state": state}, "attempts"))
 
-    # -- placement, epoch, policy (SPEC §3.1) --------------------------------------
+    # -- placement, epoch, policy (contract §3.1) --------------------------------------
     def bind(self, worker: str, expected_generation: int | None) -> Plan[dict[str, Any]]:
         listed = (yield _Call("list_workers", {}, False))["workers"]
         match = [w for w in listed if w.get("worker") == worker]
@@ -168,7 +182,7 @@ class _Plans:
     def set_prog_state(
         self, prog: str, state: str, expected_state: str | None, expected_version: int | None
     ) -> Plan[dict[str, Any]]:
-        """Always with ``expected_state_version`` (SPEC §3.4), so a captured
+        """Always with ``expected_state_version`` (contract §3.4), so a captured
         pause or resume can never be replayed after a later state change."""
         if expected_state is None or expected_version is None:
             current = yield from self.prog(prog)
@@ -185,14 +199,35 @@ class _Plans:
         return (yield from _ask("set_prog_state", params, True))
 
     def recover_reservations(self, prog: str, before: int | None) -> Plan[dict[str, Any]]:
-        """Always with ``before`` (SPEC §3.4), so a replay never releases a
+        """Always with ``before`` (contract §3.4), so a replay never releases a
         reservation made after this request was signed."""
         if before is None:
             before = (yield from self.prog(prog))["reservation_seq"]
         params = {"prog": prog, "before": before}
         return (yield from _ask("recover_reservations", params, True))
 
-    # -- attempts (SPEC §3.2, §3.5) ------------------------------------------------
+    def set_step_limit(
+        self, prog: str, step_limit: int, expected_version: int | None
+    ) -> Plan[dict[str, Any]]:
+        """Always fenced by ``expected_state_version`` (read from ``get_prog``
+        when not given), like ``set_prog_state``."""
+        if expected_version is None:
+            expected_version = (yield from self.prog(prog))["state_version"]
+        params = {
+            "prog": prog,
+            "step_limit": step_limit,
+            "expected_state_version": expected_version,
+        }
+        return (yield from _ask("set_step_limit", params, True))
+
+    def abort(self, op: str, attempt: int | None) -> Plan[dict[str, Any]]:
+        """`abort` the op's running attempt (default: its latest attempt)."""
+        if attempt is None:
+            attempts = (yield from self.operation(op))["attempts"]
+            attempt = attempts[-1]["attempt"] if attempts else 1
+        return (yield from _ask("abort", {"op": op, "attempt": attempt}, True))
+
+    # -- attempts (contract §3.2, §3.5) ------------------------------------------------
     def _attempt_params(
         self,
         op: str,
@@ -282,7 +317,7 @@ class _SessionBase:
             return call.params
         params = dict(call.params)
         if self._network is not None:
-            # Naming the network makes a mismatch `wrong_network` (SPEC §4)
+            # Naming the network makes a mismatch `wrong_network` (contract §4)
             # rather than a bare `unauthenticated`.
             params["network"] = self._network
         return self.neuron.sign(call.method, params, self._network or hello.network)
@@ -312,7 +347,10 @@ class Session(_SessionBase):
             call = next(plan)
             while True:
                 params = self._wire_params(call, self.client.hello_result)
-                result = self.client.call(call.method, params)
+                try:
+                    result = self.client.call(call.method, params)
+                except ConnectionClosed as exc:
+                    raise _lost(call, exc) from exc
                 call = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
@@ -325,7 +363,7 @@ class Session(_SessionBase):
 
     # -- reads ----------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The daemon's `status` (SPEC §4)."""
+        """The daemon's `status` (contract §4)."""
         return self._run(self._plans.one("status", {}, signed=False))
 
     def workers(self) -> list[dict[str, Any]]:
@@ -404,13 +442,29 @@ class Session(_SessionBase):
             self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
         )
 
+    def set_step_limit(
+        self, prog: str, step_limit: int, *, expected_state_version: int | None = None
+    ) -> dict[str, Any]:
+        """`set_step_limit`, always fenced by ``expected_state_version`` (default:
+        the prog's current one, read first). Raising the limit of an exhausted
+        prog lets new work pass; what the exhaustion cancelled stays cancelled."""
+        return self._run(
+            self._plans.set_step_limit(prog, step_limit, expected_state_version)
+        )
+
+    def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
+        """`abort` a hung call of a running attempt (default: the op's latest
+        attempt): its process group is killed and the attempt ends
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        return self._run(self._plans.abort(op, attempt))
+
     def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`reserve_steps` (SPEC §3.4)."""
+        """`reserve_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return self._run(self._plans.one("reserve_steps", params))
 
     def settle_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`settle_steps` (SPEC §3.4)."""
+        """`settle_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return self._run(self._plans.one("settle_steps", params))
 
@@ -463,7 +517,7 @@ class Session(_SessionBase):
     def manual_take(
         self, op: str, *, expected_attempt: int | None = None, expected_epoch: int | None = None
     ) -> dict[str, Any]:
-        """`manual_take`: an unfenced, potentially executed attempt (SPEC §3.5)."""
+        """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
         return self._run(
             self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch)
         )
@@ -516,7 +570,10 @@ class TrioSession(_SessionBase):
             call = next(plan)
             while True:
                 params = self._wire_params(call, self.client.hello_result)
-                result = await self.client.call(call.method, params)
+                try:
+                    result = await self.client.call(call.method, params)
+                except ConnectionClosed as exc:
+                    raise _lost(call, exc) from exc
                 call = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
@@ -529,7 +586,7 @@ class TrioSession(_SessionBase):
 
     # -- reads ----------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
-        """The daemon's `status` (SPEC §4)."""
+        """The daemon's `status` (contract §4)."""
         return await self._run(self._plans.one("status", {}, signed=False))
 
     async def workers(self) -> list[dict[str, Any]]:
@@ -612,13 +669,29 @@ class TrioSession(_SessionBase):
             self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
         )
 
+    async def set_step_limit(
+        self, prog: str, step_limit: int, *, expected_state_version: int | None = None
+    ) -> dict[str, Any]:
+        """`set_step_limit`, always fenced by ``expected_state_version`` (default:
+        the prog's current one, read first). Raising the limit of an exhausted
+        prog lets new work pass; what the exhaustion cancelled stays cancelled."""
+        return await self._run(
+            self._plans.set_step_limit(prog, step_limit, expected_state_version)
+        )
+
+    async def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
+        """`abort` a hung call of a running attempt (default: the op's latest
+        attempt): its process group is killed and the attempt ends
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        return await self._run(self._plans.abort(op, attempt))
+
     async def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`reserve_steps` (SPEC §3.4)."""
+        """`reserve_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return await self._run(self._plans.one("reserve_steps", params))
 
     async def settle_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
-        """`settle_steps` (SPEC §3.4)."""
+        """`settle_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
         return await self._run(self._plans.one("settle_steps", params))
 
@@ -671,7 +744,7 @@ class TrioSession(_SessionBase):
     async def manual_take(
         self, op: str, *, expected_attempt: int | None = None, expected_epoch: int | None = None
     ) -> dict[str, Any]:
-        """`manual_take`: an unfenced, potentially executed attempt (SPEC §3.5)."""
+        """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
         return await self._run(
             self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch)
         )

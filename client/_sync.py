@@ -1,4 +1,4 @@
-"""The blocking client: one Unix-socket connection, one thread (SPEC §4)."""
+"""The blocking client: one Unix-socket connection, one thread (contract §4)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ _RECV_SIZE = 1 << 16
 class Client:
     """A blocking connection to wardd over its Unix socket.
 
-    Connecting sends `hello` (SPEC §4) and waits for its reply, so a new
+    Connecting sends `hello` (contract §4) and waits for its reply, so a new
     `Client` is ready for calls and `hello_result` is set. `call` sends one
     request and returns its result, raising the `wardd.protocol.WarddError`
     subclass of the daemon's error code. For pipelining, `send` several

@@ -1,4 +1,4 @@
-"""The trio client: one connection shared by many tasks (SPEC §4 pipelining).
+"""The trio client: one connection shared by many tasks (contract §4 pipelining).
 
 Calls from several tasks go out on one connection, each with its own request
 id; one reader task reads every reply and hands it to the task waiting for
@@ -65,7 +65,7 @@ class TrioClient:
         client_name: str = "wardctl",
         nursery: trio.Nursery | None = None,
     ) -> TrioClient:
-        """Connect to the daemon's socket, run `hello` (SPEC §4), return a ready client.
+        """Connect to the daemon's socket, run `hello` (contract §4), return a ready client.
 
         `path` defaults to ``$WARDD_SOCKET``, else the daemon's default socket.
         With `nursery`, the reader task runs there; otherwise it is a system

@@ -1,4 +1,10 @@
-"""wardctl: the operator's command line for wardd (SPEC §1, §4).
+"""wardctl: the operator's command line for wardd (contract §1, §4).
+
+When the answer to a request is lost (the connection closed, a timeout, an
+interrupt), wardctl says that the request may have been applied, and for
+`invoke` that the attempt may have run and how to look (`wardctl op show
+OP`): it never guesses. A key file that others can read or write is
+refused, as ssh refuses one.
 
 Exit status: 0 when the command did what it says; 1 when the daemon refused
 (``error: <code>: <message>`` on stderr) or the daemon, socket or key could
@@ -9,8 +15,11 @@ not be used, and when `invoke` ran an attempt whose outcome is not
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import stat
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,7 +41,7 @@ ATTEMPT_LIST_STATES = ("unknown", "running", "prepared")
 DEFAULT_STEP_LIMIT = 1_000_000
 # Reads are bounded by default. Writes wait without limit unless --timeout
 # says otherwise: they may legitimately take long (`invoke` runs an adapter;
-# guarded writes wait for the neuron's adapter calls in progress, SPEC §3.1;
+# guarded writes wait for the neuron's adapter calls in progress, contract §3.1;
 # `reconcile` and `receipts` wait for receipt checks), and a write that
 # timed out leaves the operator unsure whether it was applied.
 DEFAULT_READ_TIMEOUT = 30.0
@@ -75,7 +84,7 @@ def _common_options(defaults: bool) -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=float,
+        type=_positive_seconds,
         default=unset,
         help=f"wait at most this long for each reply (default: {DEFAULT_READ_TIMEOUT:g} "
         "for reads; no limit for writes, which may wait for adapter calls)",
@@ -91,6 +100,26 @@ def _neuron_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wardd")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (argparse reports the error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, not {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole `wardctl` command line."""
     parser = argparse.ArgumentParser(
@@ -100,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(invoke: also when the attempt did not succeed), 2 usage error.",
         parents=[_common_options(True)],
     )
+    parser.add_argument("--version", action="version", version=f"wardctl {_version()}")
     common = _common_options(False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -110,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler, parser=sub, read_only=read)
         return sub
 
-    sub = add("keygen", _keygen, "create a neuron key file and print the neuron id")
+    sub = add("keygen", _keygen, "create a neuron key file; print its path and the neuron id")
     sub.add_argument("--force", action="store_true", help="replace an existing key file")
 
     add("status", _status, "summarize the daemon's state", read=True)
@@ -193,6 +223,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="release only reservations numbered below N "
         "(default: the prog's reservation_seq, read first: every one made so far)",
     )
+    sub = prog.add_parser(
+        "limit",
+        parents=[common],
+        help="set a prog's step limit",
+        description="Raise or lower the prog's step limit (not below steps used + reserved). "
+        "Raising the limit of an exhausted prog lets new work pass; what the exhaustion "
+        "cancelled stays cancelled. Fenced by the prog's state_version.",
+    )
+    sub.set_defaults(handler=_prog_limit, parser=sub, read_only=False)
+    sub.add_argument("prog", metavar="PROG")
+    sub.add_argument("step_limit", metavar="N", type=int, help="the new step limit")
+    sub.add_argument(
+        "--expected-version",
+        type=int,
+        metavar="N",
+        help="expected state_version, always sent (default: read it first)",
+    )
     sub = prog.add_parser("show", parents=[common], help="show a prog")
     sub.set_defaults(handler=_prog_show, parser=sub, read_only=True)
     sub.add_argument("prog", metavar="PROG")
@@ -232,21 +279,56 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = add("attempts", _attempts, "list attempts in one state across all neurons", read=True)
     sub.add_argument("--state", required=True, choices=ATTEMPT_LIST_STATES)
+    sub.add_argument(
+        "--watch",
+        type=float,
+        metavar="SECONDS",
+        help="list again every SECONDS until none is left (then exit 0)",
+    )
 
     sub = add("history", _history, "show the event records of an operation", read=True)
     sub.add_argument("op", metavar="OP")
     _neuron_option(sub)
 
-    sub = add("reconcile", _reconcile, "record the definite outcome of an unknown attempt")
-    sub.add_argument("op", metavar="OP")
-    sub.add_argument("attempt", metavar="ATTEMPT", type=int)
-    status = sub.add_mutually_exclusive_group(required=True)
+    sub = add(
+        "reconcile",
+        _reconcile,
+        "record the definite outcome of an unknown attempt",
+        epilog="With --unclaimed (no OP, ATTEMPT or status): every unknown attempt of the "
+        "neuron whose evidence says claimed: false never reached its adapter, so each is "
+        "reconciled not_executed, one signed request per attempt, each printed. Safe to run "
+        "again. Exit status 1 if any was refused.",
+    )
+    sub.add_argument("op", metavar="OP", nargs="?")
+    sub.add_argument("attempt", metavar="ATTEMPT", type=int, nargs="?")
+    sub.add_argument(
+        "--unclaimed",
+        action="store_true",
+        help="reconcile every unclaimed unknown attempt of the neuron as not_executed",
+    )
+    sub.add_argument(
+        "--dry-run", action="store_true", help="with --unclaimed: list them, sign nothing"
+    )
+    status = sub.add_mutually_exclusive_group()
     status.add_argument("--succeeded", dest="status", action="store_const", const="succeeded")
     status.add_argument("--failed", dest="status", action="store_const", const="failed")
     status.add_argument("--not-executed", dest="status", action="store_const", const="not_executed")
     value = sub.add_mutually_exclusive_group()
     value.add_argument("--value", metavar="TEXT", help="the outcome's value, as text")
     value.add_argument("--value-hex", metavar="HEX", help="the outcome's value, as bytes")
+
+    sub = add(
+        "abort",
+        _abort,
+        "end a hung call: kill its process group; the attempt becomes unknown",
+        epilog="Only for a running attempt of an act whose adapter can be stopped from "
+        "outside (cli). The attempt is recorded unknown with evidence aborted: true (its "
+        "effect may have happened): check, then reconcile it.",
+    )
+    sub.add_argument("op", metavar="OP")
+    sub.add_argument(
+        "attempt", metavar="ATTEMPT", type=int, nargs="?", help="default: the op's latest"
+    )
 
     sub = add("cancel", _cancel, "cancel an operation (executes nothing)")
     sub.add_argument("op", metavar="OP")
@@ -280,6 +362,7 @@ class _Context:
         self._client: Client | None = None
         self._neuron: Neuron | None = None
         self._session: Session | None = None
+        self.in_flight: str | None = None  # what a lost answer leaves in doubt, said then
 
     @property
     def key_path(self) -> str:
@@ -298,11 +381,18 @@ class _Context:
                 self._client = Client(self.socket_path, timeout=timeout, client_name="wardctl")
             except (OSError, ConnectionClosed) as exc:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                raise _Failed(f"cannot reach wardd at {self.socket_path}: {why}") from exc
+                raise _Failed(
+                    f"cannot reach wardd at {self.socket_path}: {why}. Is the daemon running "
+                    "(make run, or systemctl --user status wardd)? Another socket: --socket "
+                    "PATH or $WARDD_SOCKET"
+                ) from exc
+        if not self.args.read_only and self.in_flight is None:
+            self.in_flight = "the request may have been applied: read the state back"
         return self._client
 
     def neuron(self) -> Neuron:
         if self._neuron is None:
+            _refuse_open_key(self.key_path)
             self._neuron = Neuron.load(self.key_path)
         return self._neuron
 
@@ -340,15 +430,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WarddError as exc:
         return _report_refusal(ctx, exc)
     except TimeoutError:
-        return _report(
-            ctx, "timed out waiting for wardd; the request may still be applied (read it back)"
-        )
+        doubt = ctx.in_flight or "the request may still be applied: read it back"
+        return _report(ctx, f"timed out waiting for wardd; {doubt}")
+    except ConnectionClosed as exc:
+        said = str(exc)
+        if ctx.in_flight and "may have" not in said:  # the session may have said it already
+            said = f"{said}; {ctx.in_flight}"
+        return _report(ctx, said)
     except (_Failed, KeyFileError, ClientError) as exc:
         return _report(ctx, str(exc))
     except FileExistsError as exc:
         return _report(ctx, f"{exc.args[0] if exc.args else exc}")
     except KeyboardInterrupt:
-        print("wardctl: interrupted", file=sys.stderr)
+        doubt = f": {ctx.in_flight}" if ctx.in_flight else ""
+        print(f"wardctl: interrupted{doubt}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader of our output went away (`wardctl ops | head`): say
@@ -399,13 +494,27 @@ def _already(result: Mapping[str, Any]) -> str:
 # commands: local, and unsigned reads
 
 
+def _refuse_open_key(path: str) -> None:
+    """Refuse a key file that others may read or write (mode & 077), as ssh does."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # Neuron.load says what is wrong with it
+    if mode & 0o077:
+        raise _Failed(
+            f"key file {path} is accessible by others (mode {stat.S_IMODE(mode):04o}): "
+            f"it signs as your neuron; run chmod 600 {path}"
+        )
+
+
 def _keygen(ctx: _Context) -> int:
     path = ctx.key_path
     if os.path.lexists(path) and not ctx.args.force:
         raise _Failed(f"key file {path} already exists (use --force to replace it)")
     neuron = Neuron.generate()
     neuron.save(path, overwrite=ctx.args.force)
-    return _out(ctx, {"neuron": neuron.id, "path": path}, neuron.id)
+    lines = [f"key file: {os.path.abspath(path)} (mode 0600: keep it private)", neuron.id]
+    return _out(ctx, {"neuron": neuron.id, "path": path}, lines)
 
 
 def _status(ctx: _Context) -> int:
@@ -442,6 +551,7 @@ def _status_lines(s: Mapping[str, Any]) -> list[str]:
     ops = s.get("operations") or {}
     by_state = ", ".join(f"{k} {v}" for k, v in ops.items() if v) or "none"
     lines.append(f"operations:  {by_state}")
+    lines.extend(_recovery_lines(s))
     lines.append(f"unknown attempts: {s.get('unknown_attempts', '?')}")
     lines.append(f"receipts pending: {s.get('receipts_pending', '?')}")
     writer = s.get("writer") or {}
@@ -453,6 +563,27 @@ def _status_lines(s: Mapping[str, Any]) -> list[str]:
     )
     lines.append(f"connections: {s.get('connections', '?')}")
     return lines
+
+
+def _recovery_lines(s: Mapping[str, Any]) -> list[str]:
+    """The previous boot and this start's recovery, in one line (contract §3.8)."""
+    prev = s.get("previous_boot")
+    if not isinstance(prev, Mapping):
+        return ["previous boot: none (a new database)"] if "previous_boot" in s else []
+    rec = s.get("recovery") or {}
+    marked, resolved = rec.get("marked_unknown", 0), rec.get("resolved_by_receipt", 0)
+    if prev.get("clean"):
+        head = f"previous boot {_short(prev.get('boot'))} stopped cleanly"
+    else:
+        head = f"previous boot {_short(prev.get('boot'))} did not stop cleanly"
+    if not marked:
+        return [f"{head}: no attempt marked unknown"]
+    noun = "attempt" if marked == 1 else "attempts"
+    text = f"{head}: {marked} {noun} marked unknown, {resolved} resolved by receipt"
+    unknown = s.get("unknown_attempts")
+    if isinstance(unknown, int) and unknown:
+        text += f", {unknown} wait for you: wardctl attempts --state unknown"
+    return [text]
 
 
 def _short(value: Any, n: int = 12) -> str:
@@ -528,7 +659,7 @@ def _ops(ctx: _Context) -> int:
 
 
 def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
-    """Each op with an unknown attempt, and that attempt's evidence (SPEC §3.6)."""
+    """Each op with an unknown attempt, and that attempt's evidence (contract §3.6)."""
     full = [ctx.read("get_operation", neuron=neuron, op=o["op"]) for o in ops]
     if ctx.json:
         write_json(full)
@@ -554,7 +685,28 @@ def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
 
 
 def _attempts(ctx: _Context) -> int:
+    every = ctx.args.watch
+    if every is None:
+        return _attempts_once(ctx)
+    if not every > 0:
+        ctx.args.parser.error("--watch needs a positive number of seconds")
+    while True:
+        if not ctx.json:
+            print(f"-- {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", flush=True)
+        if _attempts_once(ctx, flush=True) == 0 and not _attempts_left(ctx):
+            return 0
+        time.sleep(every)  # the operator's refresh interval
+
+
+def _attempts_left(ctx: _Context) -> bool:
+    return bool(ctx.read("list_attempts", state=ctx.args.state, limit=1)["attempts"])
+
+
+def _attempts_once(ctx: _Context, *, flush: bool = False) -> int:
     attempts = _pages(ctx, "list_attempts", "attempts", state=ctx.args.state)
+    if ctx.args.watch is not None and not attempts:
+        print(f"no {ctx.args.state} attempts left", flush=flush)
+        return 0
     lines: list[str] = []
     for a in attempts:
         lines.append(
@@ -661,7 +813,7 @@ def _read_args(ctx: _Context) -> bytes:
         try:
             return bytes.fromhex(a.args_hex)
         except ValueError:
-            a.parser.error("--args-hex needs an even number of hex digits")
+            a.parser.error("--args-hex needs hex digits (0-9, a-f), an even number of them")
     if a.args_file is not None:
         if a.args_file == "-":
             return bytes(sys.stdin.buffer.read())
@@ -680,7 +832,14 @@ def _submit(ctx: _Context) -> int:
 
 
 def _invoke(ctx: _Context) -> int:
-    result = ctx.session().invoke(ctx.args.op, expected_attempt=ctx.args.attempt)
+    op = ctx.args.op
+    session = ctx.session()
+    ctx.in_flight = (
+        f"the attempt of op {op} may have run (its claim may be durable): look with "
+        f"`wardctl op show {op}` before anything else; an attempt left running or unknown "
+        "is resolved as docs/recovery.md says"
+    )
+    result = session.invoke(op, expected_attempt=ctx.args.attempt)
     status = result.get("status")
     lines = [f"op {result.get('op')} attempt {result.get('attempt')}: {status}"]
     if "result" in result:
@@ -698,6 +857,17 @@ def _invoke(ctx: _Context) -> int:
 
 def _reconcile(ctx: _Context) -> int:
     a = ctx.args
+    if a.unclaimed:
+        if a.op is not None or a.status is not None or a.value is not None or a.value_hex:
+            a.parser.error("--unclaimed takes no OP, ATTEMPT, status or value")
+        return _reconcile_unclaimed(ctx)
+    if a.dry_run:
+        a.parser.error("--dry-run goes with --unclaimed")
+    if a.op is None or a.attempt is None or a.status is None:
+        a.parser.error(
+            "OP, ATTEMPT and one of --succeeded, --failed, --not-executed are required "
+            "(or --unclaimed)"
+        )
     value: Any = NO_VALUE
     if a.value is not None:
         value = a.value
@@ -705,15 +875,94 @@ def _reconcile(ctx: _Context) -> int:
         try:
             value = bytes.fromhex(a.value_hex)
         except ValueError:
-            a.parser.error("--value-hex needs an even number of hex digits")
+            a.parser.error("--value-hex needs hex digits (0-9, a-f), an even number of them")
     result = ctx.session().reconcile(a.op, a.attempt, a.status, value)
     text = f"op {result.get('op')} attempt {result.get('attempt')}: {result.get('status')}"
     return _out(ctx, result, text + _already(result))
 
 
+def _reconcile_unclaimed(ctx: _Context) -> int:
+    """contract §3.8: an unknown attempt whose evidence says ``claimed: false``
+    never reached its adapter (the adapter is called only after the claim is
+    durable), so ``not_executed`` is always right for it."""
+    me = ctx.neuron_id()
+    todo = [
+        a
+        for a in _pages(ctx, "list_attempts", "attempts", state="unknown")
+        if a.get("neuron") == me
+        and a.get("kind") == "guarded"
+        and isinstance(a.get("evidence"), Mapping)
+        and a["evidence"].get("claimed") is False
+    ]
+    if not todo:
+        return _out(ctx, [], "no unclaimed unknown attempts")
+    results: list[dict[str, Any]] = []
+    refused = 0
+    for a in todo:
+        op, attempt = a["op"], a["attempt"]
+        if ctx.args.dry_run:
+            results.append({"op": op, "attempt": attempt, "dry_run": True})
+            if not ctx.json:
+                print(f"op {op} attempt {attempt}: would reconcile not_executed (unclaimed)")
+            continue
+        try:
+            result = ctx.session().reconcile(op, attempt, "not_executed", NO_VALUE)
+        except WarddError as exc:
+            refused += 1
+            results.append({"op": op, "attempt": attempt, "error": exc.code})
+            if not ctx.json:
+                print(f"op {op} attempt {attempt}: refused: {exc.code}: {exc.message}")
+            continue
+        results.append(result)
+        if not ctx.json:
+            print(f"op {op} attempt {attempt}: not_executed{_already(result)}")
+    if ctx.json:
+        write_json(results)
+    return 1 if refused else 0
+
+
+def _abort(ctx: _Context) -> int:
+    a = ctx.args
+    result = ctx.session().abort(a.op, a.attempt)
+    text = (
+        f"op {result.get('op')} attempt {result.get('attempt')}: aborted, now unknown "
+        f"(its effect may have happened: check, then wardctl reconcile {result.get('op')} "
+        f"{result.get('attempt')} --succeeded|--failed|--not-executed)"
+    )
+    return _out(ctx, result, text)
+
+
+def _prog_limit(ctx: _Context) -> int:
+    a = ctx.args
+    if a.step_limit < 0:
+        a.parser.error("N must be 0 or more")
+    if a.expected_version is not None and a.expected_version < 0:
+        a.parser.error("--expected-version must be 0 or more")
+    result = ctx.session().set_step_limit(
+        a.prog, a.step_limit, expected_state_version=a.expected_version
+    )
+    text = (
+        f"prog {result.get('prog')}: step limit {result.get('step_limit')} "
+        f"(state_version {result.get('state_version')})"
+    )
+    return _out(ctx, result, text)
+
+
+_CANCELLED_WHAT = {
+    "retained": "its retained result was discarded: it will never be returned",
+    "running": "its running attempt's outcome will be recorded but never returned",
+    "prepared": "its prepared attempt was voided",
+    "unknown": "its unknown attempt stays unknown: reconcile it (docs/recovery.md)",
+}
+
+
 def _cancel(ctx: _Context) -> int:
     result = ctx.session().cancel(ctx.args.op)
-    return _out(ctx, result, f"op {result.get('op')}: {result.get('state')}{_already(result)}")
+    lines = [f"op {result.get('op')}: {result.get('state')}{_already(result)}"]
+    what = _CANCELLED_WHAT.get(str(result.get("was")))
+    if what and not result.get("already"):
+        lines.append(what)
+    return _out(ctx, result, lines)
 
 
 def _consume(ctx: _Context) -> int:

@@ -1,4 +1,4 @@
-"""Socket activation: the listening sockets systemd passes in (SPEC §4).
+"""Socket activation: the listening sockets systemd passes in (contract §4).
 
 The protocol of sd_listen_fds(3), without libsystemd: when ``$LISTEN_PID``
 is this process's pid, ``$LISTEN_FDS`` descriptors starting at fd 3

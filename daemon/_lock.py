@@ -1,11 +1,19 @@
-"""The exclusive owner lock (SPEC §2).
+"""The exclusive owner lock (contract §2).
 
 One writer per database: ``flock(LOCK_EX | LOCK_NB)`` on a lock file beside
 the database's *resolved* path (``realpath``, so a symlink or another
 spelling of the path cannot make a second writer) and on the database file
-itself (so a hard link cannot either). Both descriptors stay open for the
-daemon's lifetime; closing them releases the lock. SQLite's own locks are
-POSIX ``fcntl`` locks, which are independent of ``flock`` on Linux.
+itself (so a hard link cannot either). SQLite's own locks are POSIX
+``fcntl`` locks, which are independent of ``flock`` on Linux.
+
+The lock is never released by the daemon (contract §3.6): there is no release
+method, and both descriptors stay open until the process is gone, when the
+kernel closes them. Until then a second daemon gets `LockHeld`, even after
+the first one has logged ``stopped``: a call may still be in progress in
+it (an in-process adapter stuck past the grace). The descriptors are
+``O_CLOEXEC``, so no ``cli`` child inherits them and holds the lock on; a
+``flock`` belongs to its open file, so SQLite opening and closing the
+database file itself never drops it.
 """
 
 from __future__ import annotations
@@ -47,14 +55,15 @@ class OwnerLock:
             fcntl.flock(dbfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(dbfd)
-            self.release()
+            self._drop_after_failed_acquire()
             raise LockHeld(
                 f"database {self.database} is in use: it is locked by another process "
                 "(a hard link or another lock file)"
             ) from None
         self._fds.append(dbfd)
 
-    def release(self) -> None:
+    def _drop_after_failed_acquire(self) -> None:
+        # only while acquiring, before this process owns the database
         while self._fds:
             os.close(self._fds.pop())
 

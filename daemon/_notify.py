@@ -1,15 +1,20 @@
-"""sd_notify(3) without libsystemd (SPEC §6, §3.6).
+"""sd_notify(3) without libsystemd (contract §6, §3.6).
 
 ``wardd run`` tells its service manager how it is doing by sending
 newline-separated ``KEY=VALUE`` assignments in one datagram to the
 ``AF_UNIX``/``SOCK_DGRAM`` socket named by ``$NOTIFY_SOCKET``:
 
 - ``READY=1`` once recovery is done and requests are served (§3.6);
-- ``WATCHDOG=1`` every :func:`watchdog_interval` seconds while it runs;
+- ``WATCHDOG=1`` every :func:`watchdog_interval` seconds while the event
+  loop, the writer thread and the worker threads are alive (the daemon's
+  ``_watchdog`` proves it before each ping);
 - ``STOPPING=1`` when SIGTERM/SIGINT starts the shutdown grace;
-- ``STATUS=...`` a one-line human summary (``systemctl --user status``);
-- ``EXTEND_TIMEOUT_USEC=...`` while a long start (migration, recovery) or
-  stop is still making progress.
+- ``STATUS=...`` a one-line human summary (``systemctl --user status``):
+  ``recovering``, ``serving, N unknown attempts, M receipts pending``,
+  ``stopping``.
+
+It never sends ``EXTEND_TIMEOUT_USEC``: start-up is bounded by the unit's
+``TimeoutStartSec`` and the stop by ``TimeoutStopSec``.
 
 Without ``$NOTIFY_SOCKET`` (not started by systemd) every call is a no-op.
 Notification is advisory: a send never raises, so a vanished or full notify
@@ -109,8 +114,8 @@ class Notifier:
         return self.send("READY=1")
 
     def stopping(self) -> bool:
-        """``STOPPING=1``: the shutdown grace has begun (§3.6)."""
-        return self.send("STOPPING=1")
+        """``STOPPING=1`` (and ``STATUS=stopping``): the shutdown grace has begun (§3.6)."""
+        return self.send("STOPPING=1", "STATUS=stopping")
 
     def watchdog(self) -> bool:
         """``WATCHDOG=1``: the keep-alive ping ``WatchdogSec=`` asks for."""
@@ -123,11 +128,6 @@ class Notifier:
         in another assignment such as ``READY=1``.
         """
         return self.send("STATUS=" + " ".join(text.splitlines()))
-
-    def extend_timeout(self, seconds: float) -> bool:
-        """``EXTEND_TIMEOUT_USEC``: ask for ``seconds`` more before the start
-        (or stop) timeout fires; send it again before they run out."""
-        return self.send(f"EXTEND_TIMEOUT_USEC={max(0, int(seconds * 1_000_000))}")
 
 
 def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
@@ -151,7 +151,7 @@ def scrub_environment(environ: MutableMapping[str, str] = os.environ) -> None:
     """Remove the service manager's variables (:data:`SYSTEMD_ENVIRONMENT`).
 
     Deleting from ``os.environ`` also unsets them in the process
-    environment, so no child started afterwards inherits them (SPEC §6:
+    environment, so no child started afterwards inherits them (contract §6:
     a ``cli`` act never sees ``NOTIFY_SOCKET`` or ``LISTEN_*``).
     """
     for name in SYSTEMD_ENVIRONMENT:

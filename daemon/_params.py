@@ -1,4 +1,4 @@
-"""Param checking (SPEC §4): type, enum and range checks before any lookup.
+"""Param checking (contract §4): type, enum and range checks before any lookup.
 
 Each method has a spec of required and optional fields. A violation is
 ``bad_request`` naming the field; unknown fields are refused too, so a
@@ -126,6 +126,11 @@ SIGNED: dict[str, Spec] = {
     "settle_steps": _STEPS,
     "recover_reservations": ({"prog": _id}, {"before": _uint}),
     "check_receipts": ({}, {}),
+    "abort": ({"op": _id, "attempt": _uint}, {}),
+    "set_step_limit": (
+        {"prog": _id, "step_limit": _uint, "expected_state_version": _uint},
+        {},
+    ),
 }
 
 _PAGE = {"after": _uint, "limit": _limit}

@@ -1,4 +1,4 @@
-"""Retention (SPEC §3.9): finished ops are pruned to tombstones.
+"""Retention (contract §3.9): finished ops are pruned to tombstones.
 
 An op is *prunable* once it has been ``consumed`` or ``cancelled`` for longer
 than ``retention_s`` and none of its attempts is ``prepared``, ``running`` or
@@ -115,7 +115,7 @@ def tombstone_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.
 
 
 def tombstone_view(row: sqlite3.Row) -> dict[str, Any]:
-    """``get_operation`` of a pruned op (SPEC §3.9): no args, no attempts."""
+    """``get_operation`` of a pruned op (contract §3.9): no args, no attempts."""
     return {
         "op": row["op"],
         "prog": row["prog"],
@@ -132,7 +132,7 @@ def args_digest(args: bytes) -> bytes:
 
 
 def pruned_terminal(row: sqlite3.Row) -> Terminal:
-    """SPEC §3.9: every write naming a pruned op but ``submit`` is ``terminal``."""
+    """contract §3.9: every write naming a pruned op but ``submit`` is ``terminal``."""
     return Terminal(
         f"the operation was {row['state']} and has been pruned",
         {"state": row["state"], "pruned": True},
@@ -254,7 +254,7 @@ def _marks(values: tuple[str, ...]) -> str:
 
 class Pruner:
     """Looks every ``interval_s`` for ops finished longer than ``retention_s``
-    ago and prunes them on the writer, batch after batch (SPEC §3.9).
+    ago and prunes them on the writer, batch after batch (contract §3.9).
 
     ``writer`` is the daemon's :class:`~._writer.Writer`; ``stopping`` says
     when the daemon no longer takes writes (no batch is queued after that).
@@ -303,7 +303,7 @@ class Pruner:
         since its last batch: pruning takes at most about half of the writer
         (and of the interpreter) on an idle daemon and a third on a busy one,
         and a batch stops early as soon as another unit is queued behind it
-        (SPEC §3.9: dispatch is never held up for more than a few ms)."""
+        (contract §3.9: dispatch is never held up for more than a few ms)."""
         t0 = time.monotonic()
         before = cutoff(self.retention_s)
         total = batches = 0

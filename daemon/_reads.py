@@ -1,4 +1,4 @@
-"""The unsigned reads (SPEC §4), on a reader connection of their own.
+"""The unsigned reads (contract §4), on a reader connection of their own.
 
 Reads never go through the writer and never wait behind an adapter call.
 No read returns a secret: records hold none, and the token handle is never
@@ -109,7 +109,7 @@ class Reads:
 
     def get_operation(self, neuron: str, op: str) -> dict[str, Any]:
         _n, o, pruned = self._op(neuron, op)
-        if pruned:  # SPEC §3.9: no args, no attempts
+        if pruned:  # contract §3.9: no args, no attempts
             return tombstone_view(o)
         attempts = []
         result = None
@@ -191,7 +191,7 @@ class Reads:
     def list_operations(
         self, neuron: str, state: str | None, prog: str | None, after: int | None, limit: int
     ) -> dict[str, Any]:
-        """Live ops and pruned ones (SPEC §3.9: under their final state, with
+        """Live ops and pruned ones (contract §3.9: under their final state, with
         ``pruned: true`` and ``attempts: 0``), in one order: a tombstone keeps
         its op's row id, so paging is not disturbed by a prune between pages."""
         n = self._neuron(neuron)
@@ -246,7 +246,7 @@ class Reads:
 
     def history(self, neuron: str, op: str, after: int | None, limit: int) -> dict[str, Any]:
         _n, o, pruned = self._op(neuron, op)
-        if pruned:  # SPEC §3.9: its records were pruned with it
+        if pruned:  # contract §3.9: its records were pruned with it
             return {"records": [], "pruned": True}
         rows = self._q(
             "SELECT * FROM events WHERE op_id = ? AND seq > ? ORDER BY seq LIMIT ?",
@@ -312,6 +312,6 @@ class Reads:
         return ops, unknown
 
     def retention(self) -> dict[str, Any]:
-        """``status.db``'s pruning figures (SPEC §3.9), kept in one row."""
+        """``status.db``'s pruning figures (contract §3.9), kept in one row."""
         row = self.conn.execute("SELECT pruned_ops, last_pruned_at FROM prune_stats").fetchone()
         return {"pruned_ops": row[0], "last_pruned_at": row[1]}

@@ -1,5 +1,5 @@
 """Record helpers shared by the writer units: time, CBOR columns, events,
-and the op-state projection (SPEC §2, §3.3).
+and the op-state projection (contract §2, §3.3).
 
 Everything here runs inside a writer unit (one SAVEPOINT of a batch) or on
 a reader connection; nothing here knows about trio or sockets.
@@ -115,7 +115,7 @@ def move_attempt(
 ) -> None:
     """The one way an attempt changes state: the new state (with its void
     reason or its evidence), the event record of the transition, and the
-    op state that follows from it (SPEC §2: states evolve only by
+    op state that follows from it (contract §2: states evolve only by
     appending records; the binding never changes)."""
     sets: list[str] = ["state = ?"]
     params: list[Any] = [state]
@@ -131,7 +131,7 @@ def move_attempt(
 
 
 def derive_op_state(cancelled: bool, consumed: bool, latest: str | None) -> str:
-    """SPEC §3.3: the op state follows its latest attempt; cancelled and
+    """contract §3.3: the op state follows its latest attempt; cancelled and
     consumed are terminal and override it."""
     if cancelled:
         return "cancelled"

@@ -1,7 +1,7 @@
-"""Database schema and migrations by ``PRAGMA user_version`` (SPEC §2, §3.6).
+"""Database schema and migrations by ``PRAGMA user_version`` (contract §2, §3.6).
 
 Integer rowid keys everywhere, client-chosen ids (neuron, prog, op) in
-secondary unique indexes (PERF-NOTES: random text primary keys cost ~4×).
+secondary unique indexes (random text primary keys cost ~4×).
 
 An attempt's *binding* (kind, epoch, policy version, placement generation,
 descriptor, digest, worker, boot, time) is immutable: a trigger refuses any
@@ -174,7 +174,7 @@ DROP INDEX operations_prog;
 CREATE INDEX operations_prog ON operations(prog_id);
 """
 
-# Version 4 (SPEC 2.2 §3.1, §3.4): the replay fences of the prog writes.
+# Version 4 (contract §3.1, §3.4): the replay fences of the prog writes.
 # - progs.state_version: 1 at creation, +1 with every state change of the prog
 #   (set_prog_state, set_step_limit), never back; `set_prog_state` checks
 #   `expected_state_version` against it. An existing prog starts at 1.
@@ -199,7 +199,7 @@ UPDATE progs SET reservation_seq = 1 + coalesce(
 );
 """
 
-# Version 5 (SPEC 2.2 §3.9): retention. A finished op is pruned to a tombstone.
+# Version 5 (contract §3.9): retention. A finished op is pruned to a tombstone.
 # - operations.ended_at: when the op ended, as the `at` of the event record
 #   that ended it; set only while the op is consumed or cancelled and none of
 #   its attempts is prepared, running or unknown (else NULL). A trigger keeps
@@ -336,7 +336,7 @@ class SchemaTooNew(Exception):
 def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
     """Bring the database to :data:`SCHEMA_VERSION`; returns (from, to).
 
-    Runs under the owner lock, before recovery (SPEC §3.6). Each step runs in
+    Runs under the owner lock, before recovery (contract §3.6). Each step runs in
     its own transaction together with the ``user_version`` bump."""
     (current,) = conn.execute("PRAGMA user_version").fetchone()
     if current > SCHEMA_VERSION:
@@ -361,7 +361,7 @@ def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
 
 
 def ensure_incremental_vacuum(conn: sqlite3.Connection) -> bool:
-    """SPEC §3.9: pruned space goes back to the file system, which needs
+    """contract §3.9: pruned space goes back to the file system, which needs
     ``auto_vacuum = INCREMENTAL``. A database that has tables can only change
     it by a VACUUM (outside any transaction; it rewrites the file, through
     the WAL, atomically: a crash leaves the old file whole and the next start

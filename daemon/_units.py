@@ -1,10 +1,10 @@
-"""The writer units: every state transition of SPEC §3, one function each.
+"""The writer units: every state transition of contract §3, one function each.
 
 A unit is ``fn(conn) -> value`` run by the writer inside its own SAVEPOINT
 (see ``_writer``). Builders here return such closures. A unit raises a
 :class:`WarddError` to refuse (nothing is kept) or returns one to refuse
 *after* a write that must stay (``token_void`` durably voids its attempt).
-Checks run in the order SPEC states, and each transition appends its event
+Checks run in the order the contract states, and each transition appends its event
 record in the same unit, so records and projections never disagree.
 """
 
@@ -29,6 +29,7 @@ from wardd.protocol import (
     EpochMismatch,
     GenerationMismatch,
     GrantDisabled,
+    NotRunning,
     PlacementStale,
     PlacementUnbound,
     ProgInactive,
@@ -58,7 +59,7 @@ class BootContext:
 
 @attrs.frozen
 class AttemptRef:
-    """Public metadata of an attempt (SPEC §3.2.1) plus routing facts."""
+    """Public metadata of an attempt (contract §3.2.1) plus routing facts."""
 
     attempt_id: int
     neuron: str
@@ -110,9 +111,28 @@ def op_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row:
     ).fetchone()
     if row is None:
         pruned = tombstone_row(conn, neuron_id, op)
-        if pruned is not None:  # SPEC §3.9: a pruned op is terminal for ever
+        if pruned is not None:  # contract §3.9: a pruned op is terminal for ever
             raise pruned_terminal(pruned)
         raise UnknownOperation(f"no operation {op!r} for this neuron")
+    return cast(sqlite3.Row, row)
+
+
+def managed_op(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row:
+    """The op of a management write (contract §3.4's second group, and
+    ``abort``): ownership (``unknown_operation``), then the prog's grant
+    (``grant_disabled``), before any other answer; a pruned op (§3.9)
+    passes both and is then ``terminal``."""
+    row = conn.execute(
+        "SELECT * FROM operations WHERE neuron_id = ? AND op = ?", (neuron_id, op)
+    ).fetchone()
+    pruned = None if row is not None else tombstone_row(conn, neuron_id, op)
+    if row is None and pruned is None:
+        raise UnknownOperation(f"no operation {op!r} for this neuron")
+    prog_id = row["prog_id"] if row is not None else pruned["prog_id"]  # type: ignore[index]
+    prog = conn.execute("SELECT * FROM progs WHERE id = ?", (prog_id,)).fetchone()
+    require_enabled_grant(prog)
+    if pruned is not None:
+        raise pruned_terminal(pruned)
     return cast(sqlite3.Row, row)
 
 
@@ -123,7 +143,7 @@ def grant_of(prog: sqlite3.Row) -> tuple[frozenset[str], bool] | None:
 
 
 def require_enabled_grant(prog: sqlite3.Row) -> None:
-    """SPEC §3.4: management writes need a current, enabled grant."""
+    """contract §3.4: management writes need a current, enabled grant."""
     grant = grant_of(prog)
     if grant is None or not grant[1]:
         raise GrantDisabled("the prog has no enabled grant")
@@ -181,7 +201,7 @@ def _prepare_checks(
     *,
     manual: bool = False,
 ) -> tuple[sqlite3.Row, sqlite3.Row, dict[str, Any] | None]:
-    """SPEC §3.2.1, in its order. Returns (op, prog, bound descriptor)."""
+    """contract §3.2.1, in its order. Returns (op, prog, bound descriptor)."""
     op = op_row(conn, neuron["id"], p["op"])
     if op["state"] in ("consumed", "cancelled"):
         raise Terminal(f"operation is {op['state']}")
@@ -321,7 +341,7 @@ def manual_take(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Uni
 
 
 def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
-    """SPEC §3.2.2: the claim re-verifies the attempt's context. Returns the
+    """contract §3.2.2: the claim re-verifies the attempt's context. Returns the
     void reason of the first check that fails, or None."""
     nrow = conn.execute("SELECT * FROM neurons WHERE id = ?", (ref.neuron_id,)).fetchone()
     op = conn.execute("SELECT * FROM operations WHERE id = ?", (ref.op_id,)).fetchone()
@@ -346,7 +366,7 @@ def _reverify(conn: sqlite3.Connection, ref: AttemptRef) -> str | None:
 
 
 def shutdown_void() -> TokenVoid:
-    """The refusal of a dispatch the shutdown keeps from its claim (SPEC §3.6)."""
+    """The refusal of a dispatch the shutdown keeps from its claim (contract §3.6)."""
     return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
 
 
@@ -357,18 +377,24 @@ def claim(
     boot: str,
     claim_info: dict[str, Any] | None,
     stopping: Callable[[], bool] = lambda: False,
+    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
 ) -> Unit:
-    """The claim (SPEC §3.2.2): re-verify, then insert the one claim of the
+    """The claim (contract §3.2.2): re-verify, then insert the one claim of the
     attempt. A void context durably voids the attempt and answers
     ``token_void``; a lost race answers ``claim_conflict``. Once the daemon
     is stopping (``stopping()``), no claim is made: the writer orders every
-    claim before or after the moment the shutdown began (SPEC §3.6)."""
+    claim before or after the moment the shutdown began (contract §3.6).
+    ``on_claim(ref)`` runs inside the unit once the claim is inserted, so
+    whatever it registers exists before the claim is visible to a read."""
 
     def unit(conn: sqlite3.Connection) -> AttemptRef | WarddError:
         if stopping():
             void_attempt(conn, ref.attempt_id, "shutdown")
             return shutdown_void()
-        return _claim(conn, ref, worker, boot, claim_info)
+        got = _claim(conn, ref, worker, boot, claim_info)
+        if isinstance(got, AttemptRef):
+            on_claim(got)
+        return got
 
     return unit
 
@@ -445,8 +471,9 @@ def invoke_claim(
     worker: str,
     claim_info: Callable[[str], dict[str, Any] | None],
     stopping: Callable[[], bool] = lambda: False,
+    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
 ) -> Unit:
-    """SPEC §3.2.5: invoke records the attempt and the claim in one unit.
+    """contract §3.2.5: invoke records the attempt and the claim in one unit.
     Returns the AttemptRef, or a ``str`` naming the worker to route to when
     the placement's worker is not ``worker``."""
 
@@ -462,30 +489,63 @@ def invoke_claim(
         ref = _insert_attempt(conn, ctx, nrow, op, descriptor, "guarded", refresh=False)
         # the context was verified a moment ago in this same unit, under the
         # guard: the claim needs no second re-verification
-        return _insert_claim(conn, ref, worker, ctx.boot, claim_info(ref.act))
+        claimed = _insert_claim(conn, ref, worker, ctx.boot, claim_info(ref.act))
+        on_claim(claimed)
+        return claimed
 
     return unit
 
 
+def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -> tuple[int, str]:
+    """contract §3.8 ``abort``'s checks, on a read: ownership
+    (``unknown_operation``), then the prog's grant (``grant_disabled``),
+    then a running guarded attempt (``not_running`` otherwise). Returns the
+    attempt's row id and the op's act; whether its adapter can be stopped
+    from outside (``not_abortable``) is the caller's to check."""
+    nrow = neuron_row(conn, neuron)
+    o = managed_op(conn, nrow["id"], op)
+    row = conn.execute(
+        "SELECT id, kind, state FROM attempts WHERE op_id = ? AND attempt = ?", (o["id"], attempt)
+    ).fetchone()
+    if row is None or row["state"] != "running" or row["kind"] != "guarded":
+        what = (
+            f"op {op!r} has no attempt {attempt}"
+            if row is None
+            else f"attempt {attempt} of op {op!r} is {row['state']}"
+            + (" (a manual attempt)" if row["kind"] == "manual" else "")
+        )
+        raise NotRunning(f"nothing to abort: {what}")
+    return int(row["id"]), str(o["act"])
+
+
 def invoke_precheck(
     conn: sqlite3.Connection, ctx: BootContext, neuron: str, params: Mapping[str, Any]
-) -> str:
-    """SPEC §3.2.5 [2.2]: ``invoke``'s checks on arrival, on a read
+) -> tuple[str, str]:
+    """contract §3.2.5: ``invoke``'s checks on arrival, on a read
     connection (they write nothing). Raises the first refusal that applies
-    now; returns the worker the placement names. The claim unit runs them
-    again under the guard: this only answers a refusal at once."""
+    now; returns the worker the placement names and the op's act. The claim
+    unit runs them again under the guard: this only answers a refusal at once."""
     nrow = neuron_row(conn, neuron)
-    _op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
+    op, _prog, descriptor = _prepare_checks(conn, ctx, nrow, params)
     assert descriptor is not None
-    return str(descriptor["executor"]["worker"])
+    return str(descriptor["executor"]["worker"]), str(op["act"])
 
 
-def outcome(ref: AttemptRef, status: str, value: Any, error: str | None, source: str) -> Unit:
-    """Accept an outcome pinned to the original op and attempt (SPEC §3.2.3):
-    accepted whatever changed meanwhile."""
+def outcome(
+    ref: AttemptRef,
+    status: str,
+    value: Any,
+    error: str | None,
+    source: str,
+    *,
+    aborted: bool = False,
+) -> Unit:
+    """Accept an outcome pinned to the original op and attempt (contract §3.2.3):
+    accepted whatever changed meanwhile. ``aborted``: an operator's ``abort``
+    ended the call (an unknown outcome with evidence ``aborted: true``)."""
 
     def unit(conn: sqlite3.Connection) -> str:
-        return record_outcome(conn, ref.attempt_id, status, value, error, source)
+        return record_outcome(conn, ref.attempt_id, status, value, error, source, aborted=aborted)
 
     return unit
 
@@ -497,6 +557,8 @@ def record_outcome(
     value: Any,
     error: str | None,
     source: str,
+    *,
+    aborted: bool = False,
 ) -> str:
     """Store one outcome (or, for ``unknown``, mark the attempt unknown)."""
     row = conn.execute(
@@ -513,13 +575,16 @@ def record_outcome(
         "at": at,
     }
     if status == "unknown":
+        evidence: dict[str, Any] = {"claimed": True, "error": error}
+        if aborted:
+            evidence["aborted"] = True
         move_attempt(
             conn,
             **where,
             state="unknown",
             kind="outcome",
-            data={"status": "unknown", "error": error},
-            evidence={"claimed": True, "error": error},
+            data={"status": "unknown", "error": error, **({"aborted": True} if aborted else {})},
+            evidence=evidence,
         )
         return status
     conn.execute(

@@ -1,4 +1,4 @@
-"""Writer units for the signed management methods (SPEC §3.1, §3.4, §4).
+"""Writer units for the signed management methods (contract §3.1, §3.4, §4).
 
 Placement, epoch, grant and prog-state writes run while the handler holds
 the neuron's ward guard exclusively; each voids the prepared attempts it
@@ -34,10 +34,11 @@ from wardd.protocol import (
     encode_item,
 )
 
-from ._prune import args_digest, pruned_terminal, tombstone_row
+from ._prune import args_digest, tombstone_row
 from ._records import append_event, dec, enc, now, refresh_op_state
 from ._units import (
     Unit,
+    managed_op,
     neuron_row,
     prog_row,
     record_outcome,
@@ -181,7 +182,7 @@ def create_prog(neuron: str, prog: str, step_limit: int) -> Unit:
 
 
 def change_prog(conn: sqlite3.Connection, prog_id: int, **columns: Any) -> int:
-    """A state change of a prog (SPEC §3.1 [2.2]): sets ``columns`` and
+    """A state change of a prog (contract §3.1): sets ``columns`` and
     increments ``state_version`` in the same UPDATE; returns the new version.
 
     Every write that changes a prog's state (``set_prog_state``, and
@@ -200,7 +201,7 @@ def change_prog(conn: sqlite3.Connection, prog_id: int, **columns: Any) -> int:
 def set_prog_state(
     neuron: str, prog: str, expected: str, state: str, expected_version: int | None
 ) -> Unit:
-    """SPEC §3.4 order: ownership, grant, the state CAS, then (when given)
+    """contract §3.4 order: ownership, grant, the state CAS, then (when given)
     ``expected_state_version`` (both ``state_mismatch``), the transition
     (``bad_transition``), then the archive check (``open_operations``)."""
 
@@ -252,7 +253,7 @@ def set_prog_state(
 def submit(
     neuron: str, prog: str, op: str, act: str, args: bytes, act_bounds: Mapping[str, int]
 ) -> Unit:
-    """SPEC §4 submit: idempotent for identical content, ``op_conflict``
+    """contract §4 submit: idempotent for identical content, ``op_conflict``
     otherwise; an act that is not registered is ``unknown_act``; args over
     the act's bound are ``args_too_large``."""
 
@@ -275,7 +276,7 @@ def submit(
                 raise OpConflict("an operation with this id and other content exists")
             return {"op": op, "state": row["state"], "already": True}
         pruned = tombstone_row(conn, n["id"], op)
-        if pruned is not None:  # SPEC §3.9: idempotent through the tombstone, never run again
+        if pruned is not None:  # contract §3.9: idempotent through the tombstone, never run again
             content = (pruned["prog_id"], pruned["act"], bytes(pruned["args_digest"]))
             if content != (p["id"], act, args_digest(args)):
                 raise OpConflict("an operation with this id and other content existed")
@@ -303,25 +304,12 @@ def submit(
     return unit
 
 
-# -- resolution (SPEC §3.4) ------------------------------------------------------
+# -- resolution (contract §3.4) ------------------------------------------------------
 
 
 def _owned_op(conn: sqlite3.Connection, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row]:
-    """SPEC §3.4: ownership, then the grant, before any other answer; a
-    pruned op (§3.9) passes both and is then ``terminal``."""
     n = neuron_row(conn, neuron)
-    o = conn.execute(
-        "SELECT * FROM operations WHERE neuron_id = ? AND op = ?", (n["id"], op)
-    ).fetchone()
-    pruned = None if o is not None else tombstone_row(conn, n["id"], op)
-    if o is None and pruned is None:
-        raise UnknownOperation(f"no operation {op!r} for this neuron")
-    prog_id = o["prog_id"] if o is not None else pruned["prog_id"]  # type: ignore[index]
-    p = conn.execute("SELECT * FROM progs WHERE id = ?", (prog_id,)).fetchone()
-    require_enabled_grant(p)
-    if pruned is not None:
-        raise pruned_terminal(pruned)
-    return n, o
+    return n, managed_op(conn, n["id"], op)
 
 
 def reconcile(neuron: str, op: str, attempt: int, status: str, value: Any) -> Unit:
@@ -363,7 +351,7 @@ def cancel(neuron: str, op: str) -> Unit:
         if o["state"] == "consumed":
             raise Terminal("the operation is consumed")
         cancel_op(conn, n["id"], o, "cancelled")
-        return {"op": op, "state": "cancelled"}
+        return {"op": op, "state": "cancelled", "was": o["state"]}
 
     return unit
 
@@ -442,7 +430,7 @@ def rebind(neuron: str, op: str, expected_epoch: int | None) -> Unit:
     return unit
 
 
-# -- budget (SPEC §3.4) ----------------------------------------------------------
+# -- budget (contract §3.4) ----------------------------------------------------------
 
 
 def _owned_prog(
@@ -455,7 +443,7 @@ def _owned_prog(
 
 
 def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
-    """SPEC §3.4: idempotent for identical content (``conflict`` otherwise),
+    """contract §3.4: idempotent for identical content (``conflict`` otherwise),
     ``budget_exhausted`` over the limit. A new reservation gets the prog's
     next reservation number. An existing one, whatever its state, answers
     ``already`` with its state and number: a settled or released reservation
@@ -467,7 +455,7 @@ def reserve_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
             "SELECT steps, state, number FROM reservations WHERE prog_id = ? AND reservation = ?",
             (p["id"], reservation),
         ).fetchone()
-        if row is not None:
+        if row is not None:  # idempotent for identical content (contract §3.4)
             if row["steps"] != steps:
                 raise Conflict(f"reservation {reservation!r} exists with other steps")
             return {
@@ -552,8 +540,54 @@ def settle_steps(neuron: str, prog: str, reservation: str, steps: int) -> Unit:
     return unit
 
 
+def set_step_limit(neuron: str, prog: str, step_limit: int, expected_version: int) -> Unit:
+    """contract §3.8: set a prog's step limit, fenced by its state_version.
+
+    Order: ownership, grant (``grant_disabled``), the version
+    (``state_mismatch``), then the floor: a limit below ``steps_used +
+    steps_reserved`` is ``bad_request``. Raising the limit above
+    ``steps_used`` ends an exhaustion (new reservations and prepares pass
+    again; what the exhaustion cancelled stays cancelled). Lowering it never
+    exhausts the prog by itself: exhaustion happens at a settle, as before;
+    a lower limit only refuses the reservations it cannot hold."""
+
+    def unit(conn: sqlite3.Connection) -> dict[str, Any]:
+        n = neuron_row(conn, neuron)
+        p = prog_row(conn, n["id"], prog)
+        require_enabled_grant(p)
+        if expected_version != p["state_version"]:
+            raise StateMismatch(
+                f"the prog's state_version is {p['state_version']}, not {expected_version}",
+                {"state": p["state"], "state_version": p["state_version"]},
+            )
+        floor = p["steps_used"] + p["steps_reserved"]
+        if step_limit < floor:
+            raise BadRequest(
+                f"step_limit {step_limit} is below steps_used + steps_reserved ({floor})",
+                {"param": "step_limit", "minimum": floor},
+            )
+        resumed = bool(p["exhausted"]) and step_limit > p["steps_used"]
+        exhausted = 0 if resumed else p["exhausted"]
+        version = change_prog(conn, p["id"], step_limit=step_limit, exhausted=exhausted)
+        append_event(
+            conn,
+            "step_limit_set",
+            n["id"],
+            data={
+                "prog": prog,
+                "step_limit": step_limit,
+                "previous": p["step_limit"],
+                "state_version": version,
+                "exhaustion_ended": resumed,
+            },
+        )
+        return {"prog": prog, "step_limit": step_limit, "state_version": version}
+
+    return unit
+
+
 def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
-    """SPEC §3.4: every op the exhaustion ends becomes cancelled; retained
+    """contract §3.4: every op the exhaustion ends becomes cancelled; retained
     results are consumed without being returned; unknown attempts stay."""
     conn.execute("UPDATE progs SET exhausted = 1 WHERE id = ?", (prog_id,))
     (prog,) = conn.execute("SELECT prog FROM progs WHERE id = ?", (prog_id,)).fetchone()
@@ -566,7 +600,7 @@ def exhaust(conn: sqlite3.Connection, neuron_id: int, prog_id: int) -> None:
 
 
 def recover_reservations(neuron: str, prog: str, before: int | None) -> Unit:
-    """SPEC §3.4: release the prog's open reservations (a crashed runner's)
+    """contract §3.4: release the prog's open reservations (a crashed runner's)
     and return how many. With ``before`` only those numbered below it, so a
     replay never releases a reservation made after the request was signed.
     A ``before`` above ``reservation_seq`` is accepted: it fences nothing

@@ -3,8 +3,8 @@
 Every write of the daemon is a *unit*: a function ``unit(conn) -> value``
 run inside its own SAVEPOINT of a batch transaction. The writer drains its
 queue, runs every queued unit in one ``BEGIN IMMEDIATE … COMMIT`` (group
-commit: one fsync for the batch, PERF-NOTES), and only after the COMMIT
-resolves each unit's future (SPEC §3.2.3: every write replies only after
+commit: one fsync for the batch), and only after the COMMIT
+resolves each unit's future (contract §3.2.3: every write replies only after
 its records are committed).
 
 A unit refuses by *raising* a :class:`WarddError` (its savepoint is rolled
@@ -16,7 +16,7 @@ voids its attempt). Any other exception rolls the unit back and becomes
 If a COMMIT fails, every unit of the batch fails with ``internal``
 (``data.reason: commit_failed``). A batch that held a *critical* unit (an
 adapter outcome) makes the writer fail-stop: it refuses every later unit
-and calls ``on_fatal`` so the daemon exits non-zero (SPEC §3.2.3).
+and calls ``on_fatal`` so the daemon exits non-zero (contract §3.2.3).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         # a WAL that grew (a burst, a migration's VACUUM) shrinks back to this
-        # when it restarts, instead of keeping its largest size (SPEC §3.9)
+        # when it restarts, instead of keeping its largest size (contract §3.9)
         conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=5000")
@@ -123,7 +123,7 @@ class Writer:
         """Run ``unit`` and wait for its COMMIT (from the trio loop).
 
         The wait is shielded: once submitted a unit is applied whether or not
-        the caller is still interested (SPEC §3.1: a request's effect does
+        the caller is still interested (contract §3.1: a request's effect does
         not depend on its connection staying open)."""
         fut = self.submit(unit, critical=critical)
         done = trio.Event()
@@ -232,7 +232,7 @@ class Writer:
                 job.future.set_exception(value)
 
     def fail_stop(self, why: str) -> None:
-        """Stop taking writes and tell the daemon to stop (SPEC §3.2.3):
+        """Stop taking writes and tell the daemon to stop (contract §3.2.3):
         something the daemon must record could not be recorded."""
         self._go_fatal(why)
 

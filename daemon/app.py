@@ -4,16 +4,16 @@ A request's way: bytes → :mod:`wardd.protocol` → :mod:`.server` → a handle
 here → a writer unit (:mod:`._units`, :mod:`._units_mgmt`) → for
 ``execute``/``invoke`` the worker (:mod:`.workers`) → the adapter → the
 outcome unit. Handlers check params first (``bad_request``), then the
-signature (SPEC §4), then hand the decision to a unit.
+signature (contract §4), then hand the decision to a unit.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import importlib.metadata
 import os
 import secrets
-import signal
 import socket
 import sqlite3
 import time
@@ -29,6 +29,8 @@ from wardd.protocol import (
     PROTOCOL_VERSION,
     BadRequest,
     Internal,
+    NotAbortable,
+    NotRunning,
     Overloaded,
     Request,
     TokenInvalid,
@@ -52,6 +54,7 @@ from ._prune import Pruner
 from ._reads import Reads
 from ._records import now, wire_safe
 from ._schema import SCHEMA_VERSION, migrate
+from ._signals import CAUGHT_SIGNALS, STOP_SIGNALS, EarlySignals, signal_name
 from ._writer import Writer, connect
 from .config import Config
 from .descriptors import build_descriptors, check_descriptor, device_id
@@ -67,6 +70,7 @@ log = structlog.get_logger("wardd")
 VERSION = importlib.metadata.version("wardd")
 SignedHandler = Callable[[Connection, str, dict[str, Any]], Awaitable[Any]]
 EXIT_FAIL_STOP = 70
+STATUS_INTERVAL_S = 2.0  # how often STATUS= is refreshed (sent only when it changed)
 # reads and execute (its token is voided by then: token_void, shutdown)
 _SERVED_WHILE_STOPPING = frozenset(
     {
@@ -100,6 +104,8 @@ class Daemon:
         self.stopping = False
         self._background: trio.Nursery | None = None
         self.fatal: str | None = None
+        # signals caught before the event loop took them over (set by the CLI)
+        self.early_signals: EarlySignals | None = None
         self.adapters: dict[str, Adapter] = {"echo": echo_adapter()}
         for act in config.acts:
             self.adapters[act.tag] = build_adapter(act.tag, act.table, max_frame=config.max_frame)
@@ -116,6 +122,10 @@ class Daemon:
         wconn = connect(self.db_path)
         wconn.row_factory = sqlite3.Row
         self.schema_from, _ = migrate(wconn)
+        last = wconn.execute("SELECT boot_id, clean FROM boots ORDER BY id DESC LIMIT 1").fetchone()
+        self.previous_boot = (
+            None if last is None else {"boot": last["boot_id"], "clean": bool(last["clean"])}
+        )
         wconn.execute(
             "INSERT INTO boots(boot_id, started_at, pid, version) VALUES (?,?,?,?)",
             (self.boot, self.started_at, os.getpid(), VERSION),
@@ -155,7 +165,7 @@ class Daemon:
         )
 
     def _on_fatal(self, why: str) -> None:
-        # Called on the writer thread: SPEC §3.2.3 fail-stop.
+        # Called on the writer thread: contract §3.2.3 fail-stop.
         self.fatal = why
         log.critical("fail_stop", reason=why)
         self._trio_token.run_sync_soon(self._stop_event.set)
@@ -171,9 +181,13 @@ class Daemon:
         return bind_unix(str(path))
 
     async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT (0) or a fail-stop (non-zero)."""
+        """Serve until a stop signal (0) or a fail-stop (non-zero).
+
+        The owner lock is never released here: the process holds it until
+        it is gone (contract §3.6), even when a call is still running in it."""
         self._trio_token = trio.lowlevel.current_trio_token()
         self._stop_event = trio.Event()
+        self._grace_cut = trio.Event()
         notifier = Notifier.from_env()
         wd = watchdog_interval(os.environ)
         lsock = self._listener()  # reads LISTEN_FDS before the scrub
@@ -202,34 +216,54 @@ class Daemon:
             schema_from=self.schema_from,
             schema=SCHEMA_VERSION,
         )
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*CAUGHT_SIGNALS) as signals:
+            # signals that came before the receiver took over (during start-up)
+            for sig in self.early_signals.take() if self.early_signals else []:
+                self._on_signal(sig)
             # connections outlive requests, so that replies computed during the
             # shutdown still find their connection open
             async with trio.open_nursery() as conns:
                 self._background = conns
                 if wd:  # kept alive through the shutdown grace
                     conns.start_soon(self._watchdog, notifier, wd)
+                # watched through the grace: a second stop signal ends it
+                conns.start_soon(self._watch_signals, signals)
+                if notifier.enabled:
+                    conns.start_soon(self._report_status, notifier)
                 async with trio.open_nursery() as requests:
                     async with trio.open_nursery() as services:
                         accepting = trio.CancelScope()
                         services.start_soon(self._accept, accepting, listener, requests, conns)
                         services.start_soon(self._expire_tokens)
-                        services.start_soon(self._watch_signals, signals)
                         await self.recovery.at_start()
                         self.recovered.set()
                         services.start_soon(self.recovery.background_receipts)
-                        services.start_soon(self.pruner.run)  # SPEC §3.9
+                        services.start_soon(self.pruner.run)  # contract §3.9
                         notifier.ready()
                         log.info("ready", boot=self.boot)
                         await self._stop_event.wait()
                         notifier.stopping()
-                        log.info("stopping", boot=self.boot, reason=self.fatal or "signal")
-                        # SPEC §3.6, in this order and before any await: stop
+                        busy = [
+                            {"neuron": b.neuron, "op": b.op, "attempt": b.attempt}
+                            for b in (st.busy for st in self.pool.states)
+                            if b is not None
+                        ]
+                        log.info(
+                            "stopping",
+                            boot=self.boot,
+                            reason=self.fatal or "signal",
+                            busy=busy,  # the grace waits for these calls; a 2nd signal ends it
+                            grace_s=self.config.shutdown_grace_s,
+                        )
+                        # contract §3.6, in this order and before any await: stop
                         # accepting, refuse new writes, claim no queued dispatch,
                         # and mark every unconsumed token void (its execute waits
                         # for the void to be durable)
                         accepting.cancel()
                         self.stopping = True
+                        # a reconcile waiting for a receipt check is refused
+                        # (receipt_pending): the check will not finish now
+                        self.recovery.stop()
                         queued = self.pool.begin_stop()
                         tokens = self.tokens.void_all("shutdown")
                         for _handle, token in tokens:
@@ -248,7 +282,8 @@ class Daemon:
         if self.fatal is None:
             await self._mark_clean_stop()
         self.writer.stop()
-        self.lock.release()
+        # contract §3.6: the owner lock stays held until the process is gone (a
+        # call may still be in progress in it); the kernel drops it at exit
         log.info("stopped", boot=self.boot, clean=self.fatal is None)
         return 0 if self.fatal is None else EXIT_FAIL_STOP
 
@@ -283,21 +318,70 @@ class Daemon:
 
     async def _watch_signals(self, signals: Any) -> None:
         async for sig in signals:
-            log.info("signal", signal=signal.Signals(sig).name)
+            self._on_signal(sig)
+
+    def _on_signal(self, sig: int) -> None:
+        """contract §3.6: the first stop signal starts the stop; another one
+        during the grace ends the grace at once; the others are logged."""
+        name = signal_name(sig)
+        if sig not in STOP_SIGNALS:
+            log.warning("signal_ignored", signal=name)
+        elif not self._stop_event.is_set():
+            log.info("signal", signal=name)
             self._stop_event.set()
-            return
+        elif not self._grace_cut.is_set():
+            log.warning("signal", signal=name, action="end_grace")
+            self._grace_cut.set()
+        else:
+            log.info("signal", signal=name, action="none")
 
     async def _watchdog(self, notifier: Notifier, interval: float) -> None:
+        """``WATCHDOG=1`` every ``interval``, each only once the daemon proved alive.
+
+        The event loop is alive if this task runs; the writer thread if a no-op
+        unit sent through its queue comes back (so a writer stuck in a batch
+        for longer than the interval withholds the pings, and systemd kills
+        the daemon at the watchdog period); the workers if their threads run
+        (a worker busy in a long act is alive: acts have their own timeouts).
+        """
+        withheld = False
         while True:
-            notifier.watchdog()
+            probe = self.writer.submit(_noop)
+            while not await _wait_future(probe, interval):
+                if not withheld:
+                    log.warning("watchdog_withheld", reason="writer", waited_s=interval)
+                    withheld = True
+            workers_ok = self.stopping or self.pool.threads_alive()
+            if probe.exception() is None and workers_ok:
+                notifier.watchdog()
+                withheld = False
+            elif not withheld:
+                why = "workers" if probe.exception() is None else "writer"
+                log.warning("watchdog_withheld", reason=why, waited_s=0)
+                withheld = True
             await trio.sleep(interval)
 
+    async def _report_status(self, notifier: Notifier) -> None:
+        """``STATUS=`` for ``systemctl status``: recovering, serving with counts, stopping."""
+        sent = None
+        while True:
+            if self.stopping:
+                text = "stopping"
+            elif not self.recovered.is_set():
+                text = "recovering"
+            else:
+                _, unknown = self.reads.counts()
+                pending = self.recovery.pending
+                text = f"serving, {unknown} unknown attempts, {pending} receipts pending"
+            if text != sent:
+                notifier.status(text)
+                sent = text
+            await trio.sleep(STATUS_INTERVAL_S)
+
     async def _shutdown(self) -> None:
-        """SPEC §3.6: wait up to the grace for calls in progress, then kill
+        """contract §3.6: wait up to the grace for calls in progress, then kill
         `cli` process groups so no orphan can have its effect later."""
-        finished = await trio.to_thread.run_sync(
-            self.pool.join, self.config.shutdown_grace_s, limiter=trio.CapacityLimiter(1)
-        )
+        finished = await self._join_workers()
         # outcomes the workers submitted are answered once committed: a unit
         # queued behind them returns only after they are (the queue is FIFO)
         if self.fatal is None:
@@ -317,6 +401,33 @@ class Daemon:
             if callable(kill):
                 kill()
 
+    async def _join_workers(self) -> bool:
+        """Wait for the workers up to the grace, or until a second stop
+        signal ends it; True if every call in progress finished."""
+        finished: bool | None = None
+
+        async def join(scope: trio.CancelScope) -> None:
+            nonlocal finished
+            finished = await trio.to_thread.run_sync(
+                self.pool.join,
+                self.config.shutdown_grace_s,
+                abandon_on_cancel=True,
+                limiter=trio.CapacityLimiter(1),
+            )
+            scope.cancel()
+
+        async def cut(scope: trio.CancelScope) -> None:
+            await self._grace_cut.wait()
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(join, nursery.cancel_scope)
+            nursery.start_soon(cut, nursery.cancel_scope)
+        if finished is None:  # ended by a second signal (the join thread is left behind)
+            log.warning("shutdown_grace_ended", reason="second signal")
+            finished = self.pool.end_grace()
+        return finished
+
     async def _mark_clean_stop(self) -> None:
         def unit(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -333,7 +444,7 @@ class Daemon:
     async def _void(self, attempt_id: int, reason: str) -> bool:
         """Durably void a prepared attempt; False if the write failed.
 
-        SPEC §3.6 [2.2]: a void the daemon must write is critical: if it
+        contract §3.6: a void the daemon must write is critical: if it
         cannot be written the daemon fail-stops, so that the next start
         marks the attempt unknown and no op stays blocked by a prepared
         attempt whose token can no longer be used."""
@@ -410,7 +521,7 @@ class Daemon:
         raise UnknownMethod(f"no method {method!r}")
 
     def _authenticate(self, method: str, params: dict[str, Any]) -> str:
-        """SPEC §4: network, then signature against our network, then registration."""
+        """contract §4: network, then signature against our network, then registration."""
         network = params.get("network")
         if network is not None and network != self.config.network:
             raise WrongNetwork(
@@ -429,7 +540,7 @@ class Daemon:
         return str(neuron)
 
     async def _exclusive(self, neuron: str, unit: _units.Unit) -> Any:
-        """Run a write holding the neuron's ward guard exclusively (SPEC §3.1)."""
+        """Run a write holding the neuron's ward guard exclusively (contract §3.1)."""
         await self.guards.acquire_exclusive_async(neuron)
         try:
             return await self.writer.run(unit)
@@ -510,6 +621,10 @@ class Daemon:
             mgmt.recover_reservations(n, p["prog"], p.get("before"))
         )
         s["check_receipts"] = lambda c, n, p: self.recovery.check_receipts(n)
+        s["abort"] = self._abort
+        s["set_step_limit"] = lambda c, n, p: self.writer.run(
+            mgmt.set_step_limit(n, p["prog"], p["step_limit"], p["expected_state_version"])
+        )
         u["status"] = self._status
         u["list_workers"] = self._list_workers
         u["execute"] = self._execute
@@ -559,7 +674,7 @@ class Daemon:
         handle, _token = self.tokens.issue(conn.id, ref, deadline)
         self._expiry.append((deadline, handle))
         self._expiry_wake.set()
-        log.debug("prepared", op=ref.op, attempt=ref.attempt, worker=ref.worker)
+        log.debug("prepared", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=ref.worker)
         return {"token": handle, "attempt": ref.public()}
 
     async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:
@@ -572,7 +687,7 @@ class Daemon:
             self.tokens.expire(handle)  # its timer has not fired yet
             await self._void_token(handle, token)
         if token.void_reason is None:
-            # SPEC §3.2.2 [2.2]: a token whose attempt a write already voided
+            # contract §3.2.2: a token whose attempt a write already voided
             # (a pause, an exhaustion, a revocation) is answered at once, never
             # after waiting in a worker's queue; the claim checks again
             record = self.reads.attempt_state(token.ref.attempt_id)
@@ -586,36 +701,43 @@ class Daemon:
                 raise Internal("the attempt could not be voided")
         ref = self.tokens.consume(handle, token)
         if ref.attempt_id is None or ref.worker is None or not self.pool.has(ref.worker):
+            if ref.attempt_id is not None:
+                await self._void(ref.attempt_id, "claim_failed")
             raise Internal("the attempt names no worker of this daemon")
         return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset, ref=ref))
 
     async def _invoke(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        # SPEC §3.2.5 [2.2]: prepare's checks on arrival, on a read, so that a
+        # contract §3.2.5: prepare's checks on arrival, on a read, so that a
         # refusal (attempt_busy for a running attempt, say) is answered at once
         # and only a request that passes waits in its worker's queue; the
         # claim unit checks again, under the guard
         with self.reads.snapshot() as rconn:
-            worker = _units.invoke_precheck(rconn, self.ctx, neuron, p)
+            worker, act = _units.invoke_precheck(rconn, self.ctx, neuron, p)
         if not self.pool.has(worker):
             raise Internal("the placement names no worker of this daemon")
 
-        def unit_for(w: str) -> _units.Unit:
+        def unit_for(
+            w: str,
+            claim_records: Callable[[str], dict[str, Any]],
+            on_claim: Callable[[_units.AttemptRef], None],
+        ) -> _units.Unit:
             return _units.invoke_claim(
                 self.ctx,
                 neuron,
                 p,
                 worker=w,
-                claim_info=self._claim_info,
+                claim_info=claim_records,
                 stopping=lambda: self.stopping,
+                on_claim=on_claim,
             )
 
-        return await self._dispatch(
-            worker, Dispatch(neuron=neuron, reply=_unset, invoke_unit=unit_for)
+        d = Dispatch(
+            neuron=neuron,
+            reply=_unset,
+            invoke_unit=unit_for,
+            act=act,  # its claim record is computed on the worker's thread
         )
-
-    def _claim_info(self, act: str) -> dict[str, Any] | None:
-        fn = getattr(self.adapters.get(act), "claim_info", None)
-        return fn() if callable(fn) else None
+        return await self._dispatch(worker, d)
 
     async def _manual_take(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         ref = await self.writer.run(_units.manual_take(self.ctx, neuron, p))
@@ -637,6 +759,46 @@ class Daemon:
         return await self.writer.run(
             mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
         )
+
+    async def _abort(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        """contract §3.8: end a hung call. The checks run on a read (the
+        claim registered the call before a read can show it running); the
+        call's process group is killed, its outcome is recorded ``unknown``
+        with ``aborted: true`` by its own worker, and the reply leaves once
+        that is durable. It never waits for the ward guard."""
+        op, attempt = p["op"], p["attempt"]
+        with self.reads.snapshot() as rconn:
+            attempt_id, act = _units.abort_target(rconn, neuron, op, attempt)
+        if not getattr(self.adapters.get(act), "abortable", False):
+            raise NotAbortable(
+                f"act {act!r} runs in an adapter that cannot be stopped from outside"
+            )
+        done = trio.Event()
+        box: list[tuple[str | None, WarddError | None]] = []
+        token = self._trio_token
+
+        def on_done(status: str | None, error: WarddError | None) -> None:
+            box.append((status, error))
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        if not self.pool.abort(attempt_id, on_done):
+            raise NotRunning("nothing to abort: the call ended before the abort")
+        log.warning("abort", neuron=neuron, op=op, attempt=attempt, act=act)
+        with trio.CancelScope(shield=True) as scope:  # like a dispatch: see _dispatch
+            self._dispatch_scopes.add(scope)
+            try:
+                await done.wait()
+            finally:
+                self._dispatch_scopes.discard(scope)
+        status, error = box[0]
+        if error is not None:
+            raise error
+        if status != "unknown":  # the call ended on its own before the kill reached it
+            raise NotRunning(f"nothing to abort: the call ended before the abort ({status})")
+        return {"op": op, "attempt": attempt, "status": "unknown"}
 
     async def _list_workers(self, conn: Connection, p: dict[str, Any]) -> Any:
         return {
@@ -679,12 +841,17 @@ class Daemon:
                 "path": str(self.db_path),
                 "schema_version": SCHEMA_VERSION,
                 "size": size,
-                **self.reads.retention(),  # pruned_ops, last_pruned_at (SPEC §3.9)
+                **self.reads.retention(),  # pruned_ops, last_pruned_at (contract §3.9)
             },
             "workers": workers,
             "operations": ops,
             "unknown_attempts": unknown,
             "receipts_pending": self.recovery.pending,
+            "previous_boot": self.previous_boot,
+            "recovery": {
+                "marked_unknown": self.recovery.marked,
+                "resolved_by_receipt": self.recovery.resolved_by_receipt,
+            },
             "writer": {
                 "backlog": self.writer.backlog,
                 "batches": st.batches,
@@ -702,6 +869,27 @@ def _dead_token(record: tuple[str, str | None] | None) -> WarddError:
     if record is not None and record[0] == "void":
         return TokenVoid("the token's attempt was voided", {"reason": record[1]})
     return TokenInvalid("the token was already used")
+
+
+def _noop(conn: sqlite3.Connection) -> None:
+    """The watchdog's probe unit: it writes nothing."""
+
+
+async def _wait_future(fut: concurrent.futures.Future[Any], timeout: float) -> bool:
+    """Wait up to ``timeout`` for a thread-level future; whether it is done."""
+    done = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def wake(_: object) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass
+
+    fut.add_done_callback(wake)
+    with trio.move_on_after(timeout):
+        await done.wait()
+    return fut.done()
 
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch

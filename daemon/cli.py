@@ -1,28 +1,92 @@
 """``wardd``: run the daemon, check a configuration, print the version.
 
 Exit statuses (the systemd unit's ``RestartPreventExitStatus`` names the
-first two): 78 a configuration error, 75 the database is owned by another
-daemon, 70 fail-stop (an outcome could not be stored), 1 another start-up
-failure, 0 a clean stop on SIGTERM/SIGINT.
+first three, which a restart cannot fix):
+
+- 78 a configuration error: a bad config file, a non-socket file at the
+  socket path, a socket-activation descriptor of the wrong kind;
+- 75 another daemon is in the way: it owns the database (its lock is held)
+  or listens on the socket;
+- 65 the database file is not a usable wardd database (not SQLite, corrupt,
+  or written by a newer version);
+- 70 fail-stop (an outcome could not be stored);
+- 1 another start-up failure;
+- 0 a clean stop on SIGTERM, SIGINT, SIGHUP or SIGQUIT (see
+  `wardd.daemon._signals`).
+
+Each start-up failure is one line on stderr: ``wardd: <what>``. The checks
+that need no database (the config, the activation descriptors, the socket
+path) run before the database is opened, so a refused start creates no
+database.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
+import sqlite3
+import stat
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 import trio
 
 EXIT_CONFIG = 78
 EXIT_LOCKED = 75
+EXIT_DATA = 65
 EXIT_START = 1
 
 
-def configure_logging() -> None:
-    """structlog JSON lines on stderr: ISO UTC time, level, event name."""
+class StderrLogger:
+    """structlog's output: one line per event on stderr (fd 2), in one
+    ``write`` per line where the kernel allows.
+
+    A line that cannot be written (the terminal was closed and hung up, the
+    reading end of a pipe is gone, the journal's stream is full) is dropped:
+    a lost log line must never stop the daemon in the middle of its work or
+    of its stop path. (``print`` to ``sys.stderr`` would raise ``OSError``
+    there, and keep the unwritten bytes in its buffer.)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def msg(self, message: str) -> None:
+        data = (message + "\n").encode("utf-8", "replace")
+        with self._lock:
+            try:
+                while data:
+                    data = data[os.write(2, data) :]
+            except OSError:
+                pass
+
+    debug = info = warning = warn = error = err = critical = fatal = exception = msg
+    failure = log = msg
+
+
+def _stderr_logger(*args: Any) -> StderrLogger:
+    return _STDERR
+
+
+_STDERR = StderrLogger()
+
+
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def configure_logging(level: str = "info") -> None:
+    """structlog JSON lines on stderr: ISO UTC time, level, event name; below ``level`` dropped."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -31,8 +95,8 @@ def configure_logging() -> None:
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
 
@@ -45,9 +109,11 @@ def _parser() -> argparse.ArgumentParser:
         description="wardd: local worker dispatch and fencing daemon. Runs registered acts "
         "for signed progs at most once per attempt and surfaces every effect whose fate "
         "is unknown.",
-        epilog="Exit statuses: 0 clean stop, 78 configuration error, 75 database owned by "
-        "another daemon, 70 fail-stop (an outcome could not be stored), 1 other start-up "
-        "failure. Docs: README.md, docs/operations.md, docs/recovery.md.",
+        epilog="Exit statuses: 0 clean stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT), 78 "
+        "configuration error, 75 another daemon owns the database or listens on the socket, "
+        "65 the database file is not usable, 70 "
+        "fail-stop (an outcome could not be stored), 1 other start-up failure. Docs: "
+        "README.md, docs/configuration.md, docs/operations.md, docs/recovery.md.",
     )
     p.add_argument("--version", action="version", version=f"wardd {VERSION}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -58,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
         "uses the embedded default: XDG paths, network 'local', 2 workers, "
         "act 'echo'.",
     )
-    run.add_argument("--config", metavar="PATH", help="TOML configuration file (SPEC §6)")
+    run.add_argument(
+        "--config", metavar="PATH", help="TOML configuration file (docs/configuration.md)"
+    )
     chk = sub.add_parser(
         "check-config",
         help="validate a configuration file and exit",
@@ -66,7 +134,12 @@ def _parser() -> argparse.ArgumentParser:
         "the key and the reason.",
     )
     chk.add_argument("path", metavar="PATH")
-    sub.add_parser("default-config", help="print the embedded default configuration")
+    sub.add_parser(
+        "default-config",
+        help="print the embedded default configuration: every key, commented",
+        description="Print a complete, commented configuration holding every key's "
+        "default; it is the configuration `wardd run` uses without --config.",
+    )
     return p
 
 
@@ -85,7 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
         print(
             f"ok: {cfg.source}: network {cfg.network!r}, {cfg.workers} workers, "
-            f"acts: {', '.join(['echo', *(a.tag for a in cfg.acts)])}"
+            f"acts: {', '.join(['echo', *(a.tag for a in cfg.acts)])}\n"
+            f"socket: {cfg.socket}{' (default)' if cfg.socket_is_default else ''}\n"
+            f"database: {cfg.database}{' (default)' if cfg.database_is_default else ''}"
         )
         return 0
     if args.command != "run":
@@ -96,36 +171,99 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"wardd: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging()
+    configure_logging(cfg.log_level)
     return run(cfg)
 
 
 def run(cfg: object) -> int:
     from wardd.daemon._lock import LockHeld
     from wardd.daemon._schema import SchemaTooNew
+    from wardd.daemon._signals import EarlySignals
     from wardd.daemon.app import Daemon
     from wardd.daemon.config import Config
 
     assert isinstance(cfg, Config)
     log = structlog.get_logger("wardd")
+    refused = _preflight(cfg, log)
+    if refused is not None:
+        return refused
+    # from here on no caught signal ends the process by its default action: one
+    # that comes before the event loop is handed to the daemon, which stops
+    early = EarlySignals()
+    early.install()
     try:
         daemon = Daemon(cfg)
+        daemon.early_signals = early
         daemon.open_store()
     except LockHeld as exc:
         print(f"wardd: {exc}", file=sys.stderr)
         return EXIT_LOCKED
     except SchemaTooNew as exc:
         print(f"wardd: {exc}", file=sys.stderr)
-        return EXIT_START
+        return EXIT_DATA
+    except sqlite3.DatabaseError as exc:
+        print(
+            f"wardd: the database {cfg.database} is not a usable wardd database ({exc}); "
+            "move it aside to start with a new one (docs/operations.md)",
+            file=sys.stderr,
+        )
+        return EXIT_DATA
     except OSError as exc:
         print(f"wardd: cannot open the database {cfg.database}: {exc}", file=sys.stderr)
         return EXIT_START
     try:
-        return trio.run(daemon.run)
+        status: int = trio.run(daemon.run)
     except OSError as exc:
         log.error("start_failed", error=str(exc))
         print(f"wardd: {exc}", file=sys.stderr)
         return EXIT_START
+    early.stopped(status)
+    return status
+
+
+def _preflight(cfg: Any, log: Any) -> int | None:
+    """The socket checks, made before the database is opened (or created).
+
+    Socket activation: every passed descriptor must be a listening Unix
+    stream socket (else exit 78); a socket on another path than the
+    configured one is served, and said so. Otherwise: a file at the socket
+    path that is not a socket (78) or a socket something listens on (75)
+    refuses the start.
+    """
+    from wardd.daemon._activation import listen_fds
+
+    try:
+        passed = listen_fds(dict(os.environ))  # a copy: the daemon reads them again
+    except ValueError as exc:
+        print(f"wardd: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if passed:
+        names = [s.getsockname() for s in passed]
+        for s in passed:
+            s.detach()  # leave the descriptors open for the daemon
+        path = names[0] if isinstance(names[0], str) else repr(names[0])
+        if path != str(cfg.socket):
+            log.warning("activated_socket", socket=path, configured=str(cfg.socket))
+        return None
+    path = str(cfg.socket)
+    if not os.path.lexists(path):
+        return None
+    if not stat.S_ISSOCK(os.lstat(path).st_mode):
+        print(f"wardd: {path} exists and is not a socket; refusing to replace it", file=sys.stderr)
+        return EXIT_CONFIG
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        return None  # a stale socket file: the daemon replaces it
+    finally:
+        probe.close()
+    print(
+        f"wardd: another process is listening on {path} (another wardd? "
+        f"`wardctl --socket {path} status`); nothing was started",
+        file=sys.stderr,
+    )
+    return EXIT_LOCKED
 
 
 if __name__ == "__main__":

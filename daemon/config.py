@@ -1,4 +1,4 @@
-"""Configuration: TOML (stdlib ``tomllib``) → a frozen :class:`Config` (SPEC §6).
+"""Configuration: TOML (stdlib ``tomllib``) → a frozen :class:`Config` (docs/configuration.md).
 
 Every refusal names the file, the key by its full dotted path (for example
 ``acts."tool.run".adapter``) and the reason, in one line, so that
@@ -7,7 +7,18 @@ keys are refused rather than ignored: a typo in a safety setting must not
 silently fall back to a default.
 
 With no file the daemon runs on an embedded default (:data:`DEFAULT_TOML`):
-XDG paths, network ``local``, 2 workers, act ``echo``.
+XDG paths, network ``local``, 2 workers, act ``echo``. ``wardd
+default-config`` prints it: every key with its default, commented.
+
+Checks beyond the types and bounds:
+
+- a ``cli`` act's program (``argv[0]``, and ``receipt_argv[0]``) must be an
+  absolute path to an existing executable file, so that a typo is found by
+  ``check-config`` and at start, not as a failed call later (the adapter
+  still answers a program removed after the start with a failed call);
+- ``shutdown_grace_s`` must be above 0: a zero grace would leave every call
+  in progress unknown at every stop. To end a grace early, send a second
+  SIGTERM.
 """
 
 from __future__ import annotations
@@ -26,13 +37,71 @@ from wardd.adapters import AdapterConfigError, build_adapter
 __all__ = ["Config", "ConfigError", "DEFAULT_TOML", "load_config", "parse_config"]
 
 DEFAULT_TOML = """\
-# wardd's embedded default configuration (used when no --config is given).
+# wardd configuration: every key with its default value (docs/configuration.md).
+# This is also the embedded default, used when `wardd run` gets no --config.
+# Check a file with `wardd check-config PATH`.
+
+# The network name signed into every request; clients must use the same one.
 network = "local"
+
+# The Unix socket (default $XDG_RUNTIME_DIR/wardd/wardd.sock, or
+# /tmp/wardd-<uid>/wardd/wardd.sock without XDG_RUNTIME_DIR) and the SQLite
+# database (default $XDG_STATE_HOME/wardd/wardd.db, or
+# ~/.local/state/wardd/wardd.db). Absolute paths; ~ is expanded.
+# socket = "/run/user/1000/wardd/wardd.sock"
+# database = "/home/me/.local/state/wardd/wardd.db"
+
+# Workers, each with its own thread (w0, w1, ...): 1 to 256.
 workers = 2
+
+# Uids allowed to talk to the daemon besides its own (they also need file
+# access to the socket).
+allowed_uids = []
+
+# Seconds a prepared dispatch token stays usable.
+token_ttl_s = 60
+
+# The largest frame in bytes, either way (131072 to 1073741824).
+max_frame = 1048576
+
+# Seconds a stop waits for act calls in progress (above 0). Keep the systemd
+# unit's TimeoutStopSec above it.
+shutdown_grace_s = 30
+
+# Connection and per-connection request limits (at least 1).
+max_connections = 4096
+max_in_flight = 256
+
+# Log level of the JSON lines on stderr: debug, info, warning or error.
+log_level = "info"
+
+# Retention (docs/operations.md): whole seconds a finished (consumed or
+# cancelled) op keeps its records before it is pruned to a tombstone, which
+# keeps its id idempotent for ever; 0 keeps every finished op for ever.
+retention_s = 2592000
+# Whole seconds between two looks for prunable ops (at least 1).
+prune_interval_s = 60
+
+# Acts besides the built-in `echo` (which returns its args). Examples:
+#
+# [acts."notes.append"]          # one line "<neuron>/<op>/<attempt>\\t<hex args>\\n" per call
+# adapter = "file.append"
+# path = "/home/me/notes.log"
+#
+# [acts."tool.run"]              # runs a program; args on its stdin
+# adapter = "cli"
+# argv = ["/usr/bin/python3", "/opt/tool.py"]   # argv[0]: an absolute, executable path
+# max_arg_bytes = 65536          # 1 to max_frame
+# no_effect_exits = [2]          # exit statuses that mean "nothing happened" -> failed
+# timeout_s = 600                # optional: past it the process group is killed -> unknown
+# env = { API_TOKEN = { file = "/run/secrets/token" } }   # a secret: read per call, redacted
+# receipt_argv = ["/opt/tool-receipt"]   # optional: prints executed/not_executed/unknown
 """
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 MIN_MAX_FRAME = 131072
-DEFAULT_RETENTION_S = 2_592_000  # 30 days (SPEC §3.9)
+DEFAULT_RETENTION_S = 2_592_000  # 30 days (contract §3.9)
 MAX_SECONDS_KEY = 2**32 - 1  # ~136 years: anything longer is a typo
 _NETWORK_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ACT_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -48,6 +117,7 @@ _TOP_KEYS = {
     "acts",
     "max_connections",
     "max_in_flight",
+    "log_level",
     "retention_s",
     "prune_interval_s",
 }
@@ -86,6 +156,8 @@ class Config:
     max_connections: int
     max_in_flight: int
     acts: tuple[ActConfig, ...]
+    log_level: str = "info"
+    database_is_default: bool = False
     retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
     prune_interval_s: int = 60
 
@@ -122,10 +194,10 @@ def _uint(file: str, key: str, value: Any, *, minimum: int = 0, maximum: int | N
     return value
 
 
-def _seconds(file: str, key: str, value: Any, *, allow_zero: bool = False) -> float:
+def _seconds(file: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(file, key, f"must be a number of seconds, not {type(value).__name__}")
-    if value < 0 or (value == 0 and not allow_zero) or value != value or value > 10**7:
+    if value <= 0 or value != value or value > 10**7:
         raise ConfigError(file, key, f"must be a positive number of seconds, not {value}")
     return float(value)
 
@@ -169,10 +241,21 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     max_frame = _uint(
         source, "max_frame", data.get("max_frame", 1 << 20), minimum=MIN_MAX_FRAME, maximum=1 << 30
     )
-    grace = _seconds(source, "shutdown_grace_s", data.get("shutdown_grace_s", 30), allow_zero=True)
+    grace_raw = data.get("shutdown_grace_s", 30)
+    if grace_raw == 0 and not isinstance(grace_raw, bool):
+        raise ConfigError(
+            source,
+            "shutdown_grace_s",
+            "must be above 0: a zero grace leaves every call in progress unknown at each "
+            "stop (a second SIGTERM ends a grace early)",
+        )
+    grace = _seconds(source, "shutdown_grace_s", grace_raw)
     max_conn = _uint(source, "max_connections", data.get("max_connections", 4096), minimum=1)
     max_inflight = _uint(source, "max_in_flight", data.get("max_in_flight", 256), minimum=1)
-    # SPEC §3.9: whole seconds; 0 keeps every finished op for ever
+    log_level = data.get("log_level", "info")
+    if log_level not in LOG_LEVELS:
+        raise ConfigError(source, "log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    # contract §3.9: whole seconds; 0 keeps every finished op for ever
     retention_s = _uint(
         source,
         "retention_s",
@@ -204,6 +287,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
             raise ConfigError(
                 source, f"{where}.{_quote(exc.key)}" if exc.key else where, exc.reason
             ) from None
+        _check_programs(source, where, table)
         acts.append(ActConfig(tag=tag, table=dict(table)))
     return Config(
         source=source,
@@ -219,9 +303,36 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         max_connections=max_conn,
         max_in_flight=max_inflight,
         acts=tuple(acts),
+        log_level=log_level,
+        database_is_default="database" not in data,
         retention_s=retention_s,
         prune_interval_s=prune_interval_s,
     )
+
+
+def _check_programs(source: str, where: str, table: Mapping[str, Any]) -> None:
+    """A ``cli`` act's programs are absolute paths to existing executable files."""
+    if table.get("adapter") != "cli":
+        return
+    for key in ("argv", "receipt_argv"):
+        if key not in table:
+            continue
+        program = table[key][0]  # a non-empty list of strings: the adapter checked it
+        why = _not_executable(program)
+        if why:
+            raise ConfigError(source, f"{where}.{key}[0]", f"{program!r} {why}")
+
+
+def _not_executable(program: str) -> str | None:
+    if not os.path.isabs(program):
+        return "is not an absolute path (no PATH search is made)"
+    if not os.path.exists(program):
+        return "does not exist"
+    if not os.path.isfile(program):
+        return "is not a file"
+    if not os.access(program, os.X_OK):
+        return "is not executable"
+    return None
 
 
 def load_config(path: str | os.PathLike[str] | None) -> Config:

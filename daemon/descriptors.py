@@ -1,4 +1,4 @@
-"""Worker descriptors (SPEC §2) and the admission of a bound one (§3.1).
+"""Worker descriptors (contract §2) and the admission of a bound one (§3.1).
 
 A descriptor pins the five execution-model selections (machine/ABI,
 environment/ABI, proof, network, executor) and the bounds; it grants no
@@ -157,7 +157,7 @@ def well_formed(d: Any) -> bool:
 
 def check_descriptor(d: Any, advertised: list[dict[str, Any]]) -> dict[str, Any]:
     """Admit ``d`` if it equals a descriptor advertised now; else refuse with
-    the first code that applies (SPEC §3.1): ``bad_request`` (malformed),
+    the first code that applies (contract §3.1): ``bad_request`` (malformed),
     ``unsupported_profile`` (another executor than this daemon's),
     ``unsupported_guarantee`` (a hard limit), ``placement_stale`` (this
     daemon's executor but another boot, worker or field)."""

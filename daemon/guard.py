@@ -1,4 +1,4 @@
-"""The ward guard: one readers–writer guard per neuron (SPEC §3.1).
+"""The ward guard: one readers–writer guard per neuron (contract §3.1).
 
 A dispatch holds its neuron's guard *shared* from just before its claim is
 published until its adapter call returns. Placement, epoch, grant and

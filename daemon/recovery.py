@@ -1,4 +1,4 @@
-"""Crash recovery and executor receipts (SPEC §3.4, §3.6).
+"""Crash recovery and executor receipts (contract §3.4, §3.6).
 
 At start, under the owner lock and before serving anything but ``hello``
 and ``status``, every attempt of an earlier boot that is prepared or
@@ -14,6 +14,24 @@ has stopped; any other answer is kept as a hint in the evidence and the
 attempt stays unknown for ``reconcile``. Receipts never resolve a manual
 attempt. In-process receipts run before serving; the others in the
 background with bounded concurrency, counted by ``receipts_pending``.
+
+A ``reconcile`` of an attempt whose check is pending or running waits for
+it. A check *answers* when its answer is recorded (applied, or kept as a
+hint). One that does not (the daemon began to stop, the check was
+abandoned, or it raised) leaves its attempt *unanswered*: a waiting
+reconcile records nothing and is refused (``overloaded``, ``data.reason:
+receipt_pending``), and so is any later one until a check of that attempt
+answers (``check_receipts``, or the next start). Once the stop has begun no
+check answers: a ``cli`` receipt killed by the shutdown would only say
+``unknown``.
+
+A receipt is asked only with what the claim recorded (``_claims``): an
+attempt claimed under another adapter than the act's current one, or whose
+claim holds no adapter record, gets no automatic answer at all — whatever
+its receipt says is a hint (``evidence.receipt_hint`` and
+``evidence.receipt_detail``), and the attempt stays unknown. Never claimed
+(``claimed: false``) and "claimed without a record" are told apart by the
+claim row, not by the record.
 """
 
 from __future__ import annotations
@@ -27,7 +45,9 @@ import structlog
 import trio
 
 from wardd.adapters import Adapter, Receipt, has_receipt
+from wardd.protocol import Overloaded, WarddError
 
+from ._claims import ReceiptQuestion, receipt_question
 from ._reads import Reads
 from ._records import append_event, dec, enc, move_attempt, wire_safe
 from ._units import record_outcome
@@ -37,6 +57,7 @@ __all__ = ["Recovery"]
 
 log = structlog.get_logger("wardd.recovery")
 RECEIPT_CONCURRENCY = 4
+DETAIL_MAX = 500  # characters of a receipt's detail kept in the evidence
 
 
 @attrs.frozen
@@ -46,26 +67,36 @@ class Candidate:
     op: str
     attempt: int
     act: str
-    claim_info: dict[str, Any] | None
+    claimed: bool
+    claim_info: Any  # the claim row's decoded claim_info (None: none stored)
 
     @property
     def key(self) -> str:
         return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
-def mark_unknown(boot: str) -> Any:
-    """The start-time unit: earlier boots' open attempts become unknown."""
+def mark_unknown(boot: str, marks: list[dict[str, Any]] | None = None) -> Any:
+    """The start-time unit: earlier boots' open attempts become unknown.
 
-    def unit(conn: sqlite3.Connection) -> int:
+    Each marked attempt is also appended to ``marks`` (neuron, op, attempt,
+    claimed, boot), for the log once the unit is committed.
+    """
+
+    def unit(conn: sqlite3.Connection) -> list[int]:
         rows = conn.execute(
-            "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id,"
+            "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id, n.neuron, o.op,"
             " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id) AS claimed"
             " FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " JOIN neurons n ON n.id = o.neuron_id"
             " WHERE a.state IN ('prepared', 'running') AND a.boot != ?",
             (boot,),
         ).fetchall()
         for r in rows:
             evidence = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
+            if marks is not None:
+                marks.append(
+                    {"neuron": r["neuron"], "op": r["op"], "attempt": r["attempt"], **evidence}
+                )
             move_attempt(
                 conn,
                 attempt_id=r["id"],
@@ -77,12 +108,15 @@ def mark_unknown(boot: str) -> Any:
                 data=evidence,
                 evidence=evidence,
             )
-        return len(rows)
+        return [int(r["id"]) for r in rows]
 
     return unit
 
 
-def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool) -> Any:
+def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: bool = True) -> Any:
+    """Record a receipt's answer: applied when ``binding`` allows (contract §3.4),
+    otherwise kept as a hint in the evidence (answer and detail)."""
+
     def unit(conn: sqlite3.Connection) -> bool:
         row = conn.execute(
             "SELECT a.state, a.evidence, a.op_id, o.neuron_id FROM attempts a"
@@ -91,23 +125,23 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool) -> Any:
         ).fetchone()
         if row["state"] != "unknown":
             return False  # resolved meanwhile (a reconcile that came first)
-        if receipt.answer == "executed":
+        if binding and receipt.answer == "executed":
             value, why = wire_safe(receipt.value)
             record_outcome(conn, c.attempt_id, "succeeded", value, why, "receipt")
             return True
-        if receipt.answer == "not_executed" and in_process:
+        if binding and receipt.answer == "not_executed" and in_process:
             record_outcome(conn, c.attempt_id, "not_executed", None, None, "receipt")
             return True
         evidence = dec(row["evidence"]) or {}
         evidence["receipt_hint"] = receipt.answer
+        data: dict[str, Any] = {"answer": receipt.answer, "applied": False}
+        if receipt.detail:
+            evidence["receipt_detail"] = data["detail"] = receipt.detail[:DETAIL_MAX]
+        else:
+            evidence.pop("receipt_detail", None)  # an earlier check's detail is stale
         conn.execute("UPDATE attempts SET evidence = ? WHERE id = ?", (enc(evidence), c.attempt_id))
         append_event(
-            conn,
-            "receipt",
-            row["neuron_id"],
-            op_id=row["op_id"],
-            attempt=c.attempt,
-            data={"answer": receipt.answer, "applied": False},
+            conn, "receipt", row["neuron_id"], op_id=row["op_id"], attempt=c.attempt, data=data
         )
         return False
 
@@ -123,11 +157,24 @@ class Recovery:
         self._adapters = adapters
         self._boot = boot
         self._pending: dict[int, trio.Event] = {}  # attempt_id -> done
+        # checks that ended without an answer recorded (see the module docstring)
+        self._unanswered: set[int] = set()
+        self._stopping = False
         self.marked = 0
+        self._marked_ids: set[int] = set()
+        self.resolved_by_receipt = 0  # of the attempts this start marked (contract §3.8)
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """``receipts_pending``: checks to run, running, or ended unanswered."""
+        return len(self._pending.keys() | self._unanswered)
+
+    def stop(self) -> None:
+        """The daemon is stopping: no check answers from now on, and every
+        reconcile waiting for one is refused (``receipt_pending``)."""
+        self._stopping = True
+        for done in self._pending.values():
+            done.set()
 
     def _candidates(
         self, neuron: str | None = None, states: tuple[str, ...] = ("unknown",)
@@ -138,7 +185,8 @@ class Recovery:
         marks = ",".join("?" * len(acts))
         smarks = ",".join("?" * len(states))
         sql = (
-            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.claim_info FROM attempts a"
+            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.attempt_id IS NOT NULL,"
+            " c.claim_info FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
             f" WHERE a.state IN ({smarks}) AND a.kind = 'guarded' AND o.act IN ({marks})"
@@ -148,7 +196,7 @@ class Recovery:
             sql += " AND n.neuron = ?"
             params.append(neuron)
         return [
-            Candidate(r[0], r[1], r[2], r[3], r[4], dec(r[5]))
+            Candidate(r[0], r[1], r[2], r[3], r[4], bool(r[5]), dec(r[6]))
             for r in self._reads.conn.execute(sql + " ORDER BY a.id", params)
         ]
 
@@ -157,14 +205,16 @@ class Recovery:
 
     async def at_start(self) -> None:
         # Before the first await: status counts every receipt still to run
-        # from the moment the daemon serves (SPEC §3.6), including those of
+        # from the moment the daemon serves (contract §3.6), including those of
         # attempts this recovery is about to mark.
         for c in self._candidates(states=("unknown", "prepared", "running")):
             if not self._in_process(c):
                 self._pending[c.attempt_id] = trio.Event()
-        self.marked = await self._writer.run(mark_unknown(self._boot))
-        if self.marked:
-            log.warning("marked_unknown", attempts=self.marked)
+        marks: list[dict[str, Any]] = []
+        self._marked_ids = set(await self._writer.run(mark_unknown(self._boot, marks)))
+        self.marked = len(self._marked_ids)
+        for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
+            log.warning("marked_unknown", **mark)
         cands = self._candidates()
         self._later = [c for c in cands if not self._in_process(c)]
         later_ids = {c.attempt_id for c in self._later}
@@ -189,16 +239,42 @@ class Recovery:
     async def _check(self, c: Candidate) -> bool:
         adapter = self._adapters[c.act]
         done = self._pending.setdefault(c.attempt_id, trio.Event())
+        answered = False
         try:
-            receipt = await trio.to_thread.run_sync(_receipt, adapter, c, abandon_on_cancel=True)
-            resolved: bool = await self._writer.run(
-                apply_receipt(c, receipt, bool(getattr(adapter, "in_process", False)))
+            if self._stopping:
+                return False
+            question = receipt_question(adapter, c.claimed, c.claim_info)
+            receipt = await trio.to_thread.run_sync(
+                _receipt, adapter, c, question, abandon_on_cancel=True
             )
+            if self._stopping:  # a receipt the shutdown killed says only "unknown"
+                return False
+            in_process = bool(getattr(adapter, "in_process", False))
+            try:
+                resolved: bool = await self._writer.run(
+                    apply_receipt(c, receipt, in_process, question.binding)
+                )
+            except WarddError as err:
+                log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
+                return False
+            answered = True
             log.info(
-                "receipt", op=c.op, attempt=c.attempt, answer=receipt.answer, resolved=resolved
+                "receipt",
+                neuron=c.neuron,
+                op=c.op,
+                attempt=c.attempt,
+                answer=receipt.answer,
+                applicable=question.binding,
+                resolved=resolved,
             )
+            if resolved and c.attempt_id in self._marked_ids:
+                self.resolved_by_receipt += 1
             return resolved
         finally:
+            if answered:
+                self._unanswered.discard(c.attempt_id)
+            else:
+                self._unanswered.add(c.attempt_id)
             self._pending.pop(c.attempt_id, None)
             done.set()
 
@@ -218,28 +294,54 @@ class Recovery:
         return {"checked": len(cands), "resolved": resolved}
 
     async def wait_for_receipt(self, neuron: str, op: str, attempt: int) -> None:
-        """SPEC §3.4: a reconcile waits for a pending receipt check first."""
-        for attempt_id, ev in list(self._pending.items()):
-            row = self._reads.conn.execute(
-                "SELECT 1 FROM attempts a JOIN operations o ON o.id = a.op_id"
-                " JOIN neurons n ON n.id = o.neuron_id"
-                " WHERE a.id = ? AND n.neuron = ? AND o.op = ? AND a.attempt = ?",
-                (attempt_id, neuron, op, attempt),
-            ).fetchone()
-            if row is not None:
-                await ev.wait()
+        """contract §3.4: a reconcile waits for a pending receipt check first, and
+        is refused (``overloaded``, ``receipt_pending``) if no check of its
+        attempt has answered: the check was abandoned (the daemon is
+        stopping) or raised."""
+        if not self._pending and not self._unanswered:
+            return
+        row = self._reads.conn.execute(
+            "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " JOIN neurons n ON n.id = o.neuron_id"
+            " WHERE n.neuron = ? AND o.op = ? AND a.attempt = ?",
+            (neuron, op, attempt),
+        ).fetchone()
+        if row is None:
+            return  # the reconcile itself answers unknown_operation
+        attempt_id = row[0]
+        done = self._pending.get(attempt_id)
+        if done is not None:
+            log.info("reconcile_waiting", op=op, attempt=attempt)
+            await done.wait()
+        if attempt_id in self._pending or attempt_id in self._unanswered:
+            raise Overloaded(
+                "the attempt's receipt check did not finish; send the reconcile again "
+                "once a check has answered (check_receipts, or after the restart)",
+                {"reason": "receipt_pending"},
+            )
 
 
-def _receipt(adapter: Adapter, c: Candidate) -> Receipt:
+def _receipt(adapter: Adapter, c: Candidate, question: ReceiptQuestion) -> Receipt:
+    """Ask the adapter (on a thread); a hint-only answer's detail says why it is one."""
+    got = _ask(adapter, c, question.claim_info)
+    if question.binding:
+        return got
+    detail = question.why if not got.detail else f"{question.why}; {got.detail}"
+    return attrs.evolve(got, detail=detail)
+
+
+def _ask(adapter: Adapter, c: Candidate, claim_info: Any) -> Receipt:
     try:
         fn = adapter.receipt  # type: ignore[attr-defined]
         if hasattr(adapter, "claim_info"):
-            got = fn(c.key, c.claim_info)
+            got = fn(c.key, claim_info)
         else:
             got = fn(c.key)
     except Exception as exc:  # noqa: BLE001 - a failing receipt is an unknown answer
-        log.warning("receipt_failed", op=c.op, attempt=c.attempt, error=type(exc).__name__)
-        return Receipt("unknown")
+        log.warning(
+            "receipt_failed", neuron=c.neuron, op=c.op, attempt=c.attempt, error=type(exc).__name__
+        )
+        return Receipt("unknown", detail=f"the receipt raised {type(exc).__name__}")
     if isinstance(got, Receipt):
         return got
     if isinstance(got, str) and got in ("executed", "not_executed", "unknown"):

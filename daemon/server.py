@@ -1,9 +1,9 @@
-"""The Unix-socket server: peer uid, hello, framing, pipelining, limits (SPEC §4).
+"""The Unix-socket server: peer uid, hello, framing, pipelining, limits (contract §4).
 
 Bytes go through the sans-IO :mod:`wardd.protocol`; requests are handed to
 ``Daemon.handle``. Each request runs in the daemon's own nursery, not the
 connection's, so its effect does not depend on the connection staying open
-(SPEC §3.1); a response to a closed connection is dropped.
+(contract §3.1); a response to a closed connection is dropped.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Connection:
 
 def encode_reply(item: dict[str, Any], max_frame: int) -> bytes:
     """Encode a reply that never exceeds ``max_frame`` and never fails: a
-    value too large is replaced by ``{omitted_bytes: n}`` (SPEC §4), a value
+    value too large is replaced by ``{omitted_bytes: n}`` (contract §4), a value
     that is not a wire value (or nests too deep) by ``{omitted: reason}``."""
     try:
         return encode_frame(item, max_frame=max_frame)
@@ -84,7 +84,7 @@ def encode_reply(item: dict[str, Any], max_frame: int) -> bytes:
 
 
 def shrink_to_frame(item: Any, max_frame: int) -> Any:
-    """SPEC §4: a value too large to be sent is replaced by
+    """contract §4: a value too large to be sent is replaced by
     ``{omitted_bytes: n}`` in the response (the record keeps it)."""
     limit = max_frame // 2
     while limit >= 64:
@@ -286,7 +286,7 @@ def _peer_uid(sock: trio.socket.SocketType) -> int:
 
 def bind_unix(path: str) -> socket.socket:
     """Bind a listening socket at ``path``, 0600, replacing a stale socket
-    file that has no listener (SPEC §3.6) but never a live one."""
+    file that has no listener (contract §3.6) but never a live one."""
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise OSError(f"{path} exists and is not a socket; refusing to replace it")

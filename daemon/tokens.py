@@ -1,4 +1,4 @@
-"""Dispatch tokens (SPEC §2, §3.2; docs/contract.md).
+"""Dispatch tokens (contract §2, §3.2; docs/contract.md).
 
 A token lives only in this process's memory. It cannot be copied,
 deep-copied or pickled, is consumed by value exactly once, is bound to the
@@ -125,7 +125,7 @@ class TokenRegistry:
         return handle, token
 
     def lookup(self, handle: Any, conn_id: int) -> DispatchToken | DeadHandle:
-        """The token behind ``handle`` for ``conn_id`` (SPEC §3.2.2).
+        """The token behind ``handle`` for ``conn_id`` (contract §3.2.2).
 
         A live or still-voiding token is returned; a handle this boot issued
         to this connection whose token is gone is a :class:`DeadHandle`;

@@ -1,4 +1,4 @@
-"""Workers: one dedicated thread each, running the guarded dispatch (SPEC §3.2).
+"""Workers: one dedicated thread each, running the guarded dispatch (contract §3.2).
 
 On its thread a worker takes the neuron's ward guard shared, submits the
 claim to the writer and waits for its COMMIT on a thread-level future, then
@@ -28,6 +28,7 @@ from wardd.adapters import ActRequest, Adapter, DefiniteFailure
 from wardd.protocol import Internal, WarddError
 
 from . import _units
+from ._claims import claim_record
 from ._records import wire_safe
 from ._units import AttemptRef
 from ._writer import Writer
@@ -41,12 +42,40 @@ ERROR_TEXT_MAX = 2000
 
 @attrs.define(eq=False)
 class Dispatch:
-    """One accepted ``execute`` (``ref`` set) or ``invoke`` (``invoke_unit``)."""
+    """One accepted ``execute`` (``ref`` set) or ``invoke`` (``invoke_unit``).
+
+    ``invoke_unit(worker, claim_records)`` builds the invoke's writer unit;
+    ``claim_records(act)`` answers the claim record of ``act`` — computed on
+    the worker thread beforehand for ``act`` (the op's act, read when the
+    invoke arrived), so that the adapter's ``claim_info()`` (a stat and a
+    read of a file for ``file.append``) never runs on the writer thread.
+    """
 
     neuron: str
     reply: Callable[[Any, WarddError | None], None]  # thread-safe
     ref: AttemptRef | None = None
-    invoke_unit: Callable[[str], _units.Unit] | None = None
+    invoke_unit: (
+        Callable[
+            [str, Callable[[str], dict[str, Any]], Callable[[AttemptRef], None]], _units.Unit
+        ]
+        | None
+    ) = None
+    act: str | None = None  # an invoke's act, for its claim record
+    claimed_id: int | None = None  # set inside the claim unit
+    claimed_ref: AttemptRef | None = None  # likewise
+
+
+@attrs.define(eq=False)
+class Call:
+    """A claimed attempt of this boot until its outcome is durable (contract §3.8
+    ``abort``): registered inside the claim unit, so it exists whenever
+    a read shows the attempt ``running``."""
+
+    key: str  # the idempotency key
+    act: str
+    phase: str = "claimed"  # claimed -> calling -> done (the adapter returned)
+    aborted: bool = False
+    waiters: list[Callable[[str | None, WarddError | None], None]] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -79,6 +108,8 @@ class WorkerPool:
         }
         self._stopping = False
         self._counts_lock = threading.Lock()
+        self._calls: dict[int, Call] = {}  # attempt row id -> its call
+        self._calls_lock = threading.Lock()
         self._grace_over = False
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
@@ -88,6 +119,10 @@ class WorkerPool:
     def start(self) -> None:
         for t in self._threads:
             t.start()
+
+    def threads_alive(self) -> bool:
+        """Whether every worker thread still runs (the watchdog asks, until the stop)."""
+        return all(t.is_alive() for t in self._threads)
 
     def has(self, worker: str) -> bool:
         return worker in self._queues
@@ -119,9 +154,89 @@ class WorkerPool:
             t.join(max(0.0, deadline - time.monotonic()))
         finished = not any(t.is_alive() for t in self._threads)
         if not finished:
-            # SPEC §3.6: a call still running now is left claimed without an
+            # contract §3.6: a call still running now is left claimed without an
             # outcome (unknown at the next start, with its evidence), even if
             # killing its process group makes it return in this boot
+            self._grace_over = True
+        return finished
+
+    # -- abort ------------------------------------------------------------------
+
+    def abort(
+        self, attempt_id: int, on_done: Callable[[str | None, WarddError | None], None]
+    ) -> bool:
+        """Abort the call of a running attempt (contract §3.8).
+
+        True if the abort was taken: the call's process group is killed (or
+        the call is never started, if it has not begun) and ``on_done(status,
+        error)`` is called once the attempt's outcome is durable (``error``
+        if it could not be stored). That outcome is ``unknown`` with
+        ``aborted: true``, unless the call ended on its own (succeeded or
+        failed) before the kill reached it: its own outcome then stands.
+        False if the adapter had already returned: nothing is changed."""
+        with self._calls_lock:
+            call = self._calls.get(attempt_id)
+            if call is None or call.phase == "done":
+                return False
+            call.aborted = True
+            call.waiters.append(on_done)
+            calling = call.phase == "calling"
+        if calling:
+            self._kill(call)
+        return True
+
+    def _kill(self, call: Call) -> None:
+        kill = getattr(self._adapters.get(call.act), "abort", None)
+        if callable(kill):
+            try:
+                kill(call.key)
+            except Exception as exc:  # noqa: BLE001 - the outcome is unknown either way
+                log.error("abort_failed", act=call.act, error=repr(exc))
+
+    def _registrar(self, d: Dispatch) -> Callable[[AttemptRef], None]:
+        """The ``on_claim`` of ``d``'s claim unit (run on the writer thread)."""
+
+        def register(ref: AttemptRef) -> None:
+            key = f"{ref.neuron}/{ref.op}/{ref.attempt}"
+            with self._calls_lock:
+                self._calls[ref.attempt_id] = Call(key=key, act=ref.act)
+            d.claimed_id = ref.attempt_id
+            d.claimed_ref = ref
+
+        return register
+
+    def _unregister(
+        self, attempt_id: int, error: WarddError | None, status: str | None = None
+    ) -> None:
+        with self._calls_lock:
+            call = self._calls.pop(attempt_id, None)
+        for notify in call.waiters if call is not None else ():
+            notify(status, error)
+
+    def _begin_call(self, ref: AttemptRef) -> bool:
+        """Enter the adapter call; False if an abort came first (not called)."""
+        with self._calls_lock:
+            call = self._calls.get(ref.attempt_id)
+            if call is None:
+                return True
+            call.phase = "calling"
+            return not call.aborted
+
+    def _end_call(self, ref: AttemptRef) -> bool:
+        """The adapter returned; True if an abort was taken before that."""
+        with self._calls_lock:
+            call = self._calls.get(ref.attempt_id)
+            if call is None:
+                return False
+            call.phase = "done"
+            return call.aborted
+
+    def end_grace(self) -> bool:
+        """End the grace at once (a second stop signal, contract §3.6): calls
+        still running are left claimed without an outcome, as when the grace
+        passes. True if no worker was running a call any more."""
+        finished = not any(t.is_alive() for t in self._threads)
+        if not finished:
             self._grace_over = True
         return finished
 
@@ -157,7 +272,7 @@ class WorkerPool:
     def _dispatch(self, state: WorkerState, d: Dispatch) -> None:
         """Run with the neuron's guard held shared (taken by ``_next``).
 
-        SPEC §3.6 [2.2]: once the claim is durable, nothing that goes wrong
+        contract §3.6: once the claim is durable, nothing that goes wrong
         leaves the attempt ``running`` for the rest of the boot: an
         exception anywhere between the claim and the outcome (in the
         adapter, in checking its value, here) records ``unknown`` with the
@@ -177,8 +292,13 @@ class WorkerPool:
             if ref is None:
                 return
             state.busy = ref
-            status, value, error = self._call(ref)
+            if self._begin_call(ref):
+                status, value, error = self._call(ref)
+            else:
+                status, value, error = "unknown", None, "the call was not started"
         except BaseException as exc:  # noqa: BLE001 - after the claim: unknown, never running
+            if ref is None:
+                ref = d.claimed_ref  # set inside the claim unit: the claim may be durable
             if ref is None:
                 raise  # before the claim: nothing was started (the loop answers)
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
@@ -186,13 +306,19 @@ class WorkerPool:
         finally:
             release()
             state.busy = None
+        aborted = self._end_call(ref) and status == "unknown"
+        if aborted:
+            # contract §3.8: the effect may have happened; never guessed. A call
+            # that ended on its own (succeeded, failed) before the abort took
+            # effect keeps its own outcome: the abort then answers not_running
+            error = f"aborted by the operator ({error or 'no detail'})"
         try:
-            self._accept(state, d, ref, status, value, error)
+            self._accept(state, d, ref, status, value, error, aborted=aborted)
         except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
             # _accept raises only before its outcome is submitted
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
             try:
-                self._accept(state, d, ref, "unknown", None, _fault(exc))
+                self._accept(state, d, ref, "unknown", None, _fault(exc), aborted=aborted)
             except BaseException as again:
                 self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
                 raise
@@ -202,7 +328,9 @@ class WorkerPool:
     ) -> AttemptRef | None:
         try:
             if d.invoke_unit is not None:
-                got = self._writer.call(d.invoke_unit(state.id))
+                got = self._writer.call(
+                    d.invoke_unit(state.id, self._claim_records(d.act), self._registrar(d))
+                )
                 if isinstance(got, str):  # the placement names another worker
                     release()
                     if not self.has(got):
@@ -213,7 +341,7 @@ class WorkerPool:
                 ref: AttemptRef = got
             else:
                 assert d.ref is not None
-                info = _claim_info(self._adapters.get(d.ref.act))
+                info = claim_record(self._adapters.get(d.ref.act))
                 ref = self._writer.call(
                     _units.claim(
                         d.ref,
@@ -221,13 +349,15 @@ class WorkerPool:
                         boot=self._boot,
                         claim_info=info,
                         stopping=lambda: self._stopping,
+                        on_claim=self._registrar(d),
                     )
                 )
         except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()
+            self._forget_claim(d)
             err = exc if isinstance(exc, WarddError) else Internal("the claim failed")
             if isinstance(err, Internal):
-                # SPEC §3.2.2: a failed claim voids the attempt (claim_failed); an
+                # contract §3.2.2: a failed claim voids the attempt (claim_failed); an
                 # invoke's attempt and claim were one unit, so nothing is left
                 if d.ref is not None:
                     try:
@@ -235,14 +365,22 @@ class WorkerPool:
                             _units.void(d.ref.attempt_id, "claim_failed"), critical=True
                         )
                     except WarddError:
-                        # SPEC §3.6 [2.2]: fail-stop; the next start marks it
+                        # contract §3.6: fail-stop; the next start marks it
                         # unknown with claimed: false
                         self._writer.fail_stop("a void (claim_failed) could not be written")
                 err = Internal("the claim could not be committed", {"reason": "claim_failed"})
             d.reply(None, err)
             return None
-        log.debug("claimed", op=ref.op, attempt=ref.attempt, worker=state.id)
+        log.debug("claimed", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=state.id)
         return ref
+
+    def _forget_claim(self, d: Dispatch) -> None:
+        """A claim unit that registered its call and whose batch then failed
+        to commit: drop the registration (the attempt never ran)."""
+        if d.claimed_id is not None:
+            self._unregister(d.claimed_id, Internal("the claim was not committed"))
+            d.claimed_id = None
+            d.claimed_ref = None
 
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
         adapter = self._adapters[ref.act]
@@ -268,17 +406,26 @@ class WorkerPool:
         status: str,
         value: Any,
         error: str | None,
+        *,
+        aborted: bool = False,
     ) -> None:
         """Submit the outcome and move on: the reply is sent from the
-        commit's callback (SPEC §3.2.3: only once the outcome is durable),
+        commit's callback (contract §3.2.3: only once the outcome is durable),
         so the worker serves its next dispatch while the outcome waits for
         its batch, and outcomes of several workers share one fsync. The
         outcome is critical: if it cannot be stored, the daemon fail-stops."""
         if self._grace_over:
-            log.warning("outcome_left_unrecorded", op=ref.op, attempt=ref.attempt, status=status)
+            log.warning(
+                "outcome_left_unrecorded",
+                neuron=ref.neuron,
+                op=ref.op,
+                attempt=ref.attempt,
+                status=status,
+            )
+            self._unregister(ref.attempt_id, Internal("the daemon stopped before the outcome"))
             return
         fut = self._writer.submit(
-            _units.outcome(ref, status, value, error, "adapter"), critical=True
+            _units.outcome(ref, status, value, error, "adapter", aborted=aborted), critical=True
         )
 
         def committed(f: concurrent.futures.Future[Any]) -> None:
@@ -291,11 +438,20 @@ class WorkerPool:
         def _answer(f: concurrent.futures.Future[Any]) -> None:
             if f.exception() is not None:
                 # never report an outcome that is not stored
-                d.reply(None, Internal("the outcome could not be stored", {"reason": "fail_stop"}))
+                lost = Internal("the outcome could not be stored", {"reason": "fail_stop"})
+                self._unregister(ref.attempt_id, lost)
+                d.reply(None, lost)
                 return
+            self._unregister(ref.attempt_id, None, status)
             with self._counts_lock:
                 state.counts[status] += 1
-            log.info("outcome", op=ref.op, attempt=ref.attempt, worker=state.id, status=status)
+            where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}
+            if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
+                log.warning("outcome", **where, status=status, error=error)
+            elif status == "failed":
+                log.info("outcome", **where, status=status, error=error)
+            else:
+                log.info("outcome", **where, status=status)
             result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
             if status == "succeeded":
                 result["result"] = value
@@ -309,10 +465,16 @@ class WorkerPool:
         with self._counts_lock:
             return dict(state.counts)
 
+    def _claim_records(self, act: str | None) -> Callable[[str], dict[str, Any]]:
+        """The invoke's claim records: ``act``'s computed now, on this thread (see `Dispatch`);
+        another act's (the op named none when the invoke arrived) when the unit asks."""
+        ready = {} if act is None else {act: claim_record(self._adapters.get(act))}
 
-def _claim_info(adapter: Adapter | None) -> dict[str, Any] | None:
-    fn = getattr(adapter, "claim_info", None)
-    return fn() if callable(fn) else None
+        def records(name: str) -> dict[str, Any]:
+            got = ready.get(name)
+            return got if got is not None else claim_record(self._adapters.get(name))
+
+        return records
 
 
 def _text(exc: BaseException) -> str:

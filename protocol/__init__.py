@@ -1,4 +1,4 @@
-"""wardd.protocol: the sans-IO wire protocol of wardd (SPEC §4).
+"""wardd.protocol: the sans-IO wire protocol of wardd (contract §4).
 
 Bytes in, items out, like h11: no sockets, no trio, no SQLite. The daemon and
 both clients drive the same code:
@@ -45,8 +45,10 @@ from ._errors import (
     GenerationMismatch,
     GrantDisabled,
     Internal,
+    NotAbortable,
     NotReconcilable,
     NotRetained,
+    NotRunning,
     OpConflict,
     OpenOperations,
     Overloaded,
@@ -107,8 +109,10 @@ __all__ = [
     "GrantDisabled",
     "Internal",
     "NeedData",
+    "NotAbortable",
     "NotReconcilable",
     "NotRetained",
+    "NotRunning",
     "OpConflict",
     "OpenOperations",
     "Overloaded",

@@ -1,6 +1,6 @@
 """Strict CBOR (RFC 8949) for frame bodies: a bounded decoder and a checked encoder.
 
-SPEC §4: a frame body must be *exactly one well-formed CBOR item*. We do not
+contract §4: a frame body must be *exactly one well-formed CBOR item*. We do not
 trust a general-purpose decoder with that promise, so `decode_item` is a
 small pure-Python decoder that walks the bytes once, checks every rule below
 and builds the value as it goes. Anything else is `BadFrame`:
@@ -13,7 +13,7 @@ and builds the value as it goes. Anything else is `BadFrame`:
   RFC 8949 §3.2.3);
 - a declared length larger than what is left of the body, refused before
   anything is allocated (an n-element array needs at least n more bytes);
-- container nesting deeper than `max_depth` (SPEC §4: the top-level item is
+- container nesting deeper than `max_depth` (contract §4: the top-level item is
   at depth 1, so 64 nested arrays or maps are fine and 65 are not). Depth
   counts containers only: a scalar inside the 64th array is still fine;
 - a map with a duplicate key. Keys are compared as decoded values, so two
@@ -27,7 +27,7 @@ and builds the value as it goes. Anything else is `BadFrame`:
   bignums, datetimes or sets), and every simple value except false, true
   and null (``undefined``, unassigned and one-byte simple values). Floats
   (half, single, double) are allowed here; signed params forbid them one
-  level up (SPEC §4).
+  level up (contract §4).
 
 Non-preferred serializations (e.g. ``0x18 0x05`` for 5) and indefinite-length
 strings, arrays and maps are well-formed and accepted. Arrays decode to

@@ -1,4 +1,4 @@
-"""Protocol constants (SPEC §4)."""
+"""Protocol constants (contract §4)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ __all__ = [
 PROTOCOL_VERSION: Final = 1
 #: First element of every signing input: ``["wardd/1", network, method, params]``.
 SIGNING_DOMAIN: Final = "wardd/1"
-#: Default bound on a frame's body length N (1 MiB, SPEC §4 and §6 `max_frame`).
+#: Default bound on a frame's body length N (1 MiB, contract §4 and §6 `max_frame`).
 DEFAULT_MAX_FRAME: Final = 1 << 20
-#: The smallest `max_frame` a configuration may set (SPEC §6). Not enforced by
+#: The smallest `max_frame` a configuration may set (contract §6). Not enforced by
 #: `FrameDecoder`, which accepts any bound >= 1.
 MIN_MAX_FRAME: Final = 131072
 #: Deepest container nesting a frame may hold; the top-level item is depth 1.

@@ -1,4 +1,4 @@
-"""The one error table (SPEC §4): wire code -> exception class -> meaning.
+"""The one error table (contract §4): wire code -> exception class -> meaning.
 
 Every error the daemon answers with is a `WarddError` subclass named after its
 code in CamelCase (``bad_frame`` -> `BadFrame`). The class docstring is the
@@ -40,8 +40,10 @@ __all__ = [
     "GenerationMismatch",
     "GrantDisabled",
     "Internal",
+    "NotAbortable",
     "NotReconcilable",
     "NotRetained",
+    "NotRunning",
     "OpConflict",
     "OpenOperations",
     "Overloaded",
@@ -100,7 +102,7 @@ class WarddError(Exception):
         self.data = data
 
     def to_wire(self) -> dict[str, Any]:
-        """The ``error`` map of an error reply: ``{code, message, data?}`` (SPEC §4)."""
+        """The ``error`` map of an error reply: ``{code, message, data?}`` (contract §4)."""
         wire: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not None:
             wire["data"] = self.data
@@ -151,8 +153,9 @@ class Forbidden(WarddError):
 
 
 class Overloaded(WarddError):
-    """The daemon is at a capacity limit and did not admit the request; nothing changed,
-    retry later."""
+    """The daemon did not admit the request now; nothing changed, retry later. `data.reason`:
+    `shutdown` (it is stopping), `receipt_pending` (a reconcile whose attempt's receipt check
+    did not finish: send it again once a check has answered), absent at a capacity limit."""
 
     code = "overloaded"
 
@@ -309,7 +312,7 @@ class UnsupportedGuarantee(WarddError):
     code = "unsupported_guarantee"
 
 
-# -- prepare, invoke, manual_take (SPEC §3.2, in their order) -----------------------------
+# -- prepare, invoke, manual_take (contract §3.2, in their order) -----------------------------
 
 
 class Terminal(WarddError):
@@ -423,10 +426,27 @@ class RebindRequired(WarddError):
     code = "rebind_required"
 
 
+# -- abort ------------------------------------------------------------------------------
+
+
+class NotRunning(WarddError):
+    """`abort`: the attempt is not running (of any kind, or the op has no such attempt);
+    nothing was changed."""
+
+    code = "not_running"
+
+
+class NotAbortable(WarddError):
+    """`abort`: the attempt runs in an adapter that cannot be stopped from outside (an
+    in-process call cannot be preempted); nothing was changed."""
+
+    code = "not_abortable"
+
+
 #: code -> (exception class, one-line meaning), in table order.
 ERRORS: Final[Mapping[str, tuple[type[WarddError], str]]] = types.MappingProxyType(_TABLE)
 
-#: The values `TokenVoid`'s `data.reason` takes (SPEC §4).
+#: The values `TokenVoid`'s `data.reason` takes (contract §4).
 TOKEN_VOID_REASONS: Final = frozenset(
     {
         "placement_changed",

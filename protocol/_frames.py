@@ -1,4 +1,4 @@
-"""Length-prefixed frames (SPEC §4), sans-IO: bytes in, decoded items out.
+"""Length-prefixed frames (contract §4), sans-IO: bytes in, decoded items out.
 
 A frame is a 4-byte big-endian unsigned length N, 1 <= N <= max_frame,
 followed by N bytes holding exactly one CBOR item. `FrameDecoder` is shaped
@@ -7,7 +7,7 @@ chunking, then call `next_item` until it returns `NEED_DATA`.
 
 A length outside the bounds is refused on the header alone, as soon as its
 four bytes are buffered: the decoder never waits for (or buffers) the body of
-a frame it will refuse. A bad frame is fatal to the connection (SPEC §4: the
+a frame it will refuse. A bad frame is fatal to the connection (contract §4: the
 daemon answers `bad_frame` with id null and closes), so once `next_item` has
 raised `BadFrame` the decoder stays failed: every later call raises the same
 error again, and further data is discarded.
@@ -115,7 +115,7 @@ class FrameDecoder:
 def encode_frame(obj: Any, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     """One frame holding `obj`: the 4-byte length, then its CBOR encoding.
 
-    Raises ValueError if the body would exceed `max_frame` (SPEC §4: no frame
+    Raises ValueError if the body would exceed `max_frame` (contract §4: no frame
     the daemon sends exceeds it), and TypeError/ValueError for a value that is
     not a wire value (see `check_value`).
     """

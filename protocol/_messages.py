@@ -1,4 +1,4 @@
-"""Requests and replies (SPEC §4): validated shapes of decoded frame items.
+"""Requests and replies (contract §4): validated shapes of decoded frame items.
 
 - Request  ``{id: uint, method: text, params: map}``, nothing else;
 - Response ``{id, result: any}``;
@@ -73,7 +73,7 @@ class ErrorReply:
 def parse_request(item: Any) -> Request:
     """Validate a decoded item as a request.
 
-    Raises `ProtocolError` (SPEC §4: the connection stays open) if it is not
+    Raises `ProtocolError` (contract §4: the connection stays open) if it is not
     a map of exactly ``id`` (uint), ``method`` (text) and ``params`` (map);
     its `request_id` is the id when that could be read, else None.
     """

@@ -1,4 +1,4 @@
-"""Neuron signatures (SPEC §4): Ed25519 over a deterministic CBOR signing input.
+"""Neuron signatures (contract §4): Ed25519 over a deterministic CBOR signing input.
 
 A signed request's params carry ``neuron`` (lowercase hex of the 32-byte
 Ed25519 public key) and ``sig`` (64 bytes): the signature over

@@ -16,7 +16,7 @@ from ._errors import markdown_table
 
 def main() -> None:
     """Print the error table as markdown."""
-    print("# wardd error codes (SPEC §4)\n")
+    print("# wardd error codes (docs/contract.md §4)\n")
     print(markdown_table(), end="")
 
 

@@ -7,6 +7,7 @@ datagram socket this harness binds), never on a sleep.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import shlex
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +263,7 @@ class Actor:
         self, expected: str, state: str, prog: str | None = None
     ) -> dict[str, Any]:
         """set_prog_state params fenced like the bundled clients: with the
-        prog's current state_version (SPEC §3.4)."""
+        prog's current state_version (contract §3.4)."""
         prog = prog or self.prog
         version = self.get_prog(prog)["state_version"]
         return {
@@ -342,7 +344,6 @@ def code_of(fn: Any, *args: Any, **kw: Any) -> Any:
 def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> None:
     """Bounded polling of an outside process's effect (a file, a state, a
     status field): the observable the test waits on, never a fixed sleep."""
-    import time
 
     deadline = time.monotonic() + timeout
     while not pred():
@@ -376,3 +377,115 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.value
+
+    def error_of(self, timeout: float = 30.0) -> BaseException:
+        """The error the call ended with (the test fails if it returned)."""
+        assert self.done.wait(timeout), "background call did not finish"
+        assert self.error is not None, f"expected an error, got {self.value!r}"
+        return self.error
+
+
+def key(actor: Actor, op: str, attempt: int = 1) -> str:
+    """The idempotency key an act receives: ``<neuron>/<op>/<attempt>``."""
+    return f"{actor.id}/{op}/{attempt}"
+
+
+def run_wardctl(
+    env: Env, *args: str, key: Path | None = None, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """A real ``wardctl`` process against ``env``'s daemon (key: ``neuron.key``
+    in the env's root unless given)."""
+    e = {
+        **os.environ,
+        "WARDD_SOCKET": str(env.socket),
+        "WARDD_KEY": str(key or env.root / "neuron.key"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "wardd.client.wardctl", *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=timeout,
+    )
+    if check:
+        assert out.returncode == 0, (args, out.stdout, out.stderr)
+    return out
+
+
+class ReadLease:
+    """A read lease (``fcntl(F_SETLEASE)``) held on a file by the test process.
+
+    While it is held, another process's ``open(2)`` of the file for writing
+    blocks (for up to ``/proc/sys/fs/lease-break-time``) and the lease shows
+    the break at once: `breaking` turns true. So a ``file.append`` call can
+    be held after its claim is committed and before its write, for as long as
+    the test needs, and then released or killed — no timing involved. A
+    read-only open (the claim's stat of the file) does not break it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        # the break is also signalled (SIGIO, whose default action kills):
+        # we poll the lease instead
+        self._old = signal.signal(signal.SIGIO, signal.SIG_IGN)
+        self.fd: int | None = os.open(path, os.O_RDONLY)
+        fcntl.fcntl(self.fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+
+    def breaking(self) -> bool:
+        """A writer's open is waiting for the lease."""
+        assert self.fd is not None
+        return fcntl.fcntl(self.fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
+
+    def release(self) -> None:
+        """Let the blocked open go on (closing the descriptor drops the lease)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+            signal.signal(signal.SIGIO, self._old)
+
+    def __enter__(self) -> ReadLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def poll_until(pred: Any, what: str, timeout: float = 20.0) -> None:
+    """`wait_for` with the description first."""
+    wait_for(pred, timeout, what)
+
+
+# A stand-in for systemd's socket activation: dup the given fd to 3, set
+# LISTEN_FDS/LISTEN_PID for this very process, then exec the daemon (same pid).
+_ACTIVATE = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "os.dup2(fd, 3)\n"
+    "os.set_inheritable(3, True)\n"
+    "os.environ['LISTEN_FDS'] = '1'\n"
+    "os.environ['LISTEN_PID'] = str(os.getpid())\n"
+    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
+)
+
+
+def spawn_activated(env: Env, sock: socket.socket, log: Path) -> subprocess.Popen[bytes]:
+    """``wardd run`` on ``env``'s config, socket-activated with ``sock`` as fd 3."""
+    with open(log, "wb") as f:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _ACTIVATE,
+                str(sock.fileno()),
+                "-m",
+                "wardd.daemon.cli",
+                "run",
+                "--config",
+                str(env.config),
+            ],
+            pass_fds=(sock.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))},
+            start_new_session=True,
+        )

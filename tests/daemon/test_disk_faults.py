@@ -1,4 +1,4 @@
-"""Disk faults: a write that fails inside a commit (SPEC §3.2.3, issue 5).
+"""Disk faults: a write that fails inside a commit (contract §3.2.3).
 
 The fault is real: the daemon's RLIMIT_FSIZE is lowered with prlimit(2) to
 the current size of its WAL file, so the next append to it fails with EFBIG
@@ -13,8 +13,7 @@ import resource
 
 import pytest
 
-from tests.daemon.harness import Actor
-from tests.daemon.test_dispatch import Background, code_of, wait_for
+from tests.daemon.harness import Actor, Background, code_of, wait_for
 from wardd.protocol import WarddError
 
 UNLIMITED = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
@@ -58,7 +57,7 @@ class TestDiskFull:
         assert a.state("before") == "pending"
 
     def test_an_outcome_that_cannot_be_stored_fail_stops(self, daemon):
-        """SPEC §3.2.3: the call answers internal, the daemon exits non-zero,
+        """contract §3.2.3: the call answers internal, the daemon exits non-zero,
         and the next start marks the attempt unknown."""
         env = daemon.env
         a = Actor(daemon, acts=("gated",))

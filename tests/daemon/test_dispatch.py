@@ -1,4 +1,4 @@
-"""The guarded dispatch path over the wire (SPEC §3.1-§3.3, §5 seed scenarios).
+"""The guarded dispatch path over the wire (contract §3.1-§3.3, §5 acceptance scenarios).
 
 Effects are counted in real ledger files written by the acts themselves
 (``file.append`` and ``cli``), never by flags inside the daemon.
@@ -7,55 +7,12 @@ Effects are counted in real ledger files written by the acts themselves
 from __future__ import annotations
 
 import os
-import threading
-import time
 
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor
+from tests.daemon.harness import NETWORK, Actor, Background, code_of, key, wait_for
 from wardd.client import Neuron
 from wardd.protocol import WarddError
-
-
-def code_of(fn, *args, **kw) -> WarddError:
-    with pytest.raises(WarddError) as ei:
-        fn(*args, **kw)
-    return ei.value
-
-
-def wait_for(pred, timeout=20.0, what="condition"):
-    """Bounded polling of an outside process's effect (a file, a state)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-class Background:
-    def __init__(self, fn, *args):
-        self.value = self.error = None
-        self.done = threading.Event()
-
-        def run():
-            try:
-                self.value = fn(*args)
-            except BaseException as e:  # noqa: BLE001
-                self.error = e
-            finally:
-                self.done.set()
-
-        threading.Thread(target=run, daemon=True).start()
-
-    def result(self, timeout=60):
-        assert self.done.wait(timeout), "background call did not finish"
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-def key(actor, op, attempt=1):
-    return f"{actor.id}/{op}/{attempt}"
 
 
 class TestRoundTrip:
@@ -377,7 +334,7 @@ class TestTokens:
 
 
 class TestPrepareOrder:
-    def test_prepare_checks_in_spec_order(self, daemon):
+    def test_prepare_checks_in_contract_order(self, daemon):
         a = Actor(daemon, acts=("echo",))
         assert code_of(a.prepare, "nope").code == "unknown_operation"
         a.submit("op")

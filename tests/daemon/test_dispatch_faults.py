@@ -1,5 +1,5 @@
 """Refusals that come at once, faults after the claim, bounded token memory
-(issue 11 items 7, 8 and 10; docs/reliability.md lists each history).
+(docs/reliability.md lists each history).
 
 Everything runs against a real daemon process; a long call is a real `cli`
 process held at a gate, and a fault after the claim comes from a real

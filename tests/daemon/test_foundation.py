@@ -1,4 +1,4 @@
-"""The foundation over the wire: a real daemon process on a real socket (SPEC §4, §6)."""
+"""The foundation over the wire: a real daemon process on a real socket (contract §4, §6)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ BAD_FRAMES = {
 class TestBadInput:
     @pytest.mark.parametrize("name", sorted(BAD_FRAMES))
     def test_bad_frame_gets_bad_frame_and_close(self, daemon, name):
-        """SPEC §4: a bad frame gets an error frame (bad_frame, id null), then a close;
+        """contract §4: a bad frame gets an error frame (bad_frame, id null), then a close;
         the daemon lives on."""
         with raw(daemon.env.socket) as s:
             s.sendall(HELLO + BAD_FRAMES[name])
@@ -223,7 +223,7 @@ class TestSocketAndLock:
         env = Env()
         env.socket.write_text("precious")
         d = make_daemon(env, start=False)
-        assert d.spawn().wait(30) == 1
+        assert d.spawn().wait(30) == 78
         assert env.socket.read_text() == "precious"
         assert "not a socket" in d.log_text()
 
@@ -232,7 +232,7 @@ class TestSocketAndLock:
         other.top["socket"] = str(daemon.env.socket)
         other.write_config()
         second = make_daemon(other, start=False)
-        assert second.spawn().wait(30) == 1
+        assert second.spawn().wait(30) == 75
         with daemon.connect() as c:
             assert c.call("status")["boot"] == daemon.boot
 
@@ -389,7 +389,7 @@ class TestSystemd:
 
 class TestLimits:
     def test_connections_over_the_limit_are_overloaded(self, make_daemon):
-        from tests.daemon.test_dispatch import wait_for
+        from tests.daemon.harness import wait_for
 
         d = make_daemon(Env(max_connections=2))
         c1 = d.connect()
@@ -414,8 +414,7 @@ class TestLimits:
                 assert c.call("status")["boot"] == d.boot
 
     def test_requests_in_flight_over_the_limit_are_overloaded(self, make_daemon):
-        from tests.daemon.harness import Actor
-        from tests.daemon.test_dispatch import wait_for
+        from tests.daemon.harness import Actor, wait_for
 
         env = Env(max_in_flight=1)
         d = make_daemon(env)

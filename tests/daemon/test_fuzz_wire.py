@@ -1,4 +1,4 @@
-"""Wire fuzzing against one shared real daemon (SPEC §4).
+"""Wire fuzzing against one shared real daemon (contract §4).
 
 Promises checked, over a real Unix socket to a real ``wardd`` process:
 
@@ -121,7 +121,7 @@ class Wire:
             self.buf += chunk
 
     def reply(self) -> Response | ErrorReply:
-        """The next reply, which must be a well-formed reply (SPEC §4)."""
+        """The next reply, which must be a well-formed reply (contract §4)."""
         item = self.frame()
         try:
             return parse_reply(item)
@@ -447,7 +447,7 @@ def odd_bodies(draw: st.DrawFn) -> bytes:
 
 
 def expected(body: bytes) -> tuple[str, Any]:
-    """What SPEC §4 says the daemon answers to one frame body on a greeted connection."""
+    """What contract §4 says the daemon answers to one frame body on a greeted connection."""
     try:
         item = decode_item(body)
     except BadFrame:
@@ -664,8 +664,8 @@ def fuzz_signed_wrong_types(t: Target, examples: int) -> None:
 
     @hyp_settings(examples)
     @given(broken(), st.data())
-    def case(spec: tuple[str, dict[str, Any], str], data: st.DataObject) -> None:
-        method, params, envelope = spec
+    def case(shape: tuple[str, dict[str, Any], str], data: st.DataObject) -> None:
+        method, params, envelope = shape
         signed = t.actor.neuron.sign(method, params, NETWORK)
         if envelope:
             signed[envelope] = data.draw(st.sampled_from(WRONG[envelope]))
@@ -734,7 +734,7 @@ BATCHES: dict[str, Callable[[Target, int], None]] = {
 class TestFuzz:
     """Hypothesis-driven frames: one correct reply each, the daemon lives, nothing changes."""
 
-    def test_random_cbor_items_get_their_spec_answer_and_change_nothing(self, unchanged):
+    def test_random_cbor_items_get_their_contract_answer_and_change_nothing(self, unchanged):
         """Any well-formed CBOR item: protocol_error (not a request) or a request's reply."""
         fuzz_random_items(unchanged, DEFAULT_EXAMPLES)
 
@@ -747,7 +747,7 @@ class TestFuzz:
         fuzz_odd_bodies(unchanged, DEFAULT_EXAMPLES)
 
     def test_validly_signed_params_with_one_wrong_field_are_bad_request(self, unchanged):
-        """Types are checked before anything else, even under a good signature (SPEC §4)."""
+        """Types are checked before anything else, even under a good signature (contract §4)."""
         fuzz_signed_wrong_types(unchanged, DEFAULT_EXAMPLES // 2)
 
     def test_random_byte_streams_then_half_close_never_kill_the_daemon(self, unchanged):
@@ -756,7 +756,7 @@ class TestFuzz:
 
 
 class TestFrameBounds:
-    """Declared lengths and nesting at the edges of SPEC §4."""
+    """Declared lengths and nesting at the edges of contract §4."""
 
     @pytest.mark.parametrize("length", [0, MAX_FRAME + 1, 2**31, 2**32 - 1])
     def test_a_length_outside_bounds_is_refused_on_the_header_alone(self, unchanged, length):
@@ -901,7 +901,7 @@ def _half_close(w: Wire) -> None:
 
 
 def test_a_write_sent_before_a_half_close_is_applied_exactly_once(target):
-    """SPEC §3.1: a request's effect does not depend on its connection staying open."""
+    """contract §3.1: a request's effect does not depend on its connection staying open."""
     t = target
     t.ensure_alive()
     op = f"half-{random.randrange(1 << 30)}"
@@ -924,7 +924,7 @@ def test_a_write_sent_before_a_half_close_is_applied_exactly_once(target):
 
 
 def test_a_prepare_on_a_half_closed_connection_drops_its_token(target):
-    """SPEC §3.2.2/§3.6: the prepared attempt is voided with reason token_dropped."""
+    """contract §3.2.2/§3.6: the prepared attempt is voided with reason token_dropped."""
     t = target
     t.ensure_alive()
     op = f"drop-{random.randrange(1 << 30)}"
@@ -951,11 +951,11 @@ class TestRegressions:
     out of the request nursery, and the daemon exited 1."""
 
     def test_a_param_key_holding_a_nan_map_key_does_not_kill_the_daemon(self, target):
-        """A well-formed frame must never stop the daemon (SPEC §4)."""
+        """A well-formed frame must never stop the daemon (contract §4)."""
         self._send_and_check(target, {cbor2.frozendict({math.nan: 1}): 1})
 
     def test_a_deeply_nested_param_key_does_not_kill_the_daemon(self, target):
-        """A well-formed frame must never stop the daemon (SPEC §4)."""
+        """A well-formed frame must never stop the daemon (contract §4)."""
         key: Any = 0
         for _ in range(MAX_DEPTH - 2):
             key = (key,)

@@ -1,4 +1,4 @@
-"""Unknown attempts and what resolves them, with real SIGKILLs (SPEC §3.3-§3.6)."""
+"""Unknown attempts and what resolves them, with real SIGKILLs (contract §3.3-§3.6)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Env
-from tests.daemon.test_dispatch import Background, code_of, key, wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, key, wait_for
 from wardd.client import Neuron
 from wardd.daemon._schema import SCHEMA_VERSION
 from wardd.protocol import WarddError
@@ -207,7 +206,7 @@ class TestResolution:
         a.invoke("consumed")
         a.call("consume", {"op": "consumed"})
         for op in ("pending", "prepared", "retained", "unknown"):
-            assert a.call("cancel", {"op": op}) == {"op": op, "state": "cancelled"}
+            assert a.call("cancel", {"op": op}) == {"op": op, "state": "cancelled", "was": op}
             assert a.call("cancel", {"op": op})["already"] is True
             assert a.state(op) == "cancelled"
         assert code_of(a.call, "cancel", {"op": "consumed"}).code == "terminal"
@@ -320,7 +319,7 @@ class TestResolution:
         }
 
     def test_state_version_counts_each_state_change_and_nothing_else(self, daemon):
-        """SPEC §3.1: 1 at creation, +1 per state change; refusals and the
+        """contract §3.1: 1 at creation, +1 per state change; refusals and the
         grant, budget and op writes leave it as it is."""
         a = Actor(daemon, acts=("echo",), step_limit=5)
         assert a.get_prog()["state_version"] == 1
@@ -341,7 +340,7 @@ class TestResolution:
         assert prog["exhausted"] is True and prog["state_version"] == 3
 
     def test_a_stale_expected_state_version_is_state_mismatch_and_changes_nothing(self, daemon):
-        """SPEC §3.4: checked right after the state CAS, before the transition."""
+        """contract §3.4: checked right after the state CAS, before the transition."""
         a = Actor(daemon, acts=("echo",))
         a.submit("op")
         token, _ = a.prepare("op")
@@ -361,7 +360,7 @@ class TestResolution:
         assert code_of(a.execute, token).code == "token_void"  # the applied pause voided it
 
     def test_reservations_are_numbered_and_before_releases_only_lower_numbers(self, daemon):
-        """SPEC §3.4: each reservation gets the prog's next number; recover with
+        """contract §3.4: each reservation gets the prog's next number; recover with
         `before` releases only the open ones numbered below it."""
         a = Actor(daemon, acts=("echo",), step_limit=100)
 
@@ -383,7 +382,7 @@ class TestResolution:
         assert a.call("recover_reservations", {"prog": a.prog}) == {"released": 1}  # all open
 
     def test_a_released_reservation_never_reopens(self, daemon):
-        """SPEC §3.4: reserve_steps with a released reservation's id answers
+        """contract §3.4: reserve_steps with a released reservation's id answers
         `already` with its state; it holds no steps and cannot be settled."""
         a = Actor(daemon, acts=("echo",), step_limit=10)
         x = {"prog": a.prog, "reservation": "x", "steps": 6}
@@ -536,7 +535,7 @@ class TestMigration:
 
 class TestShutdownOrder:
     def test_sigterm_answers_the_running_call_and_voids_the_queued_one(self, make_daemon):
-        """SPEC §3.6: a dispatch accepted but not yet claimed is voided
+        """contract §3.6: a dispatch accepted but not yet claimed is voided
         (shutdown); a call in progress finishes within the grace, its outcome
         is recorded and its caller answered."""
         import signal as _signal

@@ -1,4 +1,4 @@
-"""Retention (SPEC §3.9): finished ops are pruned to tombstones, which keep
+"""Retention (contract §3.9): finished ops are pruned to tombstones, which keep
 idempotency for ever; nothing in doubt is ever pruned; the space goes back.
 
 Every daemon here runs with ``retention_s = 1`` and ``prune_interval_s = 1``
@@ -202,6 +202,7 @@ class TestPruning:
             "consume": {"op": "once"},
             "rebind": {"op": "once"},
             "reconcile": {"op": "once", "attempt": 1, "outcome": {"status": "failed"}},
+            "abort": {"op": "once", "attempt": 1},
         }
         for method, p in params.items():
             err = code_of(a.call, method, p)
@@ -212,9 +213,10 @@ class TestPruning:
         with pytest.raises(WarddError) as err:
             Session(a.client, a.neuron).invoke("once")
         assert err.value.code == "terminal"
-        # a management write still needs the grant first (SPEC §3.4 order)
+        # a management write still needs the grant first (contract §3.4 order)
         a.grant(["echo", "ledger"], enabled=False)
         assert code_of(a.call, "cancel", {"op": "once"}).code == "grant_disabled"
+        assert code_of(a.call, "abort", {"op": "once", "attempt": 1}).code == "grant_disabled"
         assert code_of(a.call, "prepare", a.prepare_params("once")).code == "terminal"
         assert len(d.env.ledger_lines()) == 1
         assert status(a)["operations"] == {"consumed": 1}

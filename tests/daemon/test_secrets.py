@@ -1,6 +1,6 @@
-"""Security over the wire and the secret audit (SPEC §4, §5, §6).
+"""Security over the wire and the secret audit (contract §4, §5, §6).
 
-- Replay: every signed write is a compare-and-set or idempotent (SPEC §4), so
+- Replay: every signed write is a compare-and-set or idempotent (contract §4), so
   sending an already-applied signed request again is refused by its CAS
   (``generation_mismatch``, ``epoch_mismatch``, ``policy_mismatch``,
   ``state_mismatch``, ``attempt_mismatch``, ``terminal``) or answered as an
@@ -31,8 +31,7 @@ from typing import Any
 import cbor2
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Daemon, Env
-from tests.daemon.test_dispatch import Background, code_of, wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Daemon, Env, code_of, wait_for
 from wardd.client import Client, Neuron, Session
 
 # -- replay ---------------------------------------------------------------------------------
@@ -206,7 +205,7 @@ class TestReplay:
         assert snapshot(a) == before
 
     def test_a_pause_replayed_after_a_resume_is_refused(self, shared):
-        """SPEC §3.1: the state comes back, its state_version never does."""
+        """contract §3.1: the state comes back, its state_version never does."""
         a = Actor(shared, acts=("echo",))
         pause, _ = signed_call(a, "set_prog_state", a.prog_state_params("active", "paused"))
         a.call("set_prog_state", a.prog_state_params("paused", "active"))
@@ -257,7 +256,7 @@ class TestReplay:
         assert prog["steps_used"] + prog["steps_reserved"] <= prog["step_limit"]
 
     def test_the_bundled_session_fences_prog_writes_with_what_get_prog_shows(self, shared):
-        """SPEC §3.4: Session sends expected_state_version and before, read from get_prog."""
+        """contract §3.4: Session sends expected_state_version and before, read from get_prog."""
         a = Actor(shared, acts=("echo",))
         session = Session(a.client, a.neuron)
         assert session.set_prog_state(a.prog, "paused")["state_version"] == 2
@@ -269,7 +268,7 @@ class TestReplay:
         assert session.recover_reservations(a.prog) == {"released": 1}
 
     def test_a_request_signed_before_advance_epoch_can_never_prepare(self, shared):
-        """SPEC §4: what a CAS cannot fence, the epoch does."""
+        """contract §4: what a CAS cannot fence, the epoch does."""
         a = Actor(shared, acts=("echo",))
         a.submit("op")
         old = a.neuron.sign("prepare", a.prepare_params("op"), NETWORK)
@@ -347,7 +346,7 @@ class TestForgery:
 # -- the secret audit -----------------------------------------------------------------------
 
 MAX_FRAME = 131072  # the smallest allowed, so the output cuts are easy to reach
-STDOUT_LIMIT = MAX_FRAME - 65536  # SPEC §6: max_frame - 64 KiB
+STDOUT_LIMIT = MAX_FRAME - 65536  # contract §6: max_frame - 64 KiB
 STDERR_TAIL = 4096
 
 
@@ -440,7 +439,7 @@ def all_reads(client: Client, actor: Actor, audit: Audit) -> None:
 
 class TestSecretAudit:
     def test_no_token_key_or_adapter_secret_in_logs_database_or_reads(self, make_daemon, tmp_path):
-        """SPEC §5: no secret in descriptors, records, token metadata, status, results or logs."""
+        """contract §5: no secret in descriptors, records, token metadata, status, results, logs."""
         secret = ("S3cr3t-" + secrets.token_urlsafe(30)).encode()  # 47 bytes
         secret_file = tmp_path / "api-token"  # outside the daemon's directory
         secret_file.write_bytes(secret + b"\n")

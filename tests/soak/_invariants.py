@@ -5,7 +5,7 @@ A view is built either from the daemon's reads (``get_operation`` and
 read-only after a SIGKILL; the same checks run on both. Effects come from
 the ledgers the acts write themselves, never from the daemon.
 
-Each check cites the SPEC clause it enforces.
+Each check cites the contract clause (docs/contract.md) it enforces.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Op:
 
 @attrs.define
 class Acks:
-    """What clients saw acknowledged (SPEC §3.2.3: every write replies only after
+    """What clients saw acknowledged (contract §3.2.3: every write replies only after
     its records are committed, so each of these must survive any crash)."""
 
     outcome: dict[Key, str] = attrs.field(factory=dict)  # status, "void", or reconciled
@@ -93,7 +93,7 @@ def read_effects(*ledgers: Path) -> tuple[Counter[Key], int]:
 
 
 def view_from_reads(get_operation: Any, history: Any, neuron: str, op: str) -> Op:
-    """One op as the daemon's reads show it (SPEC §4 get_operation, history)."""
+    """One op as the daemon's reads show it (contract §4 get_operation, history)."""
     info = get_operation(neuron, op)
     records = history(neuron, op)
     claimed_ev: Counter[int] = Counter()
@@ -194,7 +194,7 @@ def view_from_database(path: Path) -> DbView:
 
 
 def expected_op_state(op: Op) -> str | None:
-    """SPEC §3.3; None when a terminal state overrides (checked separately)."""
+    """contract §3.3; None when a terminal state overrides (checked separately)."""
     if op.state in ("consumed", "cancelled"):
         return None
     latest = op.attempts[-1].state if op.attempts else None
@@ -217,15 +217,16 @@ def check_op(
     if [a.attempt for a in op.attempts] != list(range(1, len(op.attempts) + 1)):
         bad.append(f"{where}: attempts not numbered 1..n")
     if not op.follows_ok:
-        bad.append(f"{where}: history records do not follow each other (SPEC §2)")
+        bad.append(f"{where}: history records do not follow each other (contract §2)")
     succeeded = [a for a in op.attempts if a.state == "succeeded"]
     if len(succeeded) > 1:
-        bad.append(f"{where}: {len(succeeded)} succeeded attempts (SPEC §3.2.1 already_succeeded)")
+        n = len(succeeded)
+        bad.append(f"{where}: {n} succeeded attempts (contract §3.2.1 already_succeeded)")
     if op.state == "consumed" and not succeeded:
         bad.append(f"{where}: consumed without a succeeded attempt")
     want = expected_op_state(op)
     if want is not None and want != op.state:
-        bad.append(f"{where}: op state {op.state}, its attempts say {want} (SPEC §3.3)")
+        bad.append(f"{where}: op state {op.state}, its attempts say {want} (contract §3.3)")
     op_effects = 0
     for a in op.attempts:
         at = f"{where}/{a.attempt}"
@@ -235,13 +236,13 @@ def check_op(
         if a.state not in STATES:
             bad.append(f"{at}: unknown state {a.state}")
         if a.state in ("prepared", "running") and a.boot not in open_set:
-            bad.append(f"{at}: {a.state} from boot {a.boot[:8]} after a restart (SPEC §3.6)")
+            bad.append(f"{at}: {a.state} from boot {a.boot[:8]} after a restart (contract §3.6)")
         if a.claimed and a.state in ("prepared", "void"):
             bad.append(f"{at}: claimed but {a.state}")
         if not a.claimed and a.state == "running":
             bad.append(f"{at}: running without a claim")
         if not a.claimed and a.outcome and a.outcome[1] == "adapter":
-            bad.append(f"{at}: an adapter outcome without a claim (SPEC §3.2.2)")
+            bad.append(f"{at}: an adapter outcome without a claim (contract §3.2.2)")
         if (a.state in DEFINITE) != (a.outcome is not None) or (
             a.outcome is not None and a.outcome[0] != a.state
         ):
@@ -255,16 +256,16 @@ def check_op(
             elif "boot" in ev and ev["boot"] != a.boot:
                 bad.append(f"{at}: evidence.boot {ev['boot']} is not the attempt's {a.boot}")
         if a.marked_events is not None and a.marked_events > 1:
-            bad.append(f"{at}: marked unknown {a.marked_events} times (SPEC §3.6: once)")
+            bad.append(f"{at}: marked unknown {a.marked_events} times (contract §3.6: once)")
         if a.marked_events and not (isinstance(a.evidence, dict) and "boot" in a.evidence):
             bad.append(f"{at}: marked unknown without evidence.boot: {a.evidence}")
         if a.claimed_events is not None and a.claimed_events != int(a.claimed):
             bad.append(f"{at}: {a.claimed_events} claimed records, claim row {a.claimed}")
         # effects, from the acts' own ledgers
         if n > 1:
-            bad.append(f"{at}: {n} effects for one attempt (SPEC §1: at most once)")
+            bad.append(f"{at}: {n} effects for one attempt (contract §1: at most once)")
         if n and not a.claimed:
-            bad.append(f"{at}: an effect without a durable claim (SPEC §3.2.2)")
+            bad.append(f"{at}: an effect without a durable claim (contract §3.2.2)")
         if n and a.state in ("void", "prepared", "failed", "not_executed"):
             bad.append(f"{at}: an effect, but the attempt is {a.state} {a.outcome}")
         if op.act in EFFECT_ACTS and a.state == "succeeded" and not n:
@@ -331,7 +332,7 @@ class _Context:
 def check_fences(conn: sqlite3.Connection) -> list[str]:
     """Replay every record in ``seq`` order (the writer's linearization) and check
     that each prepare and each claim happened in a context that allowed it, and
-    that no prepared attempt outlived a change of its context (SPEC §3.1, §3.2).
+    that no prepared attempt outlived a change of its context (contract §3.1, §3.2).
 
     At a ``prepared`` and at a ``claimed`` record the attempt's binding must be the
     neuron's current epoch, placement generation and descriptor digest, the claim
@@ -416,7 +417,7 @@ def check_fences(conn: sqlite3.Connection) -> list[str]:
             if why:
                 bad.append(
                     f"seq {seq}: {binding[open_key][7]}/{open_key[1]} still prepared after "
-                    f"{kind} with {why} (SPEC §3.1: the write voids it)"
+                    f"{kind} with {why} (contract §3.1: the write voids it)"
                 )
                 c.prepared.pop(open_key)
     return bad

@@ -19,7 +19,13 @@ One cycle:
 6. wait until no process of the acts is left (an orphaned ``cli`` act may
    still write its effect after the daemon died), then open the database
    read-only: ``PRAGMA integrity_check`` and every invariant, over the
-   whole database, against the acts' own ledgers and the clients' acks.
+   whole database, against the acts' own ledgers and the clients' acks;
+7. now and then, while the daemon is dead, rotate the ``file.append``
+   ledger (rename it away, with or without a new empty file, or copy it and
+   truncate it: logrotate's ``create`` and ``copytruncate``), and give the
+   acts ``ledger`` and ``quick`` each other's adapter for the next start
+   (an act reconfigured from ``file.append`` to ``cli`` and back). Rotated
+   files stay ledgers: every check reads them all.
 
 A reconcile is always truthful: the soak only reconciles an attempt whose
 fate the ledgers settle (its act can no longer run: the call ended, or the
@@ -32,10 +38,12 @@ import json
 import os
 import random
 import shlex
+import shutil
 import signal
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from tests.daemon.harness import NETWORK, Daemon, Env
@@ -83,6 +91,14 @@ def soak_env() -> Env:
     return env
 
 
+def reconfigure(env: Env, swapped: bool) -> None:
+    """``ledger`` and ``quick`` served by each other's adapter (``swapped``), or as usual."""
+    appends = {"adapter": "file.append", "path": str(env.ledger)}
+    runs = env.default_acts()["quick"]
+    env.acts["ledger"], env.acts["quick"] = (runs, appends) if swapped else (appends, runs)
+    env.write_config()
+
+
 class Stats:
     """Thread-safe counters for the figures."""
 
@@ -113,6 +129,8 @@ class Cluster:
         self.ops_seq = 0
         self.ready_boots: list[str] = []
         self.fences_seen: set[str] = set()
+        self.rotated: list[Path] = []  # the file.append ledger's rotated files, still ledgers
+        self.swapped = False  # ledger and quick serve with each other's adapter
 
     # -- requests ------------------------------------------------------------------------
 
@@ -143,7 +161,10 @@ class Cluster:
             self.touched.add((n.id, op))
 
     def effects(self) -> tuple[Counter[tuple[str, str, int]], int]:
-        return read_effects(self.env.ledger, self.env.cli_ledger)
+        return read_effects(self.env.ledger, *self.rotated, self.env.cli_ledger)
+
+    def file_append_acts(self) -> set[str]:
+        return {t for t, a in self.env.acts.items() if a["adapter"] == "file.append"}
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -182,7 +203,7 @@ class Cluster:
             self.acks.at_least(self.acks.generation, n.id, r["placement_generation"])
 
     def rebind_all(self) -> None:
-        """A new boot inherits no placement (SPEC §3.1); now and then also undo
+        """A new boot inherits no placement (contract §3.1); now and then also undo
         what the chaos left (a revoked grant, a paused prog)."""
         with self.daemon.connect() as c:
             for n in self.neurons:
@@ -222,6 +243,42 @@ class Cluster:
         time.sleep(self.rng.uniform(0.0, 0.4))  # the random moment is the point
         self.kill()
         self.stats.add("kills_during_start")
+
+    def rotate(self, how: str) -> None:
+        """While the daemon is dead: rotate the file.append ledger (logrotate's ways)."""
+        ledger = self.env.ledger
+        if not ledger.exists():
+            return
+        rotated = ledger.with_name(f"{ledger.name}.{len(self.rotated) + 1}")
+        if how == "copytruncate":
+            shutil.copyfile(ledger, rotated)
+            with ledger.open("r+b") as f:
+                f.truncate(0)
+        else:
+            ledger.rename(rotated)
+            if how == "create":
+                ledger.touch(mode=0o600)
+        self.rotated.append(rotated)
+        self.stats.add(f"rotations.{how}")
+
+    def reconfigure(self) -> None:
+        """While the daemon is dead: swap the adapters of ``ledger`` and ``quick``."""
+        self.swapped = not self.swapped
+        reconfigure(self.env, self.swapped)
+        self.stats.add("reconfigurations")
+
+    def between_lives(self, rotate: float, reconf: float) -> None:
+        """The operator's actions while the daemon is down: a rotation, a reconfiguration.
+        The first kills do one of each for sure; later ones draw them."""
+        kills = self.stats.c["kills"]
+        forced = {2: "rename", 3: "reconfigure", 4: "copytruncate", 5: "create", 7: "reconfigure"}
+        step = forced.get(kills)
+        if step is None and self.rng.random() < rotate:
+            step = self.rng.choice(["rename", "create", "copytruncate"])
+        if step is not None and step != "reconfigure":
+            self.rotate(step)
+        if step == "reconfigure" or (kills not in forced and self.rng.random() < reconf):
+            self.reconfigure()
 
     def wait_for_orphans(self) -> None:
         """No act of the dead daemon may still be running before the ledgers are read."""
@@ -274,7 +331,8 @@ class Cluster:
                 left = self.pages(c, state)
                 if left:
                     self.violations.append(
-                        f"after restart, {len(left)} attempts still {state} (SPEC §3.6): {left[:3]}"
+                        f"after restart, {len(left)} attempts still {state} "
+                        f"(contract §3.6): {left[:3]}"
                     )
             unknown = self.pages(c, "unknown")
             st = self.request(c, "status", {})
@@ -290,11 +348,20 @@ class Cluster:
                     self.violations.append(f"{where}: unknown with evidence {ev}")
                 elif "boot" in ev and ev["boot"] != u["boot"]:
                     self.violations.append(f"{where}: evidence.boot {ev} vs boot {u['boot']}")
-                if u["act"] == "ledger" and u["kind"] == "guarded":
+                if (
+                    u["act"] in self.file_append_acts()
+                    and u["kind"] == "guarded"
+                    and not (isinstance(ev, dict) and "receipt_hint" in ev)
+                ):
+                    # a rotation or a reconfiguration leaves it unknown, but with the
+                    # hint of the receipt that ran before serving
                     self.violations.append(
-                        f"{where}: a file.append attempt still unknown after READY "
-                        "(SPEC §3.6: in-process receipts are checked before serving)"
+                        f"{where}: a file.append attempt unknown after READY without a "
+                        "receipt hint (contract §3.6: in-process receipts are checked before "
+                        "serving)"
                     )
+                elif u["act"] in self.file_append_acts():
+                    self.stats.add("file_append_unknown_after_ready")
             self.check_touched(c, boot)
 
     def pages(self, c: Client, state: str) -> list[dict[str, Any]]:
@@ -395,6 +462,20 @@ class Cluster:
             ),
             "voided": db.figures.get("voided", 0),
             "claims": db.figures.get("claimed", 0),
+            "rotations": {
+                k.split(".", 1)[1]: v for k, v in sorted(c.items()) if k.startswith("rotations.")
+            },
+            "reconfigurations": c["reconfigurations"],
+            "rotated_ledgers": len(self.rotated),
+            "file_append_unknown_after_ready": c["file_append_unknown_after_ready"],
+            "unknown_with_receipt_hint": sum(
+                1
+                for o in db.ops.values()
+                for a in o.attempts
+                if a.state == "unknown"
+                and isinstance(a.evidence, dict)
+                and "receipt_hint" in a.evidence
+            ),
             "refusals": {
                 k.split(".", 1)[1]: v for k, v in sorted(c.items()) if k.startswith("refused.")
             },
@@ -537,7 +618,7 @@ class Driver(Worker):
             try:
                 out = self.k.request(self.c, "execute", {"token": token})
             except TokenVoid:
-                k.ack_outcome(n, op, number, "void")  # SPEC §4: it durably voids its attempt
+                k.ack_outcome(n, op, number, "void")  # contract §4: it durably voids its attempt
                 return
             k.ack_outcome(n, op, number, out["status"])
         elif r < 0.94:
@@ -661,24 +742,35 @@ def run_soak(
     neurons: int,
     delay: tuple[float, float],
     kill_during_start: float = 0.1,
+    rotate: float = 0.2,
+    reconfigure: float = 0.1,
     seed: int | None = None,
 ) -> tuple[dict[str, Any], list[str], Cluster]:
-    """Run `kills` crash cycles; return (figures, violations, cluster)."""
+    """Run `kills` crash cycles; return (figures, violations, cluster). After a kill,
+    ``rotate`` and ``reconfigure`` are the chances of a ledger rotation and of an act
+    reconfiguration before the next start."""
     seed = random.randrange(1 << 32) if seed is None else seed
     k = Cluster(seed)
     try:
-        return _run(k, kills, neurons, delay, kill_during_start)
+        return _run(k, kills, neurons, delay, kill_during_start, (rotate, reconfigure))
     except BaseException:
         k.daemon.cleanup()  # no daemon outlives a failed run
         raise
 
 
 def _run(
-    k: Cluster, kills: int, neurons: int, delay: tuple[float, float], kill_during_start: float
+    k: Cluster,
+    kills: int,
+    neurons: int,
+    delay: tuple[float, float],
+    kill_during_start: float,
+    operator: tuple[float, float],
 ) -> tuple[dict[str, Any], list[str], Cluster]:
     t0 = time.monotonic()
     k.setup(neurons)
     while k.stats.c["kills"] < kills:
+        if k.stats.c["kills"]:
+            k.between_lives(*operator)
         if k.rng.random() < kill_during_start and k.stats.c["kills"]:
             k.kill_during_start()
         else:

@@ -1,4 +1,4 @@
-"""Crash-injection soak: nothing lost, nothing run twice (SPEC §1, §3.2, §3.3, §3.6).
+"""Crash-injection soak: nothing lost, nothing run twice (contract §1, §3.2, §3.3, §3.6).
 
 A real daemon runs a mixed workload over several neurons and progs and is
 SIGKILLed at random moments, then restarted; after every kill the database
@@ -8,6 +8,9 @@ against the ledgers the acts write themselves (see ``_soak`` and
 
 - ``test_crash_soak_bounded`` runs in the default suite: 50 kills, a small
   workload, well under two minutes on two cores.
+- Both rotate the ``file.append`` ledger between kills (rename, rename with
+  a new file, copy-truncate) and restart now and then with two acts served
+  by each other's adapter; the first kills do each of these for sure.
 - ``test_crash_soak`` is the soak: ``make soak KILLS=n`` (default 200) runs
   it with ``WARDD_SOAK_KILLS``.
 
@@ -43,6 +46,8 @@ def test_crash_soak_bounded():
     _report(figures, violations, cluster)
     assert figures["kills"] >= 50
     assert figures["effects"] > 0 and figures["unknowns"] > 0  # the kills hit real work
+    assert set(figures["rotations"]) == {"rename", "create", "copytruncate"}
+    assert figures["reconfigurations"] >= 2
 
 
 @pytest.mark.soak

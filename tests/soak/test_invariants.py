@@ -141,7 +141,7 @@ class TestCheckOp:
         assert any("2 succeeded attempts" in p for p in problems(o, effects(1, 2)))
         assert any("2 effects over its attempts" in p for p in problems(o, effects(1, 2)))
         o = op(att(1, "failed"), state="retained", act="echo")
-        assert any("SPEC §3.3" in p for p in problems(o))
+        assert any("contract §3.3" in p for p in problems(o))
 
 
 class TestAcks:
@@ -171,6 +171,16 @@ def test_torn_ledger_lines_are_not_effects(tmp_path):
     p.write_bytes(f"{N}/a/1\t00\n{N}/b/1\n{N}/c/1".encode())
     fx, torn = read_effects(p, tmp_path / "missing")
     assert fx == Counter({(N, "a", 1): 1, (N, "b", 1): 1}) and torn == 1
+
+
+def test_an_effect_in_a_rotated_ledger_forbids_not_executed(tmp_path):
+    """A line renamed or copied away by a rotation is still an effect for the checks."""
+    live, rotated = tmp_path / "ledger.log", tmp_path / "ledger.log.1"
+    live.write_bytes(b"")
+    rotated.write_bytes(f"{N}/op/1\t00\n".encode())
+    fx, _ = read_effects(live, rotated)
+    found = problems(op(att(1, "not_executed", outcome=("not_executed", "receipt"))), fx)
+    assert any("an effect, but the attempt is not_executed" in f for f in found)
 
 
 class TestFences:

@@ -1,4 +1,4 @@
-"""The built-in adapters keep SPEC §6: real files, real child processes, no mocks."""
+"""The built-in adapters keep their contract: real files, real child processes, no mocks."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from wardd.adapters import (
     echo_adapter,
     has_receipt,
 )
+from wardd.adapters._file_append import file_identity
 
 NEURON = "ab" * 32
 MAX_FRAME = 1 << 20
@@ -94,7 +95,7 @@ class TestEcho:
 
 class TestActRequest:
     def test_idempotency_key_carries_neuron_op_and_attempt(self) -> None:
-        """The idempotency key is "<neuron>/<op>/<attempt>" (SPEC §3.4)."""
+        """The idempotency key is "<neuron>/<op>/<attempt>" (contract §3.4)."""
         assert request(op="x.y", attempt=7).idempotency_key == f"{NEURON}/x.y/7"
 
     def test_receipt_answer_is_checked(self) -> None:
@@ -114,7 +115,15 @@ class TestFileAppend:
         assert path.read_bytes() == f"{key()}\t6869\n{key('op2')}\t\n".encode()
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert adapter.in_process and has_receipt(adapter)
-        assert adapter.claim_info() == {"path": str(path)}
+        assert adapter.kind == "file.append"
+        st = path.stat()
+        info = adapter.claim_info()
+        assert info["path"] == str(path)
+        assert {k: info["file"][k] for k in ("dev", "ino", "size")} == {
+            "dev": st.st_dev,
+            "ino": st.st_ino,
+            "size": st.st_size,
+        }
 
     def test_torn_last_line_is_ended_before_appending(self, tmp_path: Path) -> None:
         """A last line without a newline gets one first; a complete one gets nothing."""
@@ -129,62 +138,79 @@ class TestFileAppend:
         """The receipt answers executed for the key's line and not_executed for others."""
         path = tmp_path / "notes.log"
         adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))
+        info = adapter.claim_info()  # the claims: before their calls
         adapter.call(request(b"x", op="op1"))
         adapter.call(request(b"y", op="op12"))
-        info = adapter.claim_info()
         assert adapter.receipt(key("op1"), info) == Receipt("executed")
         assert adapter.receipt(key("op12"), info) == Receipt("executed")
         assert adapter.receipt(key("op1", 2), info) == Receipt("not_executed")
         assert adapter.receipt(key("op"), info) == Receipt("not_executed")
         assert adapter.receipt(key("op1")) == Receipt("executed")  # unclaimed: configured path
 
-    def test_receipt_of_a_missing_file_is_not_executed(self, tmp_path: Path) -> None:
-        """No file in an existing directory: nothing was ever appended."""
+    def test_receipt_of_a_missing_file_is_not_executed_for_an_unclaimed_attempt(
+        self, tmp_path: Path
+    ) -> None:
+        """No file in an existing directory and no claim: nothing was ever appended."""
         adapter = appender(tmp_path / "never.log")
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "not_executed"
+        assert adapter.receipt(key()).answer == "not_executed"
 
-    def test_receipt_is_unknown_when_the_path_changed(self, tmp_path: Path) -> None:
-        """A claim made against another path cannot be answered from this one."""
-        path = tmp_path / "notes.log"
-        adapter = appender(path)
-        adapter.call(request())
-        old = {"path": str(tmp_path / "old.log")}
-        assert adapter.receipt(key(), old).answer == "unknown"
-        assert adapter.receipt(key(), {}).answer == "unknown"
+    def test_receipt_reads_the_path_the_claim_recorded(self, tmp_path: Path) -> None:
+        """A claim made when the act named another file is answered from that file."""
+        old, new = tmp_path / "old.log", tmp_path / "new.log"
+        before = appender(old)
+        before.call(request(b"0", op="op0"))
+        info = before.claim_info()
+        before.call(request())
+        after = appender(new)  # the act's path was reconfigured since
+        assert after.receipt(key(), info).answer == "executed"
+        assert after.receipt(key("op2"), info).answer == "not_executed"
+        assert after.receipt(key(), {}).answer == "unknown"
 
     def test_receipt_is_unknown_when_the_file_cannot_be_read(self, tmp_path: Path) -> None:
         """A path that cannot be read (a directory, a missing directory) answers unknown."""
         (tmp_path / "dir.log").mkdir()
         adapter = appender(tmp_path / "dir.log")
         assert adapter.receipt(key(), adapter.claim_info()).answer == "unknown"
+        assert adapter.receipt(key()).answer == "unknown"
         unmounted = appender(tmp_path / "missing-dir" / "notes.log")
         assert unmounted.receipt(key(), unmounted.claim_info()).answer == "unknown"
+        assert unmounted.receipt(key()).answer == "unknown"
 
     def test_partial_line_is_not_counted_as_executed(self, tmp_path: Path) -> None:
         """A torn line with the key answers unknown; a line torn before the tab is no line."""
         path = tmp_path / "notes.log"
         adapter = appender(path)
-        path.write_bytes(f"{key()}\t686".encode())
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "unknown"
+        adapter.call(request(b"0", op="op0"))
+        info = adapter.claim_info()
+        with path.open("ab") as f:
+            f.write(f"{key()}\t686".encode())  # the write of op1 was cut short
+        assert adapter.receipt(key(), info).answer == "unknown"
         adapter.call(request(b"z", op="op2"))  # ends the torn line: its hex stays malformed
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "unknown"
-        assert adapter.receipt(key("op2"), adapter.claim_info()).answer == "executed"
+        assert adapter.receipt(key(), info).answer == "unknown"
+        assert adapter.receipt(key("op2"), info).answer == "executed"
         path.write_bytes(key().encode())
-        assert adapter.receipt(key(), adapter.claim_info()).answer == "not_executed"
+        assert adapter.receipt(key()).answer == "not_executed"
 
     def test_receipt_streams_across_chunk_boundaries(self, tmp_path: Path) -> None:
         """Keys straddling the 1 MiB read chunks and lines longer than a chunk are found."""
         path = tmp_path / "big.log"
         with path.open("wb") as f:
-            f.write(b"x" * ((1 << 20) - 10) + b"\n")  # the next line straddles the chunk edge
+            f.write(f"{key('first')}\t00\n".encode())  # a line of ours: the file is keyed
+            f.write(b"x" * ((1 << 20) - 10 - 69 - len("first")) + b"\n")  # straddle the edge
             f.write(f"{key('a')}\t00\n".encode())
             f.write(b"y" * (3 << 20) + b"\n")
             f.write(f"{key('b')}\t".encode() + b"ab" * (1 << 20) + b"\n")
         adapter = appender(path)
-        info = adapter.claim_info()
-        assert adapter.receipt(key("a"), info).answer == "executed"
-        assert adapter.receipt(key("b"), info).answer == "executed"
-        assert adapter.receipt(key("c"), info).answer == "not_executed"
+        assert adapter.receipt(key("a")).answer == "executed"
+        assert adapter.receipt(key("b")).answer == "executed"
+        assert adapter.receipt(key("c")).answer == "not_executed"
+        info = {"path": str(path), "file": file_identity(str(path))}
+        with path.open("ab") as f:  # after the claim's offset, across the chunk edges
+            f.write(b"z" * ((1 << 20) - 5) + b"\n" + f"{key('d')}\t00\n".encode())
+        assert adapter.receipt(key("d"), info).answer == "executed"
+        # the claim's offset bounds the search: a line before it is not this claim's
+        assert adapter.receipt(key("a"), info).answer == "not_executed"
 
     def test_open_failure_is_a_definite_failure(self, tmp_path: Path) -> None:
         """A missing directory or a path that is a directory: nothing written, failed."""
@@ -260,6 +286,186 @@ class TestFileAppend:
         with pytest.raises(AdapterConfigError) as info:
             build_adapter("n", {"adapter": "file.append", **table}, max_frame=MAX_FRAME)
         assert info.value.key == bad_key
+
+
+class TestFileAppendClaimedReceipt:
+    """contract §6: the receipt of a claimed attempt, from the claim's record, on real files."""
+
+    @staticmethod
+    def claimed(path: Path) -> tuple[FileAppendAdapter, dict[str, Any]]:
+        """An adapter on a file holding one earlier line, and the claim of op1 made now."""
+        adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))
+        return adapter, adapter.claim_info()
+
+    def test_same_file_without_the_line_is_not_executed(self, tmp_path: Path) -> None:
+        """The claim's file, grown by other appends only, with no line for the key."""
+        adapter, info = self.claimed(tmp_path / "notes.log")
+        adapter.call(request(b"1", op="other"))
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+
+    def test_line_after_the_offset_is_executed(self, tmp_path: Path) -> None:
+        """Another worker's line first, then this attempt's: executed."""
+        adapter, info = self.claimed(tmp_path / "notes.log")
+        adapter.call(request(b"1", op="other"))
+        adapter.call(request(b"x"))
+        adapter.call(request(b"2", op="later"))
+        assert adapter.receipt(key(), info) == Receipt("executed")
+
+    def test_a_torn_last_line_at_the_claim_is_ended_after_the_offset(self, tmp_path: Path) -> None:
+        """The newline the call adds to a torn last line keeps its line after the offset."""
+        path = tmp_path / "notes.log"
+        adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))  # an earlier line of ours
+        with path.open("ab") as f:
+            f.write(b"torn")
+        info = adapter.claim_info()
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), info) == Receipt("executed")
+
+    def test_a_key_that_continues_a_torn_line_is_no_line(self, tmp_path: Path) -> None:
+        """Bytes glued to a torn line at the offset do not start a line there."""
+        path = tmp_path / "notes.log"
+        adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))  # an earlier line of ours
+        with path.open("ab") as f:
+            f.write(b"torn")
+        info = adapter.claim_info()
+        with path.open("ab") as f:
+            f.write(f"{key()}\t00\n".encode())
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+
+    def test_a_file_without_a_line_of_ours_is_never_proven_unchanged(self, tmp_path: Path) -> None:
+        """A header-only file, copy-truncated after the call and given the same
+        header again, looks unchanged: the receipt says unknown, never
+        not_executed, since only a line of ours (a unique key) proves identity."""
+        path = tmp_path / "notes.log"
+        path.write_bytes(b"# notes, rotated daily\n")
+        adapter = appender(path)
+        info = adapter.claim_info()
+        assert info["file"]["keyed"] is False
+        adapter.call(request(b"x"))  # the effect
+        rotated = tmp_path / "notes.log.1"
+        rotated.write_bytes(path.read_bytes())  # copytruncate: copy, then truncate in place
+        with path.open("r+b") as f:
+            f.truncate(0)
+            f.write(b"# notes, rotated daily\n")  # the rotation hook writes the header again
+        got = adapter.receipt(key(), info)
+        assert got.answer == "unknown" and "no line of this adapter" in (got.detail or "")
+        assert key().encode() in rotated.read_bytes()
+
+    def test_rotation_by_rename_is_unknown_whether_or_not_the_line_was_written(
+        self, tmp_path: Path
+    ) -> None:
+        """The file renamed away (a new one created or not): unknown, never not_executed."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        adapter.call(request(b"x"))
+        path.rename(tmp_path / "notes.log.1")
+        gone = adapter.receipt(key(), info)
+        assert gone.answer == "unknown" and "renamed" in (gone.detail or "")
+        adapter.call(request(b"y", op="next"))  # a new file at the path, without the line
+        fresh = adapter.receipt(key(), info)
+        assert fresh.answer == "unknown" and "not the claim's file" in (fresh.detail or "")
+        _, info2 = self.claimed(tmp_path / "other.log")
+        assert adapter.receipt(key("never"), info2).answer == "not_executed"  # control
+
+    def test_line_in_the_file_that_replaced_the_claims_is_executed(self, tmp_path: Path) -> None:
+        """Renamed between the claim and the call: the call created a new file with the line."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        path.rename(tmp_path / "notes.log.1")
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), info) == Receipt("executed")
+
+    def test_copy_truncate_is_unknown_even_once_the_file_grew_again(self, tmp_path: Path) -> None:
+        """Copied and truncated (logrotate copytruncate), then regrown past the offset: unknown."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        adapter.call(request(b"x"))
+        rotated = tmp_path / "notes.log.1"
+        rotated.write_bytes(path.read_bytes())
+        with path.open("r+b") as f:
+            f.truncate(0)
+        short = adapter.receipt(key(), info)
+        assert short.answer == "unknown" and "truncated" in (short.detail or "")
+        for i in range(5):
+            adapter.call(request(b"more", op=f"new{i}"))
+        assert path.stat().st_size > info["file"]["size"]
+        regrown = adapter.receipt(key(), info)
+        assert regrown.answer == "unknown" and "other bytes" in (regrown.detail or "")
+
+    def test_truncated_back_to_the_offset_is_not_executed(self, tmp_path: Path) -> None:
+        """The same file cut back to exactly its claimed size: no line after the offset."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        adapter.call(request(b"x"))
+        with path.open("r+b") as f:
+            f.truncate(info["file"]["size"])
+        assert adapter.receipt(key(), info) == Receipt("not_executed")
+
+    def test_deleted_or_replaced_by_a_directory_is_unknown(self, tmp_path: Path) -> None:
+        """Deleted since the claim, or a directory now at the path: unknown."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        path.unlink()
+        assert adapter.receipt(key(), info).answer == "unknown"
+        path.mkdir()
+        assert adapter.receipt(key(), info).answer == "unknown"
+        path.rmdir()
+        os.mkfifo(path)  # opened without blocking, and no regular file
+        assert adapter.receipt(key(), info).answer == "unknown"
+        assert adapter.receipt(key()).answer == "unknown"
+
+    def test_absent_or_empty_at_the_claim_is_unknown_without_the_line(self, tmp_path: Path) -> None:
+        """No file, or an empty one, at the claim: a truncation since cannot be ruled out."""
+        path = tmp_path / "notes.log"
+        adapter = appender(path)
+        absent = adapter.claim_info()
+        assert absent["file"] is None
+        assert adapter.receipt(key(), absent).answer == "unknown"
+        path.touch()
+        empty = adapter.claim_info()
+        assert empty["file"] is not None and empty["file"]["size"] == 0
+        assert adapter.receipt(key(), empty).answer == "unknown"
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), absent) == Receipt("executed")
+        assert adapter.receipt(key(), empty) == Receipt("executed")
+        assert adapter.receipt(key("op2"), empty).answer == "unknown"
+
+    def test_torn_line_after_the_offset_is_unknown(self, tmp_path: Path) -> None:
+        """The key's line cut short after the offset: the write began, unknown."""
+        path = tmp_path / "notes.log"
+        adapter, info = self.claimed(path)
+        with path.open("ab") as f:
+            f.write(f"{key()}\t78".encode()[:-1])
+        assert adapter.receipt(key(), info).answer == "unknown"
+
+    def test_claims_without_the_files_record_are_never_not_executed(self, tmp_path: Path) -> None:
+        """No record, an older wardd's path-only record, a malformed one: at most executed."""
+        path = tmp_path / "notes.log"
+        adapter, _ = self.claimed(path)
+        older = {"path": str(path)}
+        assert adapter.receipt(key(), {}).answer == "unknown"
+        assert adapter.receipt(key(), older).answer == "unknown"
+        malformed = {"path": str(path), "file": {"dev": "x"}}
+        assert adapter.receipt(key(), malformed).answer == "unknown"
+        assert adapter.receipt(key(), {"path": "relative"}).answer == "unknown"
+        adapter.call(request(b"x"))
+        assert adapter.receipt(key(), older) == Receipt("executed")
+
+    def test_the_claim_record_is_what_the_file_was_before_the_call(self, tmp_path: Path) -> None:
+        """Device, inode, size and digest describe the file as the claim saw it."""
+        path = tmp_path / "notes.log"
+        path.write_bytes(b"a" * 10000 + b"\n")
+        info = appender(path).claim_info()
+        st = path.stat()
+        assert info["file"]["size"] == 10001
+        assert (info["file"]["dev"], info["file"]["ino"]) == (st.st_dev, st.st_ino)
+        assert file_identity(str(tmp_path)) is None  # a directory has no identity
+        os.mkfifo(tmp_path / "fifo")
+        assert file_identity(str(tmp_path / "fifo")) is None  # and a FIFO never blocks
 
 
 class TestCli:
@@ -413,11 +619,40 @@ class TestCli:
             with pytest.raises(DefiniteFailure, match="cannot start"):
                 adapter.call(request(b"args"))
 
-    def test_program_that_drops_its_args_is_unknown(self) -> None:
-        """Args the program never reads (stdin closed early) make the outcome unknown."""
-        adapter = cli("exec 0<&-; exit 0", max_frame=8 << 20, max_arg_bytes=4 << 20)
-        with pytest.raises(OutcomeUnknown, match="stdin"):
-            adapter.call(request(b"a" * (4 << 20)))
+    def test_program_that_drops_its_args_is_decided_by_its_exit_status(self) -> None:
+        """A program that closes stdin unread succeeds on exit 0 and is unknown on exit 7."""
+        big = b"a" * (4 << 20)
+        ok = cli("exec 0<&-; exit 0", max_frame=8 << 20, max_arg_bytes=4 << 20)
+        assert ok.call(request(big))["stdout"] == b""
+        bad = cli("exec 0<&-; exit 7", max_frame=8 << 20, max_arg_bytes=4 << 20)
+        with pytest.raises(OutcomeUnknown, match="exit status 7"):
+            bad.call(request(big))
+        nofx = cli("exec 0<&-; exit 2", max_arg_bytes=65536, no_effect_exits=[2])
+        with pytest.raises(DefiniteFailure):
+            nofx.call(request(b"b" * 65536))
+
+    @pytest.mark.parametrize(
+        "argv",
+        [["/bin/true"], ["/usr/bin/env", "touch", "{dir}/touched"], [SH, "-c", "exit 0"]],
+        ids=["true", "touch", "sh-exit-0"],
+    )
+    def test_programs_that_ignore_their_input_always_succeed(
+        self, argv: list[str], tmp_path: Path
+    ) -> None:
+        """100 runs of a program that never reads stdin, small and max-size args: all succeed."""
+        table = {"adapter": "cli", "argv": [a.format(dir=tmp_path) for a in argv]}
+        adapter = build_adapter("t", table, max_frame=MAX_FRAME)
+        for i in range(100):
+            args = b"x" if i % 2 else b"y" * adapter.max_arg_bytes
+            assert adapter.call(request(args, attempt=i + 1))["truncated"] is False
+
+    def test_program_that_writes_a_megabyte_before_reading_gets_all_its_args(self) -> None:
+        """A program printing 1 MB before it reads its 1 MiB of args cannot deadlock."""
+        script = "head -c 1048576 /dev/zero | tr '\\0' x; cat"
+        adapter = cli(script, max_frame=4 << 20, max_arg_bytes=1 << 20)
+        args = os.urandom(1 << 20)
+        out = adapter.call(request(args))
+        assert out["stdout"] == b"x" * (1 << 20) + args and out["truncated"] is False
 
     def test_args_over_the_bound_are_refused(self, tmp_path: Path) -> None:
         """Args above max_arg_bytes fail before anything starts."""
@@ -542,7 +777,7 @@ class TestCli:
             use_pidfd=use_pidfd,
         )
         assert (done.returncode, done.stdout_head, done.stderr_tail) == (5, b"in", b"err\n")
-        assert not done.timed_out and done.stdin_error is None
+        assert not done.timed_out and done.stdin_unread == 0
         assert wait_dead(int(wait_for_file(pidfile)))
         slow = _process.run(
             groups,
@@ -556,6 +791,51 @@ class TestCli:
         )
         assert slow.timed_out and slow.returncode == -9
         assert groups.live == 0
+
+    def test_abort_kills_a_running_call_and_refuses_one_not_yet_started(
+        self, tmp_path: Path
+    ) -> None:
+        """abort(key) SIGKILLs the named call's group; an abort that comes before
+        the program started keeps it from starting (nothing runs)."""
+        groups = _process.ProcessGroups()
+        env = {"PATH": "/usr/bin:/bin"}
+        pidfile = tmp_path / "hung.pid"
+        box: dict[str, Any] = {}
+
+        def hung() -> None:
+            box["done"] = _process.run(
+                groups,
+                [SH, "-c", f"echo $$ > {pidfile}; exec sleep 1000"],
+                env,
+                None,
+                timeout_s=None,
+                stdout_head=10,
+                stderr_tail=10,
+                key="n/op/1",
+            )
+
+        t = threading.Thread(target=hung)
+        t.start()
+        pid = int(wait_for_file(pidfile))
+        groups.abort("n/op/2")  # another call's key: nothing happens to this one
+        assert groups.live == 1
+        groups.abort("n/op/1")
+        t.join(30)
+        assert box["done"].returncode == -9 and wait_dead(pid)
+        assert groups.live == 0
+        marker = tmp_path / "ran"
+        with pytest.raises(OutcomeUnknown, match="aborted by the operator before"):
+            _process.run(
+                groups,
+                [SH, "-c", f"touch {marker}"],
+                env,
+                None,
+                timeout_s=None,
+                stdout_head=10,
+                stderr_tail=10,
+                key="n/op/2",
+            )
+        assert not marker.exists()
 
     def test_secret_file_edge_cases(self, tmp_path: Path) -> None:
         """One trailing CRLF is stripped; an oversized or NUL-holding secret fails the call."""

@@ -213,7 +213,7 @@ class TestNeuronKeys:
             Neuron.load(tmp_path / "missing")
 
     def test_id_is_lowercase_hex_of_the_raw_public_key(self) -> None:
-        """SPEC §2: neuron = lowercase hex of the 32-byte Ed25519 public key."""
+        """contract §2: neuron = lowercase hex of the 32-byte Ed25519 public key."""
         key = Ed25519PrivateKey.generate()
         neuron = Neuron.from_private_key(key)
         assert neuron.id == neuron_id(key)
@@ -268,7 +268,7 @@ class TestNeuronSigning:
 
 class TestClientCore:
     def test_hello_comes_first_and_fixes_the_connection(self) -> None:
-        """SPEC §4: hello first; its reply gives network, boot and max_frame."""
+        """contract §4: hello first; its reply gives network, boot and max_frame."""
         core = ClientCore(client_name="tester")
         with pytest.raises(RuntimeError):
             core.request("status")
@@ -293,7 +293,7 @@ class TestClientCore:
         assert rid == 2
 
     def test_out_of_order_pipelined_replies_reach_their_requests(self) -> None:
-        """SPEC §4: replies carry the request id and may come out of order."""
+        """contract §4: replies carry the request id and may come out of order."""
         core = ready_core()
         ids = [core.request("status")[0] for _ in range(3)]
         stream = ok(ids[2], "third") + err(ids[0], "unknown_operation") + ok(ids[1], "second")
@@ -382,7 +382,7 @@ class TestClientCore:
             core.take(rid)
 
     def test_a_connection_level_error_fails_every_request(self) -> None:
-        """SPEC §4: bad_frame with id null concerns the connection; later uses raise it too."""
+        """contract §4: bad_frame with id null concerns the connection; later uses raise it too."""
         core = ready_core()
         a, _ = core.request("status")
         b, _ = core.request("status")
@@ -425,7 +425,7 @@ class TestClientCore:
             core.take(a)
 
     def test_a_refused_hello_raises_and_fails_the_connection(self) -> None:
-        """SPEC §4: another protocol version gets protocol_error and the connection closes."""
+        """contract §4: another protocol version gets protocol_error and the connection closes."""
         core = ClientCore()
         rid, _ = core.hello_request()
         core.receive_data(err(rid, "protocol_error", "unsupported", {"supported": [1]}))
@@ -776,7 +776,7 @@ class TestSession:
 
     @pytest.mark.parametrize("method", ["invoke", "prepare"])
     def test_attempts_always_send_expected_epoch(self, method: str) -> None:
-        """SPEC §4: the bundled clients always send expected_epoch (read from get_neuron)."""
+        """contract §4: the bundled clients always send expected_epoch (read from get_neuron)."""
         neuron = Neuron.generate()
         fake = FakeClient(
             {
@@ -817,7 +817,7 @@ class TestSession:
         assert second["acts"] == ["echo", "tool.run"] and second["enabled"] is False
 
     def test_set_prog_state_always_sends_expected_state_version(self) -> None:
-        """SPEC §3.4: the bundled clients always send it, read from get_prog unless given."""
+        """contract §3.4: the bundled clients always send it, read from get_prog unless given."""
         neuron = Neuron.generate()
         fake = FakeClient({"get_prog": PROG, "set_prog_state": {"state_version": 5}})
         session = Session(fake, neuron)  # type: ignore[arg-type]
@@ -834,7 +834,7 @@ class TestSession:
             assert_signed_by(neuron, method, params)
 
     def test_recover_reservations_always_sends_before(self) -> None:
-        """SPEC §3.4: `before` is always sent; by default the prog's reservation_seq."""
+        """contract §3.4: `before` is always sent; by default the prog's reservation_seq."""
         neuron = Neuron.generate()
         fake = FakeClient({"get_prog": PROG, "recover_reservations": {"released": 1}})
         session = Session(fake, neuron)  # type: ignore[arg-type]

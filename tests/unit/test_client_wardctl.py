@@ -127,6 +127,17 @@ class TestUsage:
             ("prog", "state", "p", "paused", "--expected-version", "-1"),
             ("prog", "recover", "p", "--before", "-1"),
             ("prog", "recover", "p", "--before", "x"),
+            ("--timeout", "-1", "status"),
+            ("--timeout", "0", "status"),
+            ("--timeout", "nan", "status"),
+            ("--timeout", "inf", "status"),
+            ("--timeout", "soon", "status"),
+            ("reconcile", "--unclaimed", "op"),
+            ("reconcile", "--dry-run", "op", "1", "--failed"),
+            ("attempts", "--state", "unknown", "--watch", "0"),
+            ("abort",),
+            ("prog", "limit", "p"),
+            ("prog", "limit", "p", "-1"),
         ],
         ids=repr,
     )
@@ -164,11 +175,12 @@ class TestKeygen:
     def test_keygen_writes_a_0600_key_and_prints_its_id(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
-        """keygen saves PEM 0600 and prints the neuron id (and only that)."""
+        """keygen saves PEM 0600 and prints the key's path, then the neuron id on the last line."""
         path = tmp_path / "cfg" / "neuron.key"
         code, out, _ = run(capsys, "--key", str(path), "keygen")
         assert code == 0
-        assert out.strip() == Neuron.load(path).id
+        first, last = out.strip().splitlines()
+        assert str(path) in first and last == Neuron.load(path).id
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
     def test_keygen_refuses_to_replace_a_key_without_force(
@@ -182,8 +194,9 @@ class TestKeygen:
         assert code == 1 and "--force" in err
         assert Neuron.load(path).id == first
         code, out, _ = run(capsys, "--key", str(path), "keygen", "--force")
-        assert code == 0 and out.strip() != first == first
-        assert Neuron.load(path).id == out.strip()
+        last = out.strip().splitlines()[-1]
+        assert code == 0 and last != first
+        assert Neuron.load(path).id == last
 
     def test_keygen_uses_the_xdg_default(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -193,7 +206,7 @@ class TestKeygen:
         monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
         code, out, _ = run(capsys, "keygen")
         assert code == 0
-        assert Neuron.load(tmp_path / "wardd" / "neuron.key").id == out.strip()
+        assert Neuron.load(tmp_path / "wardd" / "neuron.key").id == out.strip().splitlines()[-1]
         monkeypatch.setenv("WARDD_KEY", str(tmp_path / "env.key"))
         run(capsys, "keygen")
         assert (tmp_path / "env.key").exists()

@@ -36,7 +36,7 @@ REF = AttemptRef(
 
 class TestTokens:
     def test_a_token_cannot_be_copied_or_pickled(self):
-        """SPEC §2: copy, deepcopy and pickle raise."""
+        """contract §2: copy, deepcopy and pickle raise."""
         t = DispatchToken(1, REF, 0.0)
         for fn in (copy.copy, copy.deepcopy, pickle.dumps):
             with pytest.raises(TypeError):
@@ -209,7 +209,7 @@ class TestWriter:
             w.stop()
 
     def test_failed_commit_of_a_critical_unit_fail_stops(self, tmp_path):
-        """SPEC §3.2.3: an outcome whose COMMIT fails is never reported, and the
+        """contract §3.2.3: an outcome whose COMMIT fails is never reported, and the
         writer refuses every later write."""
         conn = _db_failing_at_commit(tmp_path)
         fatal: list[str] = []

@@ -1,4 +1,4 @@
-"""Unit tests of wardd.protocol (SPEC §4), driven with byte strings."""
+"""Unit tests of wardd.protocol (contract §4), driven with byte strings."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from wardd.protocol import (
     verify,
 )
 
-# Every error code SPEC.md names (§2-§4), spelled as on the wire.
-SPEC_CODES = """
+# Every error code docs/contract.md names (§2-§4), spelled as on the wire.
+CONTRACT_CODES = """
     protocol_error bad_frame bad_request unknown_method unauthenticated forbidden
     wrong_network unknown_neuron unknown_prog unknown_operation unknown_act
     not_reconcilable terminal overloaded internal token_invalid token_void
@@ -49,7 +49,7 @@ SPEC_CODES = """
     act_not_granted args_too_large attempt_mismatch attempt_busy attempt_unknown
     already_succeeded prog_inactive budget_exhausted grant_disabled op_conflict
     prog_conflict conflict state_mismatch bad_transition open_operations
-    rebind_required not_retained
+    rebind_required not_retained not_abortable not_running
 """.split()
 
 
@@ -87,7 +87,7 @@ class TestPublicApi:
         assert promised <= set(wp.__all__)
 
     def test_constants(self) -> None:
-        """The protocol constants have SPEC §4 and §6's values."""
+        """The protocol constants have contract §4 and §6's values."""
         assert wp.PROTOCOL_VERSION == 1
         assert wp.SIGNING_DOMAIN == "wardd/1"
         assert wp.DEFAULT_MAX_FRAME == 1048576
@@ -364,14 +364,14 @@ class TestDecodeItem:
         assert sorted(value.values()) == [1, 2]
 
     def test_64_nested_arrays_are_fine(self) -> None:
-        """SPEC §4: the top-level item is at depth 1; 64 nested arrays are allowed."""
+        """contract §4: the top-level item is at depth 1; 64 nested arrays are allowed."""
         value = decode_item(nested_arrays(64))
         for _ in range(63):
             value = value[0]
         assert value == []
 
     def test_65_nested_arrays_are_a_bad_frame(self) -> None:
-        """SPEC §4: 65 nested arrays are a bad frame."""
+        """contract §4: 65 nested arrays are a bad frame."""
         with pytest.raises(BadFrame, match="deep"):
             decode_item(nested_arrays(65))
 
@@ -472,11 +472,11 @@ class TestEncodeItem:
 
 
 class TestErrors:
-    def test_every_spec_code_has_a_class(self) -> None:
-        """ERRORS lists every code SPEC.md names, and only those."""
-        assert sorted(ERRORS) == sorted(SPEC_CODES)
+    def test_every_contract_code_has_a_class(self) -> None:
+        """ERRORS lists every code docs/contract.md names, and only those."""
+        assert sorted(ERRORS) == sorted(CONTRACT_CODES)
 
-    @pytest.mark.parametrize("code", SPEC_CODES)
+    @pytest.mark.parametrize("code", CONTRACT_CODES)
     def test_class_is_named_after_its_code(self, code: str) -> None:
         """bad_frame -> BadFrame, exported from wardd.protocol, with a one-line meaning."""
         cls, meaning = ERRORS[code]
@@ -538,7 +538,7 @@ class TestErrors:
         assert ProtocolError("x", request_id=5).request_id == 5
 
     def test_token_void_reasons(self) -> None:
-        """The reasons SPEC §4 lists for token_void."""
+        """The reasons contract §4 lists for token_void."""
         assert wp.TOKEN_VOID_REASONS == {
             "placement_changed", "epoch_changed", "revoked", "prog_inactive",
             "budget_exhausted", "cancelled", "token_dropped", "token_expired",
@@ -554,7 +554,7 @@ class TestErrors:
             check=True,
         )
         assert proc.stderr == ""
-        for code in SPEC_CODES:
+        for code in CONTRACT_CODES:
             assert f"| `{code}` |" in proc.stdout
 
 
@@ -679,7 +679,7 @@ class TestReplies:
 class TestSigning:
     key = Ed25519PrivateKey.generate()
 
-    def test_signing_input_is_the_spec_array(self) -> None:
+    def test_signing_input_is_the_contract_array(self) -> None:
         """cbor(["wardd/1", network, method, params-without-sig]), deterministic."""
         params = {"sig": b"s" * 64, "neuron": "ab", "network": "local", "op": "x"}
         expected = cbor2.dumps(

@@ -42,7 +42,7 @@ def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 #: Values the wire carries, as decode_item gives them back (lists and dicts).
 wire_values = st.recursive(scalars, _containers, max_leaves=16)
 
-#: Signed params: text keys, no floats (SPEC §4).
+#: Signed params: text keys, no floats (contract §4).
 signed_values = st.recursive(
     st.none() | st.booleans() | ints | st.text(max_size=20) | st.binary(max_size=20),
     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),

@@ -1,6 +1,6 @@
-"""The systemd user units in systemd/ (SPEC §6 "The systemd user unit", §3.6, §4).
+"""The systemd user units in systemd/ (contract §6 "The systemd user unit", §3.6, §4).
 
-Two kinds of check: a parse of the unit files against what the SPEC and
+Two kinds of check: a parse of the unit files against what docs/contract.md and
 docs/operations.md promise, and, where ``systemd-analyze`` exists, systemd's
 own ``verify`` in user mode. ``verify`` needs no running systemd (it works
 as root in a container too), but it resolves ``%h``/``%t`` from ``$HOME``
@@ -28,7 +28,7 @@ UNITS = Path(__file__).resolve().parents[2] / "systemd"
 SERVICE = UNITS / "wardd.service"
 SOCKET = UNITS / "wardd.socket"
 
-# SPEC §6 default; TimeoutStopSec must stay above it.
+# contract §6 default; TimeoutStopSec must stay above it.
 DEFAULT_SHUTDOWN_GRACE_S = 30
 # The exit codes the daemon uses (docs/operations.md): sysexits.h EX_CONFIG
 # for a configuration error, EX_TEMPFAIL for a database lock held elsewhere.
@@ -164,11 +164,11 @@ class TestServiceUnit:
 
 class TestSocketUnit:
     def test_listens_on_the_default_socket_path(self, socket_unit: Unit) -> None:
-        """ListenStream is $XDG_RUNTIME_DIR/wardd/wardd.sock (%t in a user unit), SPEC §4."""
+        """ListenStream is $XDG_RUNTIME_DIR/wardd/wardd.sock (%t in a user unit), contract §4."""
         assert only(socket_unit, "Socket", "ListenStream") == "%t/wardd/wardd.sock"
 
     def test_socket_and_directory_are_private(self, socket_unit: Unit) -> None:
-        """Socket 0600 in a 0700 directory, as the daemon creates them itself (SPEC §4)."""
+        """Socket 0600 in a 0700 directory, as the daemon creates them itself (contract §4)."""
         assert only(socket_unit, "Socket", "SocketMode") == "0600"
         assert only(socket_unit, "Socket", "DirectoryMode") == "0700"
 

@@ -1,0 +1,161 @@
+"""wardctl tells the truth when it cannot know: real wardctl processes, a real daemon."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+from tests.daemon.harness import Env
+
+
+def environ(env: Env) -> dict[str, str]:
+    return {
+        **os.environ,
+        "WARDD_SOCKET": str(env.socket),
+        "WARDD_KEY": str(env.root / "neuron.key"),
+    }
+
+
+def wardctl(env: Env, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "wardd.client.wardctl", *args],
+        capture_output=True,
+        text=True,
+        env=environ(env),
+        timeout=60,
+    )
+    if check:
+        assert out.returncode == 0, (args, out.stdout, out.stderr)
+    return out
+
+
+def background(env: Env, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "wardd.client.wardctl", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ(env),
+    )
+
+
+def wait_for_file(path: Path, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def set_up(env: Env, acts: str = "gated") -> None:
+    wardctl(env, "keygen")
+    wardctl(env, "register")
+    wardctl(env, "prog", "create", "p", "--steps", "100")
+    wardctl(env, "grant", "p", *acts.split())
+    wardctl(env, "bind", "--worker", "w0")
+
+
+class TestLostAnswers:
+    def test_an_invoke_cut_off_by_a_crash_says_the_attempt_may_have_run(self, make_daemon):
+        """The daemon dies mid-invoke: wardctl says the attempt may have run and how to look."""
+        d = make_daemon()
+        set_up(d.env)
+        wardctl(d.env, "submit", "p", "op-g", "gated")
+        proc = background(d.env, "invoke", "op-g")
+        wait_for_file(d.env.started_marker("op-g"))
+        d.kill()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1
+        assert "may have run" in err and "wardctl op show op-g" in err, err
+
+    def test_an_interrupted_invoke_says_the_attempt_may_have_run(self, make_daemon):
+        """Ctrl-C during an invoke: exit 130, and the attempt may have run (op show)."""
+        d = make_daemon()
+        set_up(d.env)
+        wardctl(d.env, "submit", "p", "op-i", "gated")
+        proc = background(d.env, "invoke", "op-i")
+        wait_for_file(d.env.started_marker("op-i"))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        d.env.open_gate("op-i")
+        assert proc.returncode == 130
+        assert "interrupted" in err and "may have run" in err and "wardctl op show op-i" in err
+
+
+class TestPlainAnswers:
+    def test_cannot_reach_asks_whether_the_daemon_runs_and_names_the_socket(self, tmp_path):
+        """No daemon: the error names the socket and asks whether the daemon is running."""
+        env = Env()
+        out = wardctl(env, "status", check=False)
+        assert out.returncode == 1
+        assert str(env.socket) in out.stderr and "Is the daemon running" in out.stderr
+
+    def test_version(self):
+        """wardctl --version prints the package version."""
+        out = wardctl(Env(), "--version")
+        assert out.stdout.strip() == f"wardctl {version('wardd')}"
+
+    def test_keygen_prints_the_key_path(self):
+        """keygen prints where the key was written, and the neuron id last."""
+        env = Env()
+        out = wardctl(env, "keygen").stdout.splitlines()
+        assert str(env.root / "neuron.key") in out[0] and len(out[-1]) == 64
+
+    def test_a_key_readable_by_others_is_refused(self, make_daemon):
+        """A key file with group or other access is refused before anything is signed."""
+        d = make_daemon()
+        wardctl(d.env, "keygen")
+        key = d.env.root / "neuron.key"
+        key.chmod(0o644)
+        out = wardctl(d.env, "register", check=False)
+        assert out.returncode == 1
+        assert "accessible by others" in out.stderr and f"chmod 600 {key}" in out.stderr
+        with d.connect() as c:
+            assert c.call("status", {})["operations"] == {}
+        key.chmod(0o600)
+        wardctl(d.env, "register")
+
+    def test_cancel_of_a_retained_result_says_it_was_discarded(self, make_daemon):
+        """cancel of an op holding a result says the result was discarded, never returned."""
+        d = make_daemon()
+        set_up(d.env, "echo")
+        wardctl(d.env, "submit", "p", "op-r", "echo", "--args", "kept")
+        wardctl(d.env, "invoke", "op-r")
+        out = wardctl(d.env, "cancel", "op-r").stdout
+        assert "cancelled" in out and "discarded" in out
+        again = wardctl(d.env, "cancel", "op-r").stdout
+        assert "(already)" in again and "discarded" not in again
+
+
+class TestClientLibrary:
+    def test_a_lost_invoke_answer_says_the_attempt_may_have_run(self, make_daemon):
+        """Session.invoke cut off by a crash raises ConnectionClosed naming op show."""
+        import threading
+
+        from tests.daemon.harness import Actor
+        from wardd.client import ConnectionClosed, Session
+
+        d = make_daemon()
+        a = Actor(d, acts=("gated",))
+        a.submit("op-l", "gated")
+        session = Session(d.connect(), a.neuron)
+        caught: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                session.invoke("op-l")
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                caught.append(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        wait_for_file(d.env.started_marker("op-l"))
+        d.kill()
+        t.join(60)
+        (exc,) = caught
+        assert isinstance(exc, ConnectionClosed)
+        assert "may have run" in str(exc) and "wardctl op show op-l" in str(exc)
