@@ -24,7 +24,12 @@ filesystem). Results, method and analysis: docs/performance.md.
    ``bench/.venv-dbos``, created on first use);
 5. recovery time to ``READY=1`` with 1M event records and 10k in-flight
    attempts; RSS idle and with 1,000 connections; ``status`` latency under
-   the concurrent load.
+   the concurrent load;
+6. retention: bytes per op kept for ever once pruned, ``invoke``
+   latency while a backlog of 100k prunable ops is pruned against the same
+   database on a daemon that keeps everything, and a long run with retention
+   on (``--retention-cycles N``; the issue asks 1M, the default run does what
+   fits in a few minutes) whose database size and RSS must stay flat.
 
 Figures are median [min–max] over repetitions; latencies are pooled
 p50/p99. Ratios to the raw bound and to DBOS are paired (the raw sample, or
@@ -55,24 +60,29 @@ import _dispatch  # noqa: E402
 import _engine  # noqa: E402
 import _raw  # noqa: E402
 import _recovery  # noqa: E402
+import _retention  # noqa: E402
 from _common import Results, fmt_ms, fmt_rate, log, percentile, section  # noqa: E402
 from _wardd import Actor, Daemon  # noqa: E402
 
-SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "rss")
+SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "rss", "retention")
 
 # name -> settings; "default" keeps the whole run under ~5 minutes on 2 cores
 MODES: dict[str, dict[str, Any]] = {
     "quick": dict(reps=3, raw_s=0.5, engine_n=300, seq_n=300, conc_reps=2, conc_per=40,
                   dbos_reps=3, dbos_steps=300, dbos_wf=100, rec_records=200_000,
-                  rec_inflight=2_000, rec_reps=2, rss_reps=1, conns=1000, dbos_default=False),
+                  rec_inflight=2_000, rec_reps=2, rss_reps=1, conns=1000, dbos_default=False,
+                  ret_bytes_n=1000, ret_backlog=20_000, ret_invokes=5000, ret_idle=1000,
+                  ret_cycles=3000, ret_retention_s=3),
     "default": dict(reps=5, raw_s=1.0, engine_n=1000, seq_n=1000, conc_reps=3, conc_per=100,
                     dbos_reps=5, dbos_steps=1000, dbos_wf=300, rec_records=1_000_000,
                     rec_inflight=10_000, rec_reps=3, rss_reps=3, conns=1000,
-                    dbos_default=False),
+                    dbos_default=False, ret_bytes_n=3000, ret_backlog=100_000,
+                    ret_invokes=20_000, ret_idle=3000, ret_cycles=20_000, ret_retention_s=5),
     "full": dict(reps=9, raw_s=2.0, engine_n=2000, seq_n=2000, conc_reps=5, conc_per=200,
                  dbos_reps=5, dbos_steps=2000, dbos_wf=500, rec_records=1_000_000,
                  rec_inflight=10_000, rec_reps=5, rss_reps=3, conns=1000,
-                 dbos_default=True),
+                 dbos_default=True, ret_bytes_n=3000, ret_backlog=100_000,
+                 ret_invokes=40_000, ret_idle=5000, ret_cycles=100_000, ret_retention_s=10),
 }
 WORKER_COUNTS = (2, 4)
 CLIENTS, NEURONS = 16, 4
@@ -86,6 +96,7 @@ TARGETS = [
     ("recovery", "recovery to READY=1 ≤ 2 s (1M records, 10k in flight)", "<=", 2.0),
     ("rss", "RSS with 1,000 connections ≤ 80 MB", "<=", 80.0),
     ("status", "status p99 ≤ 5 ms under full concurrent load (worse worker count)", "<=", 5.0),
+    ("tombstone", "bytes per op kept for ever ≤ 10% of 1,754 (retention)", "<=", 175.4),
 ]
 
 
@@ -396,6 +407,68 @@ def bench_rss(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     print(f"   per connection                {R.stat('rss.per_conn_kib', per_conn, ' KiB')}")
 
 
+def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
+    n = cfg["ret_bytes_n"]
+    section(f"6. retention: {n:,} cycles kept then pruned; dispatch while pruning"
+            f" {cfg['ret_backlog']:,} ops; a long run of {cfg['ret_cycles']:,} cycles")
+    b = _retention.bytes_per_op(tmp, n)
+    R.value("retention.bytes", b)
+    print(f"   submit+invoke+consume of echo, 64-byte args, {n:,} ops:")
+    print(f"      kept (every record)          {b['kept_per_op']:,.0f} B/op"
+          "   (1,754 measured before retention)")
+    print(f"      pruned (tombstones only)     {b['pruned_per_op']:,.0f} B/op of pages in use,"
+          f" {b['pruned_file_per_op']:,.0f} B/op of file; dbstat: tombstones and their index"
+          f" {b['tombstone_per_op']:,.0f} B/op")
+    x = _retention.dispatch_under_pruning(tmp, cfg["ret_backlog"], cfg["ret_invokes"],
+                                          cfg["ret_idle"])
+    idle, busy = x["idle"], x["pruning"]
+    R.value("retention.idle_p50_ms", percentile(idle["lat"], 50) * 1000)
+    R.value("retention.idle_p99_ms", percentile(idle["lat"], 99) * 1000)
+    R.value("retention.pruning_p50_ms", percentile(busy["lat"], 50) * 1000)
+    R.value("retention.pruning_p99_ms", percentile(busy["lat"], 99) * 1000)
+    R.value("retention.prune_s", busy["prune_s"])
+    R.value("retention.pruned_during", busy["pruned_during"])
+    print(f"   backlog of {x['n']:,} prunable ops built in {x['built_s']:.0f} s (units in a loop)")
+    print(f"      invoke, same database, nothing pruned   p50 {fmt_ms(percentile(idle['lat'], 50))}"
+          f" p99 {fmt_ms(percentile(idle['lat'], 99))}  ({len(idle['lat']):,} calls)")
+    print(f"      invoke while the backlog is pruned      p50 {fmt_ms(percentile(busy['lat'], 50))}"
+          f" p99 {fmt_ms(percentile(busy['lat'], 99))}  ({len(busy['lat']):,} calls,"
+          f" {busy['pruned_during']:,} ops pruned meanwhile)")
+    if busy["after"]:
+        R.value("retention.after_p50_ms", percentile(busy["after"], 50) * 1000)
+        R.value("retention.after_p99_ms", percentile(busy["after"], 99) * 1000)
+        after = busy["after"]
+        print(f"      invoke right after, same daemon, pruned p50 {fmt_ms(percentile(after, 50))}"
+              f" p99 {fmt_ms(percentile(after, 99))}  ({len(after):,} calls)")
+    rate = x["n"] / busy["prune_s"] if busy["prune_s"] else 0
+    print(f"      the whole backlog pruned in {busy['prune_s']:.1f} s ({rate:,.0f} ops/s)")
+    lr = _retention.long_run(tmp, cfg["ret_cycles"], cfg["ret_retention_s"])
+    R.value("retention.long", lr)
+    warm = lr["after_warmup"] or lr["samples"]
+    sizes = [s["size"] / 2**20 for s in warm]
+    dbs = [s["db"] / 2**20 for s in warm]
+    rss = [s["rss_kib"] / 1024 for s in warm]
+    print(f"   long run: {lr['cycles']:,} cycles in {lr['elapsed_s']:.0f} s"
+          f" ({lr['cycles'] / lr['elapsed_s']:,.0f}/s, 4 clients), retention_s ="
+          f" {lr['retention_s']}, prune_interval_s = 1; after {3 * lr['retention_s']} s:")
+    if sizes:
+        print(f"      database + WAL  first {sizes[0]:.1f} MiB, min {min(sizes):.1f}, max"
+              f" {max(sizes):.1f}, last {sizes[-1]:.1f} MiB")
+        print(f"      database file   first {dbs[0]:.1f} MiB, min {min(dbs):.1f}, max"
+              f" {max(dbs):.1f}, last {dbs[-1]:.1f} MiB")
+        print(f"      RSS             first {rss[0]:.1f} MiB, min {min(rss):.1f}, max"
+              f" {max(rss):.1f}, last {rss[-1]:.1f} MiB")
+        grown = warm[-1]["cycles"] - warm[0]["cycles"]
+        if grown > 0:
+            per = (warm[-1]["db"] - warm[0]["db"]) / grown
+            R.value("retention.long_db_growth_per_cycle", per)
+            print(f"      database file growth after warm-up: {per:,.0f} B per cycle"
+                  " (the tombstones: what is kept for ever)")
+    if lr["cycles"] < 1_000_000:
+        R.note(f"retention long run: {lr['cycles']:,} cycles, not the 1M asked"
+               " (--retention-cycles 1000000 runs them)")
+
+
 # -- summary ------------------------------------------------------------------------------
 
 def summary(R: Results) -> list[tuple[str, str, float | None, bool | None]]:
@@ -418,6 +491,7 @@ def summary(R: Results) -> list[tuple[str, str, float | None, bool | None]]:
         "recovery": med("recovery.ready_s"),
         "rss": med("rss.conns_mib"),
         "status": max(status_p99) if status_p99 else None,  # the worse of the worker counts
+        "tombstone": (v.get("retention.bytes") or {}).get("pruned_per_op"),
     }
     rows = []
     for key, text, cmp, thr in TARGETS:
@@ -462,9 +536,17 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
     p.add_argument("--dir", default=None, help="parent of the temp dir (default: the system's)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write every figure here")
+    p.add_argument("--retention-cycles", type=int, default=None, metavar="N",
+                   help="cycles of the retention long run (1,000,000 were asked)")
+    p.add_argument("--retention-backlog", type=int, default=None, metavar="N",
+                   help="prunable ops pruned while dispatch latency is measured (100,000)")
     args = p.parse_args(argv)
     mode = "quick" if args.quick else "full" if args.full else "default"
-    cfg = MODES[mode]
+    cfg = dict(MODES[mode])
+    if args.retention_cycles is not None:
+        cfg["ret_cycles"] = args.retention_cycles
+    if args.retention_backlog is not None:
+        cfg["ret_backlog"] = args.retention_backlog
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(SECTIONS)
     if unknown:
@@ -486,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"same filesystem as the repository: {'yes' if repo_same else 'no'}")
         fns = {"raw": bench_raw, "sequential": bench_sequential,
                "concurrent": bench_concurrent, "dbos": bench_dbos, "recovery": bench_recovery,
-               "rss": bench_rss}
+               "rss": bench_rss, "retention": bench_retention}
         if "dbos" in only:
             py, how = _dbos.ensure_venv(log)
             R.value("dbos.install", how)

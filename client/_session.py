@@ -247,7 +247,8 @@ class _Plans:
             if placed and placement_generation is None:
                 placement_generation = root["placement_generation"]
         if expected_attempt is None:
-            expected_attempt = 1 + len((yield from self.operation(op))["attempts"])
+            # a pruned op has no attempts listed: the daemon answers `terminal`
+            expected_attempt = 1 + len((yield from self.operation(op)).get("attempts") or [])
         params: dict[str, Any] = {
             "op": op,
             "expected_attempt": expected_attempt,

@@ -617,6 +617,13 @@ def _prog_show(ctx: _Context) -> int:
 
 def _op_show(ctx: _Context) -> int:
     op = ctx.read("get_operation", neuron=ctx.neuron_id(), op=ctx.args.op)
+    if op.get("pruned"):  # retention: only the tombstone is left
+        head = (
+            f"op {op.get('op')}: {op.get('state')}, pruned at {op.get('pruned_at')}"
+            f" (ended at {op.get('ended_at')}); its args, attempts and records are gone,"
+            " and the op can never run again"
+        )
+        return _out(ctx, op, [head, *tree(op)])
     return _out(ctx, op, tree(op))
 
 
@@ -646,7 +653,7 @@ def _ops(ctx: _Context) -> int:
         return _unknown_ops(ctx, params["neuron"], ops)
     lines = [
         f"{o.get('op')}  prog {o.get('prog')}  act {o.get('act')}  {o.get('state')}  "
-        f"attempts {o.get('attempts')}"
+        f"attempts {o.get('attempts')}" + ("  (pruned)" if o.get("pruned") else "")
         for o in ops
     ]
     return _out(ctx, ops, lines or ["no operations"])

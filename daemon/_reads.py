@@ -14,6 +14,7 @@ from typing import Any
 
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
+from ._prune import tombstone_row, tombstone_view
 from ._records import dec
 
 __all__ = ["Reads"]
@@ -91,19 +92,25 @@ class Reads:
             "grant": grant,
         }
 
-    def _op(self, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row]:
+    def _op(self, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row, bool]:
+        """(neuron, op row, pruned): a pruned op's row is its tombstone."""
         n = self._neuron(neuron)
         rows = self._q(
             "SELECT o.*, p.prog FROM operations o JOIN progs p ON p.id = o.prog_id"
             " WHERE o.neuron_id = ? AND o.op = ?",
             (n["id"], op),
         )
-        if not rows:
+        if rows:
+            return n, rows[0], False
+        pruned = tombstone_row(self.conn, n["id"], op)
+        if pruned is None:
             raise UnknownOperation(f"no operation {op!r} for this neuron")
-        return n, rows[0]
+        return n, pruned, True
 
     def get_operation(self, neuron: str, op: str) -> dict[str, Any]:
-        _n, o = self._op(neuron, op)
+        _n, o, pruned = self._op(neuron, op)
+        if pruned:  # contract §3.9: no args, no attempts
+            return tombstone_view(o)
         attempts = []
         result = None
         for a in self._q(
@@ -184,44 +191,63 @@ class Reads:
     def list_operations(
         self, neuron: str, state: str | None, prog: str | None, after: int | None, limit: int
     ) -> dict[str, Any]:
+        """Live ops and pruned ones (contract §3.9: under their final state, with
+        ``pruned: true`` and ``attempts: 0``), in one order: a tombstone keeps
+        its op's row id, so paging is not disturbed by a prune between pages."""
         n = self._neuron(neuron)
         where, params = ["o.neuron_id = ?", "o.id > ?"], [n["id"], after or 0]
+        # tombstones are read in row id order (`+` keeps SQLite off the
+        # (neuron_id, op) index, which would sort every tombstone of the
+        # neuron for each page): the merge with the live ops stops at `limit`
+        twhere, tparams = ["+t.neuron_id = ?", "t.id > ?"], [n["id"], after or 0]
         if state == "unknown":
             where.append(
                 "EXISTS (SELECT 1 FROM attempts a WHERE a.op_id = o.id AND a.state = 'unknown')"
             )
+            twhere.append("0")  # a pruned op never held an unknown attempt
         elif state is not None:
             where.append("o.state = ?")
             params.append(state)
+            twhere.append("+t.state = ?")
+            tparams.append(state)
         if prog is not None:
             where.append("p.prog = ?")
             params.append(prog)
+            twhere.append("p.prog = ?")
+            tparams.append(prog)
         rows = self._q(
-            "SELECT o.id, o.op, p.prog, o.act, o.state, o.attempts FROM operations o"
-            " JOIN progs p ON p.id = o.prog_id WHERE "
+            "SELECT o.id, o.op, p.prog, o.act, o.state, o.attempts, 0 AS pruned"
+            " FROM operations o JOIN progs p ON p.id = o.prog_id WHERE "
             + " AND ".join(where)
-            + " ORDER BY o.id LIMIT ?",
-            (*params, limit + 1),
+            + " UNION ALL SELECT t.id, t.op, p.prog, t.act, t.state, 0, 1"
+            " FROM tombstones t JOIN progs p ON p.id = t.prog_id WHERE "
+            + " AND ".join(twhere)
+            + " ORDER BY 1 LIMIT ?",
+            (*params, *tparams, limit + 1),
         )
-        ops, nxt = self._page(
-            rows,
-            lambda r: {
+
+        def render(r: sqlite3.Row) -> dict[str, Any]:
+            item = {
                 "op": r["op"],
                 "prog": r["prog"],
                 "act": r["act"],
                 "state": r["state"],
                 "attempts": r["attempts"],
-            },
-            lambda r: r["id"],
-            limit,
-        )
+            }
+            if r["pruned"]:
+                item["pruned"] = True
+            return item
+
+        ops, nxt = self._page(rows, render, lambda r: r["id"], limit)
         res: dict[str, Any] = {"operations": ops}
         if nxt is not None:
             res["next"] = nxt
         return res
 
     def history(self, neuron: str, op: str, after: int | None, limit: int) -> dict[str, Any]:
-        _n, o = self._op(neuron, op)
+        _n, o, pruned = self._op(neuron, op)
+        if pruned:  # contract §3.9: its records were pruned with it
+            return {"records": [], "pruned": True}
         rows = self._q(
             "SELECT * FROM events WHERE op_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (o["id"], after or 0, limit + 1),
@@ -284,3 +310,8 @@ class Reads:
             "SELECT count(*) FROM attempts WHERE state = 'unknown'"
         ).fetchone()
         return ops, unknown
+
+    def retention(self) -> dict[str, Any]:
+        """``status.db``'s pruning figures (contract §3.9), kept in one row."""
+        row = self.conn.execute("SELECT pruned_ops, last_pruned_at FROM prune_stats").fetchone()
+        return {"pruned_ops": row[0], "last_pruned_at": row[1]}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _V1 = """
 CREATE TABLE boots(
@@ -199,10 +199,134 @@ UPDATE progs SET reservation_seq = 1 + coalesce(
 );
 """
 
+# Version 5 (contract §3.9): retention. A finished op is pruned to a tombstone.
+# - operations.ended_at: when the op ended, as the `at` of the event record
+#   that ended it; set only while the op is consumed or cancelled and none of
+#   its attempts is prepared, running or unknown (else NULL). A trigger keeps
+#   it, on every change of the op's state and every record appended to it
+#   (`last_seq`), so no write path can forget it: a cancelled op whose attempt
+#   was still running ended with that attempt's outcome, one with an unknown
+#   attempt has not ended until it is resolved. Existing ops get the same
+#   value from their last record. A partial index finds the prunable ones.
+# - tombstones: what is kept for ever of a pruned op. `id` is the op's own
+#   row id (list_operations pages by it), times are milliseconds since the
+#   epoch (a tombstone is ~10% of a finished op; RFC 3339 text on the wire).
+#   Rows are never updated or deleted; one is inserted only for an op that
+#   has ended (the trigger checks what the pruning unit checked).
+# - Pruning deletes an op's records, which the v1 triggers forbid for event
+#   records. They now allow it for exactly the ops that have a tombstone (so
+#   only inside the unit that writes it); claims, outcomes, attempts and the
+#   op row itself get the same guard, and an attempt that is prepared,
+#   running or unknown can never be deleted. A new op can never take a
+#   pruned op's id (neuron, op) nor its row id.
+# - op_counts keeps counting a pruned op under its final state: the
+#   tombstone's insert adds back what the op's delete took away.
+# - prune_stats: pruned ops over the database's life, and when the last was.
+# auto_vacuum = INCREMENTAL (space back to the file system) is set by
+# `migrate` itself: it needs a VACUUM outside any transaction.
+_V5 = """
+ALTER TABLE operations ADD COLUMN ended_at TEXT;
+UPDATE operations SET ended_at = coalesce(
+        (SELECT e.at FROM events e WHERE e.seq = operations.last_seq),
+        strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    WHERE state IN ('consumed', 'cancelled') AND NOT EXISTS (
+        SELECT 1 FROM attempts a WHERE a.op_id = operations.id
+            AND a.state IN ('prepared', 'running', 'unknown'));
+CREATE INDEX operations_ended ON operations(ended_at) WHERE ended_at IS NOT NULL;
+CREATE TRIGGER operations_ended AFTER UPDATE OF state, last_seq ON operations
+WHEN NEW.state IN ('consumed', 'cancelled') OR OLD.ended_at IS NOT NULL
+BEGIN
+    UPDATE operations SET ended_at = CASE
+        WHEN NEW.state NOT IN ('consumed', 'cancelled') OR EXISTS (
+            SELECT 1 FROM attempts a WHERE a.op_id = NEW.id
+                AND a.state IN ('prepared', 'running', 'unknown')) THEN NULL
+        ELSE (SELECT e.at FROM events e WHERE e.seq = NEW.last_seq) END
+    WHERE id = NEW.id;
+END;
+CREATE TABLE tombstones(
+    id INTEGER PRIMARY KEY,
+    neuron_id INTEGER NOT NULL,
+    op TEXT NOT NULL,
+    prog_id INTEGER NOT NULL,
+    act TEXT NOT NULL,
+    args_digest BLOB NOT NULL,
+    state TEXT NOT NULL,
+    ended_at INTEGER NOT NULL,
+    pruned_at INTEGER NOT NULL,
+    UNIQUE(neuron_id, op)
+);
+CREATE TRIGGER tombstones_only_ended BEFORE INSERT ON tombstones
+WHEN NOT EXISTS (
+    SELECT 1 FROM operations o WHERE o.id = NEW.id AND o.neuron_id = NEW.neuron_id
+        AND o.op = NEW.op AND o.prog_id = NEW.prog_id AND o.act = NEW.act
+        AND o.state = NEW.state AND o.ended_at IS NOT NULL
+        AND o.state IN ('consumed', 'cancelled'))
+    OR EXISTS (
+    SELECT 1 FROM attempts a WHERE a.op_id = NEW.id
+        AND a.state IN ('prepared', 'running', 'unknown'))
+BEGIN
+    SELECT RAISE(ABORT, 'only an op that has ended can be pruned');
+END;
+CREATE TRIGGER tombstones_count AFTER INSERT ON tombstones
+BEGIN
+    INSERT INTO op_counts(state, n) VALUES (NEW.state, 1)
+        ON CONFLICT(state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER tombstones_no_update BEFORE UPDATE ON tombstones
+BEGIN
+    SELECT RAISE(ABORT, 'tombstones are kept for ever');
+END;
+CREATE TRIGGER tombstones_no_delete BEFORE DELETE ON tombstones
+BEGIN
+    SELECT RAISE(ABORT, 'tombstones are kept for ever');
+END;
+DROP TRIGGER events_no_delete;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+WHEN OLD.op_id IS NULL OR NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.id = OLD.op_id)
+BEGIN
+    SELECT RAISE(ABORT, 'event records are append-only');
+END;
+CREATE TRIGGER attempts_no_delete BEFORE DELETE ON attempts
+WHEN OLD.state IN ('prepared', 'running', 'unknown')
+    OR NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.id = OLD.op_id)
+BEGIN
+    SELECT RAISE(ABORT, 'only a pruned op''s ended attempts can be deleted');
+END;
+CREATE TRIGGER claims_no_delete BEFORE DELETE ON claims
+WHEN NOT EXISTS (
+    SELECT 1 FROM attempts a JOIN tombstones t ON t.id = a.op_id WHERE a.id = OLD.attempt_id)
+BEGIN
+    SELECT RAISE(ABORT, 'only a pruned op''s claims can be deleted');
+END;
+CREATE TRIGGER outcomes_no_delete BEFORE DELETE ON outcomes
+WHEN NOT EXISTS (
+    SELECT 1 FROM attempts a JOIN tombstones t ON t.id = a.op_id WHERE a.id = OLD.attempt_id)
+BEGIN
+    SELECT RAISE(ABORT, 'only a pruned op''s outcomes can be deleted');
+END;
+CREATE TRIGGER operations_no_delete BEFORE DELETE ON operations
+WHEN NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.id = OLD.id)
+BEGIN
+    SELECT RAISE(ABORT, 'only a pruned op can be deleted');
+END;
+CREATE TRIGGER operations_not_pruned AFTER INSERT ON operations
+WHEN EXISTS (SELECT 1 FROM tombstones t WHERE t.id = NEW.id)
+    OR EXISTS (SELECT 1 FROM tombstones t WHERE t.neuron_id = NEW.neuron_id AND t.op = NEW.op)
+BEGIN
+    SELECT RAISE(ABORT, 'a pruned op never comes back');
+END;
+CREATE TABLE prune_stats(
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    pruned_ops INTEGER NOT NULL,
+    last_pruned_at TEXT
+);
+INSERT INTO prune_stats(id, pruned_ops, last_pruned_at) VALUES (1, 0, NULL);
+"""
+
 # version -> the script that brings a database at version-1 to version.
 # A released version's script never changes: tests/data keeps a database
 # of each released version and proves it migrates.
-_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
 class SchemaTooNew(Exception):
@@ -232,7 +356,25 @@ def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
             conn.execute("ROLLBACK")
             raise
         current = target
+    ensure_incremental_vacuum(conn)
     return start, current
+
+
+def ensure_incremental_vacuum(conn: sqlite3.Connection) -> bool:
+    """contract §3.9: pruned space goes back to the file system, which needs
+    ``auto_vacuum = INCREMENTAL``. A database that has tables can only change
+    it by a VACUUM (outside any transaction; it rewrites the file, through
+    the WAL, atomically: a crash leaves the old file whole and the next start
+    does it again). Returns True if it vacuumed. Under the owner lock, before
+    any other connection is open."""
+    (mode,) = conn.execute("PRAGMA auto_vacuum").fetchone()
+    if mode == 2:
+        return False
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    conn.execute("VACUUM")
+    # the VACUUM wrote the whole database into the WAL: give that back too
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return True
 
 
 def _run_script(conn: sqlite3.Connection, version: int) -> None:

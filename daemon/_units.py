@@ -41,6 +41,7 @@ from wardd.protocol import (
     WarddError,
 )
 
+from ._prune import pruned_terminal, tombstone_row
 from ._records import append_event, dec, enc, move_attempt, now, refresh_op_state
 
 Unit = Callable[[sqlite3.Connection], Any]
@@ -109,7 +110,29 @@ def op_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row:
         "SELECT * FROM operations WHERE neuron_id = ? AND op = ?", (neuron_id, op)
     ).fetchone()
     if row is None:
+        pruned = tombstone_row(conn, neuron_id, op)
+        if pruned is not None:  # contract §3.9: a pruned op is terminal for ever
+            raise pruned_terminal(pruned)
         raise UnknownOperation(f"no operation {op!r} for this neuron")
+    return cast(sqlite3.Row, row)
+
+
+def managed_op(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row:
+    """The op of a management write (contract §3.4's second group, and
+    ``abort``): ownership (``unknown_operation``), then the prog's grant
+    (``grant_disabled``), before any other answer; a pruned op (§3.9)
+    passes both and is then ``terminal``."""
+    row = conn.execute(
+        "SELECT * FROM operations WHERE neuron_id = ? AND op = ?", (neuron_id, op)
+    ).fetchone()
+    pruned = None if row is not None else tombstone_row(conn, neuron_id, op)
+    if row is None and pruned is None:
+        raise UnknownOperation(f"no operation {op!r} for this neuron")
+    prog_id = row["prog_id"] if row is not None else pruned["prog_id"]  # type: ignore[index]
+    prog = conn.execute("SELECT * FROM progs WHERE id = ?", (prog_id,)).fetchone()
+    require_enabled_grant(prog)
+    if pruned is not None:
+        raise pruned_terminal(pruned)
     return cast(sqlite3.Row, row)
 
 
@@ -480,9 +503,7 @@ def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -
     attempt's row id and the op's act; whether its adapter can be stopped
     from outside (``not_abortable``) is the caller's to check."""
     nrow = neuron_row(conn, neuron)
-    o = op_row(conn, nrow["id"], op)
-    prog = conn.execute("SELECT * FROM progs WHERE id = ?", (o["prog_id"],)).fetchone()
-    require_enabled_grant(prog)
+    o = managed_op(conn, nrow["id"], op)
     row = conn.execute(
         "SELECT id, kind, state FROM attempts WHERE op_id = ? AND attempt = ?", (o["id"], attempt)
     ).fetchone()

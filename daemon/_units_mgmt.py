@@ -34,11 +34,12 @@ from wardd.protocol import (
     encode_item,
 )
 
+from ._prune import args_digest, tombstone_row
 from ._records import append_event, dec, enc, now, refresh_op_state
 from ._units import (
     Unit,
+    managed_op,
     neuron_row,
-    op_row,
     prog_row,
     record_outcome,
     require_enabled_grant,
@@ -274,11 +275,20 @@ def submit(
             if (row["prog_id"], row["act"], bytes(row["args"])) != (p["id"], act, args):
                 raise OpConflict("an operation with this id and other content exists")
             return {"op": op, "state": row["state"], "already": True}
+        pruned = tombstone_row(conn, n["id"], op)
+        if pruned is not None:  # contract §3.9: idempotent through the tombstone, never run again
+            content = (pruned["prog_id"], pruned["act"], bytes(pruned["args_digest"]))
+            if content != (p["id"], act, args_digest(args)):
+                raise OpConflict("an operation with this id and other content existed")
+            return {"op": op, "state": pruned["state"], "already": True, "pruned": True}
         if p["exhausted"]:
             raise BudgetExhausted("the prog's step budget is exhausted")
+        # the row id above every pruned op's: a tombstone keeps its op's row
+        # id (list_operations pages by it), which SQLite would hand out again
         cur = conn.execute(
-            "INSERT INTO operations(neuron_id, op, prog_id, act, args, state)"
-            " VALUES (?,?,?,?,?, 'pending')",
+            "INSERT INTO operations(id, neuron_id, op, prog_id, act, args, state)"
+            " VALUES (1 + max(coalesce((SELECT max(id) FROM operations), 0),"
+            " coalesce((SELECT max(id) FROM tombstones), 0)), ?,?,?,?,?, 'pending')",
             (n["id"], op, p["id"], act, args),
         )
         assert cur.lastrowid is not None
@@ -299,10 +309,7 @@ def submit(
 
 def _owned_op(conn: sqlite3.Connection, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row]:
     n = neuron_row(conn, neuron)
-    o = op_row(conn, n["id"], op)
-    p = conn.execute("SELECT * FROM progs WHERE id = ?", (o["prog_id"],)).fetchone()
-    require_enabled_grant(p)
-    return n, o
+    return n, managed_op(conn, n["id"], op)
 
 
 def reconcile(neuron: str, op: str, attempt: int, status: str, value: Any) -> Unit:

@@ -50,6 +50,7 @@ from ._activation import listen_fds
 from ._lock import OwnerLock
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import SIGNED, UNSIGNED, check_params
+from ._prune import Pruner
 from ._reads import Reads
 from ._records import now, wire_safe
 from ._schema import SCHEMA_VERSION, migrate
@@ -155,6 +156,13 @@ class Daemon:
             boot=self.boot,
         )
         self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
+        self.pruner = Pruner(
+            self.writer,
+            self.db_path,
+            retention_s=self.config.retention_s,
+            interval_s=self.config.prune_interval_s,
+            stopping=lambda: self.stopping or self.writer.fatal is not None,
+        )
 
     def _on_fatal(self, why: str) -> None:
         # Called on the writer thread: contract §3.2.3 fail-stop.
@@ -230,6 +238,7 @@ class Daemon:
                         await self.recovery.at_start()
                         self.recovered.set()
                         services.start_soon(self.recovery.background_receipts)
+                        services.start_soon(self.pruner.run)  # contract §3.9
                         notifier.ready()
                         log.info("ready", boot=self.boot)
                         await self._stop_event.wait()
@@ -828,7 +837,12 @@ class Daemon:
             "started_at": self.started_at,
             "uptime": round(time.monotonic() - self._t0, 3),
             "network": self.config.network,
-            "db": {"path": str(self.db_path), "schema_version": SCHEMA_VERSION, "size": size},
+            "db": {
+                "path": str(self.db_path),
+                "schema_version": SCHEMA_VERSION,
+                "size": size,
+                **self.reads.retention(),  # pruned_ops, last_pruned_at (contract §3.9)
+            },
             "workers": workers,
             "operations": ops,
             "unknown_attempts": unknown,

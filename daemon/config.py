@@ -75,6 +75,13 @@ max_in_flight = 256
 # Log level of the JSON lines on stderr: debug, info, warning or error.
 log_level = "info"
 
+# Retention (docs/operations.md): whole seconds a finished (consumed or
+# cancelled) op keeps its records before it is pruned to a tombstone, which
+# keeps its id idempotent for ever; 0 keeps every finished op for ever.
+retention_s = 2592000
+# Whole seconds between two looks for prunable ops (at least 1).
+prune_interval_s = 60
+
 # Acts besides the built-in `echo` (which returns its args). Examples:
 #
 # [acts."notes.append"]          # one line "<neuron>/<op>/<attempt>\\t<hex args>\\n" per call
@@ -94,6 +101,8 @@ log_level = "info"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 MIN_MAX_FRAME = 131072
+DEFAULT_RETENTION_S = 2_592_000  # 30 days (contract §3.9)
+MAX_SECONDS_KEY = 2**32 - 1  # ~136 years: anything longer is a typo
 _NETWORK_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ACT_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _TOP_KEYS = {
@@ -109,6 +118,8 @@ _TOP_KEYS = {
     "max_connections",
     "max_in_flight",
     "log_level",
+    "retention_s",
+    "prune_interval_s",
 }
 
 
@@ -147,6 +158,8 @@ class Config:
     acts: tuple[ActConfig, ...]
     log_level: str = "info"
     database_is_default: bool = False
+    retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
+    prune_interval_s: int = 60
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -242,6 +255,20 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     log_level = data.get("log_level", "info")
     if log_level not in LOG_LEVELS:
         raise ConfigError(source, "log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    # contract §3.9: whole seconds; 0 keeps every finished op for ever
+    retention_s = _uint(
+        source,
+        "retention_s",
+        data.get("retention_s", DEFAULT_RETENTION_S),
+        maximum=MAX_SECONDS_KEY,
+    )
+    prune_interval_s = _uint(
+        source,
+        "prune_interval_s",
+        data.get("prune_interval_s", 60),
+        minimum=1,
+        maximum=MAX_SECONDS_KEY,
+    )
     acts_raw = data.get("acts", {})
     if not isinstance(acts_raw, dict):
         raise ConfigError(source, "acts", "must be a table of act tables")
@@ -278,6 +305,8 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         acts=tuple(acts),
         log_level=log_level,
         database_is_default="database" not in data,
+        retention_s=retention_s,
+        prune_interval_s=prune_interval_s,
     )
 
 

@@ -316,7 +316,7 @@ class UnsupportedGuarantee(WarddError):
 
 
 class Terminal(WarddError):
-    """The op is consumed or cancelled."""
+    """The op is consumed or cancelled, or was and has been pruned (data: `state`, `pruned`)."""
 
     code = "terminal"
 

@@ -482,6 +482,23 @@ class TestAgainstAStub:
         code, out, _ = run(capsys, "--socket", path, "op", "show", "o", "--neuron", "ab" * 32)
         assert code == 0 and "args: hex:ff00" in out
 
+    def test_op_show_of_a_pruned_op_says_it_was_pruned_and_when(self, capsys, daemon_stub) -> None:
+        """`op show` of a pruned op names its final state, when it ended and when it was pruned."""
+        tomb = {
+            "op": "o",
+            "prog": "p",
+            "act": "echo",
+            "state": "consumed",
+            "pruned": True,
+            "ended_at": "2026-01-01T00:00:00.000Z",
+            "pruned_at": "2026-02-01T00:00:00.000Z",
+        }
+        path, _ = daemon_stub({"get_operation": tomb})
+        code, out, _ = run(capsys, "--socket", path, "op", "show", "o", "--neuron", "ab" * 32)
+        first = out.splitlines()[0]
+        assert code == 0 and first.startswith("op o: consumed, pruned at 2026-02-01T00:00:00.000Z")
+        assert "ended at 2026-01-01T00:00:00.000Z" in first
+
     def test_ops_unknown_prints_each_unknown_attempts_evidence(self, capsys, daemon_stub) -> None:
         """`ops --state unknown` shows the evidence of every unknown attempt."""
         op = {

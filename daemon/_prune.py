@@ -1,0 +1,389 @@
+"""Retention (contract §3.9): finished ops are pruned to tombstones.
+
+An op is *prunable* once it has been ``consumed`` or ``cancelled`` for longer
+than ``retention_s`` and none of its attempts is ``prepared``, ``running`` or
+``unknown``. ``operations.ended_at`` says since when (schema v5: a trigger
+sets it from the event record that ended the op, and clears it while an
+attempt is open), so finding them is one range scan of a partial index.
+
+Pruning an op, in one writer unit with every other op of its batch:
+insert its tombstone ``{neuron, op, prog, act, args digest, final state,
+ended_at, pruned_at}``, then delete its outcomes, claims, attempts, event
+records and the op row. The schema's triggers allow those deletes only for
+an op that has a tombstone, and a tombstone only for an op that has ended,
+so no other write can delete a record and no unknown attempt is ever
+deleted, whatever this module does.
+
+The :class:`Pruner` looks every ``prune_interval_s``; a look goes on, batch
+after batch, until nothing prunable is left. Each batch is a unit of its own
+(at most 2 ms of work, one transaction, an op pruned whole or not at all)
+that stops early once another unit is queued behind it, and the pruner
+pauses between batches at least as long as the last one took, so a dispatch
+waits for at most about one chunk's deletion (8 ops, about a millisecond)
+and one commit. After each look the free pages go back to the file system
+(``PRAGMA incremental_vacuum``, in bounded units too) and a checkpoint on a
+connection of its own truncates the file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from wardd.protocol import Terminal, WarddError
+
+from ._records import now
+from ._writer import connect
+
+__all__ = [
+    "Pruner",
+    "args_digest",
+    "prune_batch",
+    "pruned_terminal",
+    "tombstone_row",
+    "tombstone_view",
+    "vacuum_step",
+]
+
+log = structlog.get_logger("wardd.prune")
+Unit = Callable[[sqlite3.Connection], Any]
+
+# A batch stops at whichever comes first (and after any chunk once another
+# unit is queued behind it: then a dispatch waits for one chunk's deletion and
+# one commit; docs/performance.md has the figures).
+BATCH_BUDGET_S = 0.002
+BATCH_MAX_OPS = 64
+# ops pruned by one set of statements; a batch checks its budget after each
+CHUNK_OPS = 8
+# the least pause between two batches, and how much longer than a batch the
+# pause is while the daemon is busy (see Pruner.look)
+PAUSE_S = 0.002
+BUSY_FACTOR = 2
+# how often a look checkpoints the WAL on its own thread (see Pruner.look)
+CHECKPOINT_EVERY_S = 0.2
+# pages an incremental_vacuum unit moves and frees (4 KiB each)
+VACUUM_PAGES = 256
+_OPEN = ("prepared", "running", "unknown")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+# -- times ------------------------------------------------------------------------
+
+
+def to_ms(text: str) -> int:
+    """RFC 3339 UTC text (as :func:`now` writes it) → milliseconds since the epoch."""
+    d = datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) - _EPOCH
+    return d.days * 86_400_000 + d.seconds * 1000 + d.microseconds // 1000
+
+
+def from_ms(ms: int) -> str:
+    """Milliseconds since the epoch → RFC 3339 UTC text, like :func:`now`."""
+    t = datetime.datetime.fromtimestamp(ms // 1000, datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def cutoff(retention_s: int, at: float | None = None) -> str:
+    """Ops that ended before this (RFC 3339 text, comparable as text with
+    ``ended_at``) have been finished for longer than ``retention_s``."""
+    t = (time.time() if at is None else at) - retention_s
+    return from_ms(int(t * 1000))
+
+
+# -- tombstones ---------------------------------------------------------------------
+
+
+def tombstone_row(conn: sqlite3.Connection, neuron_id: int, op: str) -> sqlite3.Row | None:
+    """The tombstone of the neuron's pruned op ``op``, joined with its prog's
+    id text (``prog``), or None."""
+    cur = conn.execute(
+        "SELECT t.*, p.prog FROM tombstones t JOIN progs p ON p.id = t.prog_id"
+        " WHERE t.neuron_id = ? AND t.op = ?",
+        (neuron_id, op),
+    )
+    cur.row_factory = sqlite3.Row
+    row: sqlite3.Row | None = cur.fetchone()
+    return row
+
+
+def tombstone_view(row: sqlite3.Row) -> dict[str, Any]:
+    """``get_operation`` of a pruned op (contract §3.9): no args, no attempts."""
+    return {
+        "op": row["op"],
+        "prog": row["prog"],
+        "act": row["act"],
+        "state": row["state"],
+        "pruned": True,
+        "ended_at": from_ms(row["ended_at"]),
+        "pruned_at": from_ms(row["pruned_at"]),
+    }
+
+
+def args_digest(args: bytes) -> bytes:
+    return hashlib.sha256(args).digest()
+
+
+def pruned_terminal(row: sqlite3.Row) -> Terminal:
+    """contract §3.9: every write naming a pruned op but ``submit`` is ``terminal``."""
+    return Terminal(
+        f"the operation was {row['state']} and has been pruned",
+        {"state": row["state"], "pruned": True},
+    )
+
+
+# -- the units ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class BatchResult:
+    pruned: int  # ops turned into tombstones
+    examined: int  # candidates looked at (0: nothing prunable is left)
+
+
+def prune_batch(
+    before: str,
+    *,
+    budget_s: float = BATCH_BUDGET_S,
+    max_ops: int = BATCH_MAX_OPS,
+    yield_to: Callable[[], bool] = lambda: False,
+) -> Unit:
+    """Prune up to ``max_ops`` ops that ended before ``before``, oldest
+    first, :data:`CHUNK_OPS` at a time, stopping once ``budget_s`` of work is
+    spent or as soon as ``yield_to()`` says other units wait (one writer unit)."""
+
+    def unit(conn: sqlite3.Connection) -> BatchResult:
+        t0 = time.perf_counter()
+        at = now()
+        at_ms = to_ms(at)
+        ids = conn.execute(
+            "SELECT id FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
+            " ORDER BY ended_at LIMIT ?",
+            (before, max_ops),
+        ).fetchall()
+        pruned = examined = 0
+        for k in range(0, len(ids), CHUNK_OPS):
+            chunk = [i for (i,) in ids[k : k + CHUNK_OPS]]
+            examined += len(chunk)
+            pruned += prune_ops(conn, chunk, at_ms)
+            if time.perf_counter() - t0 >= budget_s or yield_to():
+                break
+        if pruned:
+            conn.execute(
+                "UPDATE prune_stats SET pruned_ops = pruned_ops + ?, last_pruned_at = ?"
+                " WHERE id = 1",
+                (pruned, at),
+            )
+        return BatchResult(pruned, examined)
+
+    return unit
+
+
+def prune_op(conn: sqlite3.Connection, op_id: int, pruned_at_ms: int) -> bool:
+    """Turn one ended op into its tombstone (see :func:`prune_ops`)."""
+    return prune_ops(conn, [op_id], pruned_at_ms) == 1
+
+
+def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) -> int:
+    """Turn the ended ops among ``op_ids`` into tombstones, a few statements
+    for all of them; returns how many. An op that has not ended (its
+    ``ended_at`` is stale) gets ``ended_at`` cleared instead, so that it is
+    not looked at again until it ends (the trigger sets it again then)."""
+    if not op_ids:
+        return 0
+    ids = ",".join(str(int(i)) for i in op_ids)  # row ids from our own query
+    rows = conn.execute(
+        "SELECT o.id, o.neuron_id, o.op, o.prog_id, o.act, o.args, o.state, o.ended_at"
+        f" FROM operations o WHERE o.id IN ({ids}) AND o.ended_at IS NOT NULL"
+        " AND o.state IN ('consumed', 'cancelled') AND NOT EXISTS (SELECT 1 FROM attempts a"
+        f" WHERE a.op_id = o.id AND a.state IN ({_marks(_OPEN)}))",
+        _OPEN,
+    ).fetchall()
+    ended = {r[0] for r in rows}
+    stale = [i for i in op_ids if i not in ended]
+    if stale:
+        conn.execute(
+            f"UPDATE operations SET ended_at = NULL WHERE id IN ({','.join(map(str, stale))})"
+        )
+    if not rows:
+        return 0
+    conn.executemany(
+        "INSERT INTO tombstones(id, neuron_id, op, prog_id, act, args_digest, state,"
+        " ended_at, pruned_at) VALUES (?,?,?,?,?,?,?,?,?)",
+        [
+            (i, n, op, prog, act, args_digest(bytes(args)), state, to_ms(end), pruned_at_ms)
+            for i, n, op, prog, act, args, state, end in rows
+        ],
+    )
+    done = ",".join(str(i) for i in sorted(ended))
+    attempts = f"SELECT id FROM attempts WHERE op_id IN ({done})"
+    conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({attempts})")
+    conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({attempts})")
+    conn.execute(f"DELETE FROM attempts WHERE op_id IN ({done})")
+    conn.execute(f"DELETE FROM events WHERE op_id IN ({done})")
+    conn.execute(f"DELETE FROM operations WHERE id IN ({done})")
+    return len(rows)
+
+
+def vacuum_step(pages: int = VACUUM_PAGES) -> Unit:
+    """Give up to ``pages`` free pages back to the file system; returns
+    (pages freed, free pages left)."""
+
+    def unit(conn: sqlite3.Connection) -> tuple[int, int]:
+        (before,) = conn.execute("PRAGMA freelist_count").fetchone()
+        conn.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+        (left,) = conn.execute("PRAGMA freelist_count").fetchone()
+        return int(before) - int(left), int(left)
+
+    return unit
+
+
+def _marks(values: tuple[str, ...]) -> str:
+    return ",".join("?" * len(values))
+
+
+# -- the scheduler ------------------------------------------------------------------
+
+
+class Pruner:
+    """Looks every ``interval_s`` for ops finished longer than ``retention_s``
+    ago and prunes them on the writer, batch after batch (contract §3.9).
+
+    ``writer`` is the daemon's :class:`~._writer.Writer`; ``stopping`` says
+    when the daemon no longer takes writes (no batch is queued after that).
+    """
+
+    def __init__(
+        self,
+        writer: Any,
+        db_path: Path,
+        *,
+        retention_s: int,
+        interval_s: int,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.writer = writer
+        self.db_path = db_path
+        self.retention_s = retention_s
+        self.interval_s = interval_s
+        self.stopping = stopping
+        self._ckpt: sqlite3.Connection | None = None
+        self._last_ckpt = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.retention_s > 0
+
+    async def run(self) -> None:
+        """Look now, then every ``interval_s``, until cancelled."""
+        if not self.enabled:
+            return
+        try:
+            while not self.stopping():
+                await self.look()
+                await trio.sleep(self.interval_s)
+        finally:
+            if self._ckpt is not None:
+                self._ckpt.close()
+                self._ckpt = None
+
+    async def look(self) -> int:
+        """Prune until nothing prunable is left; returns how many ops.
+
+        Between batches the pruner pauses as long as the last batch took
+        (at least :data:`PAUSE_S`) while the writer has nothing else to do,
+        and :data:`BUSY_FACTOR` times as long once other units were written
+        since its last batch: pruning takes at most about half of the writer
+        (and of the interpreter) on an idle daemon and a third on a busy one,
+        and a batch stops early as soon as another unit is queued behind it
+        (contract §3.9: dispatch is never held up for more than a few ms)."""
+        t0 = time.monotonic()
+        before = cutoff(self.retention_s)
+        total = batches = 0
+        seen = self.writer.stats.units
+        try:
+            while not self.stopping():
+                t = time.monotonic()
+                res: BatchResult = await self.writer.run(
+                    prune_batch(before, yield_to=lambda: self.writer.backlog > 1)
+                )
+                if res.examined == 0:
+                    break
+                total += res.pruned
+                batches += 1
+                units = self.writer.stats.units
+                busy = units - seen > 1  # others wrote since our last batch
+                seen = units
+                took = time.monotonic() - t
+                await self._keep_wal_short()
+                await trio.sleep(max(PAUSE_S, took * (BUSY_FACTOR if busy else 1)))
+            freed = await self.give_back()
+            if total:
+                log.info(
+                    "pruned",
+                    ops=total,
+                    batches=batches,
+                    pages_freed=freed,
+                    seconds=round(time.monotonic() - t0, 3),
+                )
+        except WarddError as err:  # the writer failed or stopped: the next look retries
+            log.warning("prune_failed", error=err.message, pruned=total)
+        return total
+
+    async def give_back(self) -> int:
+        """Free pages back to the file system (after every look: a look that
+        was stopped by the shutdown leaves some for the next), then, if any
+        were freed, a checkpoint that truncates the file."""
+        total = 0
+        while not self.stopping():
+            t = time.monotonic()
+            freed, left = await self.writer.run(vacuum_step())
+            total += freed
+            if left == 0 or freed == 0:
+                break
+            await self._keep_wal_short()
+            await trio.sleep(max(PAUSE_S, time.monotonic() - t))
+        if total and not self.stopping():
+            await trio.to_thread.run_sync(self._checkpoint)
+        return total
+
+    async def _keep_wal_short(self) -> None:
+        """While pruning writes many pages, copy the WAL into the database
+        on the pruner's own thread every :data:`CHECKPOINT_EVERY_S`, so that
+        the writer's automatic checkpoint (1,000 pages, run inside whichever
+        commit crosses it: often a dispatch's) rarely has anything to do."""
+        if time.monotonic() - self._last_ckpt < CHECKPOINT_EVERY_S:
+            return
+        await trio.to_thread.run_sync(self._passive)
+        self._last_ckpt = time.monotonic()
+
+    def _passive(self) -> None:
+        try:
+            self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("checkpoint_failed", error=str(exc))
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._ckpt is None:
+            self._ckpt = connect(self.db_path)
+            self._ckpt.execute("PRAGMA busy_timeout=0")
+        return self._ckpt
+
+    def _checkpoint(self) -> None:
+        """On a thread, on a connection of its own: copy the WAL into the
+        database without waiting for anyone (PASSIVE), then, only if no
+        transaction is open right now, TRUNCATE the WAL to nothing (with no
+        busy wait: it takes the write lock only to copy what the passive
+        pass left, a few pages)."""
+        try:
+            self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:  # the space comes back at the next checkpoint
+            log.warning("checkpoint_failed", error=str(exc))
