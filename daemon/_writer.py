@@ -31,9 +31,10 @@ from typing import Any, TypeVar
 
 import attrs
 import structlog
-import trio
 
 from wardd.protocol import Internal, WarddError
+
+from ._bridge import wait_future
 
 __all__ = ["Writer", "connect"]
 
@@ -126,18 +127,7 @@ class Writer:
         the caller is still interested (contract §3.1: a request's effect does
         not depend on its connection staying open)."""
         fut = self.submit(unit, critical=critical)
-        done = trio.Event()
-        token = trio.lowlevel.current_trio_token()
-
-        def wake(_: object) -> None:
-            try:
-                token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                pass
-
-        fut.add_done_callback(wake)
-        with trio.CancelScope(shield=True):
-            await done.wait()
+        await wait_future(fut, shield=True)
         return _unwrap(fut.result())
 
     # -- the thread -----------------------------------------------------------

@@ -10,7 +10,6 @@ signature (contract §4), then hand the decision to a unit.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import importlib.metadata
 import os
 import secrets
@@ -47,6 +46,7 @@ from wardd.protocol import (
 from . import _units
 from . import _units_mgmt as mgmt
 from ._activation import listen_fds
+from ._bridge import wait_future
 from ._lock import OwnerLock
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import SIGNED, UNSIGNED, check_params
@@ -347,7 +347,7 @@ class Daemon:
         withheld = False
         while True:
             probe = self.writer.submit(_noop)
-            while not await _wait_future(probe, interval):
+            while not await wait_future(probe, timeout=interval):
                 if not withheld:
                     log.warning("watchdog_withheld", reason="writer", waited_s=interval)
                     withheld = True
@@ -873,23 +873,6 @@ def _dead_token(record: tuple[str, str | None] | None) -> WarddError:
 
 def _noop(conn: sqlite3.Connection) -> None:
     """The watchdog's probe unit: it writes nothing."""
-
-
-async def _wait_future(fut: concurrent.futures.Future[Any], timeout: float) -> bool:
-    """Wait up to ``timeout`` for a thread-level future; whether it is done."""
-    done = trio.Event()
-    token = trio.lowlevel.current_trio_token()
-
-    def wake(_: object) -> None:
-        try:
-            token.run_sync_soon(done.set)
-        except trio.RunFinishedError:
-            pass
-
-    fut.add_done_callback(wake)
-    with trio.move_on_after(timeout):
-        await done.wait()
-    return fut.done()
 
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch

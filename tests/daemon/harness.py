@@ -489,3 +489,25 @@ def spawn_activated(env: Env, sock: socket.socket, log: Path) -> subprocess.Pope
             env={k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))},
             start_new_session=True,
         )
+
+
+def entry_point_plugin(
+    root: Path, module: str, source: str, entries: dict[str, str]
+) -> dict[str, str]:
+    """A real distribution on disk whose ``wardd.adapters`` entry points are
+    ``entries`` (name -> attribute of ``module``, written from ``source``):
+    the environment a daemon needs to load it (``PYTHONPATH``, and
+    ``WARDD_TEST_ROOT`` for the plugin's own files)."""
+    path = root / "plugin"
+    dist = path / f"{module}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (path / f"{module}.py").write_text(source)
+    (dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 1.0\n"
+    )
+    lines = "".join(f"{name} = {module}:{attr}\n" for name, attr in entries.items())
+    (dist / "entry_points.txt").write_text("[wardd.adapters]\n" + lines)
+    return {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")])),
+        "WARDD_TEST_ROOT": str(root),
+    }

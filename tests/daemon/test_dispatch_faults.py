@@ -13,7 +13,14 @@ import resource
 
 import pytest
 
-from tests.daemon.harness import Actor, Background, Env, code_of, wait_for
+from tests.daemon.harness import (
+    Actor,
+    Background,
+    Env,
+    code_of,
+    entry_point_plugin,
+    wait_for,
+)
 
 PLUGIN = '''
 from wardd.adapters import DefiniteFailure
@@ -39,16 +46,7 @@ class Faulty:
 
 
 def plugin_env(root) -> dict[str, str]:
-    """A real entry-point distribution on the daemon's PYTHONPATH."""
-    path = root / "plugin"
-    dist = path / "wardd_fault_plugin-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (path / "wardd_fault_plugin.py").write_text(PLUGIN)
-    (dist / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: wardd-fault-plugin\nVersion: 1.0\n"
-    )
-    (dist / "entry_points.txt").write_text("[wardd.adapters]\nfaulty = wardd_fault_plugin:Faulty\n")
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))}
+    return entry_point_plugin(root, "wardd_fault_plugin", PLUGIN, {"faulty": "Faulty"})
 
 
 def busy_ops(actor: Actor) -> list[str]:

@@ -20,6 +20,7 @@ from tests.daemon.harness import (
     Background,
     Env,
     code_of,
+    entry_point_plugin,
     run_wardctl,
     wait_for,
 )
@@ -70,21 +71,8 @@ def alive(pid: int) -> bool:
 
 
 def plugin_env(root) -> dict[str, str]:
-    path = root / "plugin"
-    dist = path / "wardd_gated_plugin-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (path / "wardd_gated_plugin.py").write_text(GATED_PLUGIN)
-    (dist / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: wardd-gated-plugin\nVersion: 1.0\n"
-    )
-    (dist / "entry_points.txt").write_text(
-        "[wardd.adapters]\ngated = wardd_gated_plugin:Gated\n"
-        "lazyabort = wardd_gated_plugin:LazyAbort\n"
-    )
-    return {
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")])),
-        "WARDD_TEST_ROOT": str(root),
-    }
+    entries = {"gated": "Gated", "lazyabort": "LazyAbort"}
+    return entry_point_plugin(root, "wardd_gated_plugin", GATED_PLUGIN, entries)
 
 
 class TestAbort:
