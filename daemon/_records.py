@@ -16,17 +16,12 @@ import cbor2
 from wardd.protocol import encode_item
 
 __all__ = [
-    "ATTEMPT_OPEN",
     "append_event",
     "dec",
     "enc",
     "now",
     "refresh_op_state",
 ]
-
-# attempt states that block a new prepare, in the order prepare reports them
-ATTEMPT_OPEN = ("prepared", "running")
-
 
 # How deep a stored value may sit inside the deepest reply that carries it
 # (get_operation: reply → result → attempts → [i] → outcome → value).

@@ -18,7 +18,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -880,7 +879,3 @@ async def _wait_future(fut: concurrent.futures.Future[Any], timeout: float) -> b
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch
     raise AssertionError("reply callback not set")
-
-
-def database_path(config: Config) -> Path:
-    return Path(os.path.realpath(config.database))
