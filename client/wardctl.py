@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from wardd.protocol import WarddError
+from wardd.protocol import ATTEMPT_LIST_STATES, OpState, Pager, PagingError, ProgState, WarddError
 
-from ._errors import ClientError, ConnectionClosed, KeyFileError
+from ._errors import ClientError, ConnectionClosed, KeyFileError, RemoteProtocolError
 from ._neuron import Neuron
 from ._paths import key_path as env_key_path
 from ._paths import socket_path as env_socket_path
@@ -35,9 +35,10 @@ from ._sync import Client
 
 __all__ = ["build_parser", "main"]
 
-PROG_STATES = ("active", "paused", "retired", "archived")
-OP_STATES = ("pending", "prepared", "running", "unknown", "retained", "consumed", "cancelled")
-ATTEMPT_LIST_STATES = ("unknown", "running", "prepared")
+# plain strings, so that argparse's messages show the words, not enum reprs
+PROG_STATES = tuple(s.value for s in ProgState)
+OP_STATES = tuple(s.value for s in OpState)
+ATTEMPTS_LISTED = tuple(s.value for s in ATTEMPT_LIST_STATES)
 DEFAULT_STEP_LIMIT = 1_000_000
 # Reads are bounded by default. Writes wait without limit unless --timeout
 # says otherwise: they may legitimately take long (`invoke` runs an adapter;
@@ -278,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     _neuron_option(sub)
 
     sub = add("attempts", _attempts, "list attempts in one state across all neurons", read=True)
-    sub.add_argument("--state", required=True, choices=ATTEMPT_LIST_STATES)
+    sub.add_argument("--state", required=True, choices=ATTEMPTS_LISTED)
     sub.add_argument(
         "--watch",
         type=float,
@@ -620,18 +621,13 @@ def _op_show(ctx: _Context) -> int:
 
 
 def _pages(ctx: _Context, method: str, key: str, **params: Any) -> list[Any]:
-    items: list[Any] = []
-    after: Any = None
-    while True:
-        page_params = dict(params, limit=1000)
-        if after is not None:
-            page_params["after"] = after
-        page = ctx.client().call(method, page_params)
-        items.extend(page.get(key) or [])
-        following = page.get("next")
-        if following is None or following == after:
-            return items
-        after = following
+    pager = Pager(params, key)
+    while not pager.done:
+        try:
+            pager.feed(ctx.client().call(method, pager.request()))
+        except PagingError as exc:
+            raise RemoteProtocolError(f"{method}: {exc}") from exc
+    return pager.items
 
 
 def _ops(ctx: _Context) -> int:

@@ -23,6 +23,7 @@ from wardd.protocol import (
     ArgsTooLarge,
     AttemptBusy,
     AttemptMismatch,
+    AttemptState,
     AttemptUnknown,
     BudgetExhausted,
     ClaimConflict,
@@ -225,7 +226,7 @@ def _prepare_checks(
             "expected_attempt is not 1 + the number of attempts", {"attempts": op["attempts"]}
         )
     states = {r[0] for r in conn.execute("SELECT state FROM attempts WHERE op_id = ?", (op["id"],))}
-    if states & {"prepared", "running"}:
+    if states & {AttemptState.PREPARED, AttemptState.RUNNING}:
         raise AttemptBusy("an attempt of the operation is prepared or running")
     if "unknown" in states:
         raise AttemptUnknown("an attempt of the operation is unknown; reconcile it first")
