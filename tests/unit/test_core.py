@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import pickle
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import attrs
@@ -12,6 +14,8 @@ import pytest
 import trio
 import trio.testing
 
+import wardd.daemon
+from wardd.daemon import app, cli, config
 from wardd.daemon._units import AttemptRef
 from wardd.daemon._writer import Writer, connect
 from wardd.daemon.guard import GuardTable
@@ -33,6 +37,35 @@ REF = AttemptRef(
     digest="d",
     worker="w0",
 )
+
+
+class TestPublicApi:
+    def test_the_public_surface_is_pinned(self):
+        """`wardd.daemon.__all__` is exactly the public names, each the object its
+        module defines: changing the surface is a deliberate edit here."""
+        assert sorted(wardd.daemon.__all__) == [
+            "Config", "ConfigError", "Daemon", "VERSION",
+            "load_config", "main", "parse_config",
+        ]  # fmt: skip
+        home = {"Daemon": app, "VERSION": app, "main": cli}
+        for name in wardd.daemon.__all__:
+            assert getattr(wardd.daemon, name) is getattr(home.get(name, config), name), name
+        assert set(wardd.daemon.__all__) <= set(dir(wardd.daemon))
+        with pytest.raises(AttributeError):
+            wardd.daemon.Writer  # noqa: B018 - internal, never re-exported
+
+    def test_importing_the_package_loads_none_of_the_daemon(self):
+        """`import wardd.daemon` loads neither the daemon nor trio, so the `wardd`
+        command can take its signals over before that (names load on first use)."""
+        code = (
+            "import sys, wardd.daemon; "
+            "print(sorted(m for m in ('trio', 'wardd.daemon.app', 'wardd.daemon.config')"
+            " if m in sys.modules))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        assert out.strip() == "[]"
 
 
 def take(reg: TokenRegistry, handle: bytes, conn_id: int) -> AttemptRef:
