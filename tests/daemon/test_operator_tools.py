@@ -362,4 +362,5 @@ class TestBulkReconcile:
         finally:
             watch.kill()
             watch.wait()
+            watch.stdout.close()
 
