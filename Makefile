@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unasync soak bench clean
+.PHONY: run test lint unasync soak bench coverage clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,5 +38,16 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
+# Branch coverage of the whole suite, spawned daemons included (docs/reliability.md):
+# fails below COVERAGE_MIN, set just under the figure measured when it was last raised.
+# Measured 2026-12-03: 90.0 % (statements 91.3 %, branches 85.0 %).
+COVERAGE_MIN ?= 88
+coverage: export COVERAGE_FILE = $(CURDIR)/.coverage
+coverage: $(STAMP)
+	rm -f .coverage .coverage.*
+	$(BIN)/python -m coverage run -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m coverage combine -q
+	$(BIN)/python -m coverage report --fail-under=$(COVERAGE_MIN)
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .coverage .coverage.*

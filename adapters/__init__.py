@@ -21,6 +21,7 @@ from ._base import (
     OutcomeUnknown,
     Receipt,
     ReceiptAnswer,
+    as_receipt,
     has_receipt,
 )
 from ._cli import CliAdapter, SecretFile
@@ -46,5 +47,6 @@ __all__ = [
     "SecretFile",
     "build_adapter",
     "echo_adapter",
+    "as_receipt",
     "has_receipt",
 ]

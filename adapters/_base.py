@@ -14,9 +14,11 @@ happened, and never puts a configured secret into an exception message.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
+
+from wardd.protocol import RECEIPT_ANSWERS, ReceiptAnswer
 
 __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
@@ -28,14 +30,13 @@ __all__ = [
     "Receipt",
     "ReceiptAnswer",
     "RECEIPT_ANSWERS",
+    "as_receipt",
     "has_receipt",
 ]
 
 #: The argument bound of an act whose table does not set ``max_arg_bytes``.
 DEFAULT_MAX_ARG_BYTES = 65536
 
-ReceiptAnswer = Literal["executed", "not_executed", "unknown"]
-RECEIPT_ANSWERS: frozenset[str] = frozenset({"executed", "not_executed", "unknown"})
 
 
 class DefiniteFailure(Exception):
@@ -102,6 +103,22 @@ class Receipt:
     answer: ReceiptAnswer = attrs.field(validator=attrs.validators.in_(RECEIPT_ANSWERS))
     value: Any = None
     detail: str | None = None
+
+
+def as_receipt(answer: object) -> Receipt:
+    """What a ``receipt`` method returned, as a `Receipt` (the one reading of it).
+
+    A `Receipt` stands as it is; an answer word (``"executed"``,
+    ``"not_executed"``, ``"unknown"``) or an ``(answer, value)`` pair is
+    taken for one; anything else is ``unknown``, never a guess.
+    """
+    if isinstance(answer, Receipt):
+        return answer
+    if isinstance(answer, str) and answer in RECEIPT_ANSWERS:
+        return Receipt(answer)  # type: ignore[arg-type]
+    if isinstance(answer, tuple) and len(answer) == 2 and answer[0] in RECEIPT_ANSWERS:
+        return Receipt(answer[0], answer[1])
+    return Receipt("unknown", detail="the adapter's receipt gave no recognised answer")
 
 
 @runtime_checkable

@@ -103,6 +103,8 @@ from typing import IO, Any
 
 import attrs
 
+from wardd.protocol import ID_PATTERN, NEURON_ID_PATTERN
+
 from . import _config
 from ._base import (
     ActRequest,
@@ -117,7 +119,10 @@ _KEYS = ("adapter", "path", "max_arg_bytes")
 _HEX_DIGITS = b"0123456789abcdef"
 _CHUNK = 1 << 20
 _SAMPLE = 4096  # bytes at each end of the file before the claim's offset, digested
-_KEY_LINE = re.compile(rb"[0-9a-f]{64}/[A-Za-z0-9._:-]{1,128}/[0-9]+\t(?:[0-9a-f]{2})*\n")
+# one line of ours: the idempotency key <neuron>/<op>/<attempt>, a tab, the args in hex
+_KEY_LINE = re.compile(
+    rf"{NEURON_ID_PATTERN}/{ID_PATTERN}/[0-9]+\t(?:[0-9a-f]{{2}})*\n".encode("ascii")
+)
 
 _file_locks: dict[tuple[int, int], threading.Lock] = {}
 _file_locks_guard = threading.Lock()

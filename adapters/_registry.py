@@ -27,6 +27,7 @@ from ._base import (
     Adapter,
     AdapterConfigError,
     Receipt,
+    as_receipt,
 )
 from ._cli import CliAdapter
 from ._file_append import FileAppendAdapter
@@ -147,7 +148,7 @@ class EntryPointAdapter:
                 answer = self._receipt(idempotency_key)
         except Exception as exc:
             return Receipt("unknown", detail=f"receipt raised {type(exc).__name__}")
-        return _normalise(answer)
+        return as_receipt(answer)
 
     def abort(self, idempotency_key: str) -> None:
         """The wrapped object's ``abort`` (only called when ``abortable``)."""
@@ -173,17 +174,3 @@ def _accepts_two(method: Callable[..., Any]) -> bool:
     except ValueError:  # no signature to inspect (a builtin): call with the key only
         return False
     return True
-
-
-def _normalise(answer: object) -> Receipt:
-    if isinstance(answer, Receipt):
-        return answer
-    if isinstance(answer, str) and answer in ("executed", "not_executed", "unknown"):
-        return Receipt(answer)  # type: ignore[arg-type]
-    if (
-        isinstance(answer, tuple)
-        and len(answer) == 2
-        and answer[0] in ("executed", "not_executed", "unknown")
-    ):
-        return Receipt(answer[0], answer[1])
-    return Receipt("unknown", detail="the adapter's receipt gave no recognised answer")

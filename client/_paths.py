@@ -1,7 +1,7 @@
 """Default locations (contract §4, §6).
 
-`default_socket_path` and `default_key_path` are the XDG defaults, the same
-the daemon uses. The clients and wardctl look at the environment first
+`default_socket_path` (`wardd.protocol`'s, the one the daemon binds) and
+`default_key_path` are the XDG defaults. The clients and wardctl look at the environment first
 (`socket_path`, `key_path`): ``$WARDD_SOCKET`` and ``$WARDD_KEY``.
 """
 
@@ -10,21 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from wardd.protocol import default_socket_path
+
 __all__ = ["default_key_path", "default_socket_path", "key_path", "socket_path"]
-
-
-def default_socket_path() -> str:
-    """The daemon's default socket: ``$XDG_RUNTIME_DIR/wardd/wardd.sock``.
-
-    With no (absolute) ``XDG_RUNTIME_DIR`` it is the daemon's own fallback,
-    ``/tmp/wardd-<uid>/wardd/wardd.sock``.
-    """
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        base = Path(runtime)
-    else:
-        base = Path(f"/tmp/wardd-{os.getuid()}")
-    return str(base / "wardd" / "wardd.sock")
 
 
 def default_key_path() -> str:

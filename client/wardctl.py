@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from wardd.protocol import WarddError
+from wardd.protocol import ATTEMPT_LIST_STATES, OpState, Pager, PagingError, ProgState, WarddError
 
-from ._errors import ClientError, ConnectionClosed, KeyFileError
+from ._errors import ClientError, ConnectionClosed, KeyFileError, RemoteProtocolError
 from ._neuron import Neuron
 from ._paths import key_path as env_key_path
 from ._paths import socket_path as env_socket_path
@@ -36,9 +36,10 @@ from ._sync_session import Session
 
 __all__ = ["build_parser", "main"]
 
-PROG_STATES = ("active", "paused", "retired", "archived")
-OP_STATES = ("pending", "prepared", "running", "unknown", "retained", "consumed", "cancelled")
-ATTEMPT_LIST_STATES = ("unknown", "running", "prepared")
+# plain strings, so that argparse's messages show the words, not enum reprs
+PROG_STATES = tuple(s.value for s in ProgState)
+OP_STATES = tuple(s.value for s in OpState)
+ATTEMPTS_LISTED = tuple(s.value for s in ATTEMPT_LIST_STATES)
 DEFAULT_STEP_LIMIT = 1_000_000
 # Reads are bounded by default. Writes wait without limit unless --timeout
 # says otherwise: they may legitimately take long (`invoke` runs an adapter;
@@ -279,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     _neuron_option(sub)
 
     sub = add("attempts", _attempts, "list attempts in one state across all neurons", read=True)
-    sub.add_argument("--state", required=True, choices=ATTEMPT_LIST_STATES)
+    sub.add_argument("--state", required=True, choices=ATTEMPTS_LISTED)
     sub.add_argument(
         "--watch",
         type=float,
@@ -628,18 +629,13 @@ def _op_show(ctx: _Context) -> int:
 
 
 def _pages(ctx: _Context, method: str, key: str, **params: Any) -> list[Any]:
-    items: list[Any] = []
-    after: Any = None
-    while True:
-        page_params = dict(params, limit=1000)
-        if after is not None:
-            page_params["after"] = after
-        page = ctx.client().call(method, page_params)
-        items.extend(page.get(key) or [])
-        following = page.get("next")
-        if following is None or following == after:
-            return items
-        after = following
+    pager = Pager(params, key)
+    while not pager.done:
+        try:
+            pager.feed(ctx.client().call(method, pager.request()))
+        except PagingError as exc:
+            raise RemoteProtocolError(f"{method}: {exc}") from exc
+    return pager.items
 
 
 def _ops(ctx: _Context) -> int:
@@ -688,26 +684,21 @@ def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
 def _attempts(ctx: _Context) -> int:
     every = ctx.args.watch
     if every is None:
-        return _attempts_once(ctx)
+        return _attempts_once(ctx, _pages(ctx, "list_attempts", "attempts", state=ctx.args.state))
     if not every > 0:
         ctx.args.parser.error("--watch needs a positive number of seconds")
-    while True:
+    while True:  # until a listing comes back empty: that one is printed as such
         if not ctx.json:
             print(f"-- {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", flush=True)
-        if _attempts_once(ctx, flush=True) == 0 and not _attempts_left(ctx):
-            return 0
+        attempts = _pages(ctx, "list_attempts", "attempts", state=ctx.args.state)
+        if not attempts:
+            return _out(ctx, [], f"no {ctx.args.state} attempts left")
+        _attempts_once(ctx, attempts)
+        sys.stdout.flush()
         time.sleep(every)  # the operator's refresh interval
 
 
-def _attempts_left(ctx: _Context) -> bool:
-    return bool(ctx.read("list_attempts", state=ctx.args.state, limit=1)["attempts"])
-
-
-def _attempts_once(ctx: _Context, *, flush: bool = False) -> int:
-    attempts = _pages(ctx, "list_attempts", "attempts", state=ctx.args.state)
-    if ctx.args.watch is not None and not attempts:
-        print(f"no {ctx.args.state} attempts left", flush=flush)
-        return 0
+def _attempts_once(ctx: _Context, attempts: list[Any]) -> int:
     lines: list[str] = []
     for a in attempts:
         lines.append(

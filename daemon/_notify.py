@@ -4,7 +4,7 @@
 newline-separated ``KEY=VALUE`` assignments in one datagram to the
 ``AF_UNIX``/``SOCK_DGRAM`` socket named by ``$NOTIFY_SOCKET``:
 
-- ``READY=1`` once recovery is done and requests are served (§3.6);
+- ``READY=1`` once recovery is done and requests are served (contract §3.6);
 - ``WATCHDOG=1`` every :func:`watchdog_interval` seconds while the event
   loop, the writer thread and the worker threads are alive (the daemon's
   ``_watchdog`` proves it before each ping);
@@ -110,11 +110,11 @@ class Notifier:
         return True
 
     def ready(self) -> bool:
-        """``READY=1``: start-up (migration, recovery) is complete (§3.6)."""
+        """``READY=1``: start-up (migration, recovery) is complete (contract §3.6)."""
         return self.send("READY=1")
 
     def stopping(self) -> bool:
-        """``STOPPING=1`` (and ``STATUS=stopping``): the shutdown grace has begun (§3.6)."""
+        """``STOPPING=1`` and ``STATUS=stopping``: the shutdown grace began (contract §3.6)."""
         return self.send("STOPPING=1", "STATUS=stopping")
 
     def watchdog(self) -> bool:

@@ -7,27 +7,28 @@ misspelt ``expected_epoch`` can never silently drop a fence.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from wardd.protocol import BadRequest
+from wardd.protocol import (
+    ATTEMPT_LIST_STATES,
+    OUTCOME_STATUSES,
+    BadRequest,
+    OpState,
+    ProgState,
+    is_id,
+    is_neuron_id,
+    is_uint,
+)
 
 __all__ = ["SIGNED", "UNSIGNED", "check_params"]
 
-_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-PROG_STATES = ("active", "paused", "retired", "archived")
-OP_STATES = ("pending", "prepared", "running", "unknown", "retained", "consumed", "cancelled")
-ATTEMPT_LIST_STATES = ("unknown", "running", "prepared")
-OUTCOME_STATES = ("succeeded", "failed", "not_executed")
-MAX_UINT = 2**63 - 1
 
 Check = Callable[[Any], str | None]  # None if fine, else what is wrong
 
 
 def _uint(v: Any) -> str | None:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_UINT:
+    if not is_uint(v):
         return "must be an unsigned integer"
     return None
 
@@ -39,13 +40,13 @@ def _limit(v: Any) -> str | None:
 
 
 def _id(v: Any) -> str | None:
-    if not isinstance(v, str) or not _ID.fullmatch(v):
+    if not is_id(v):
         return "must be 1-128 characters of [A-Za-z0-9._:-]"
     return None
 
 
 def _neuron(v: Any) -> str | None:
-    if not isinstance(v, str) or not _HEX64.fullmatch(v):
+    if not is_neuron_id(v):
         return "must be 64 lowercase hex digits (an Ed25519 public key)"
     return None
 
@@ -88,7 +89,7 @@ def _enum(*values: str) -> Check:
 def _outcome(v: Any) -> str | None:
     if not isinstance(v, dict) or not set(v) <= {"status", "value"} or "status" not in v:
         return "must be a map {status, value?}"
-    return _enum(*OUTCOME_STATES)(v["status"])
+    return _enum(*OUTCOME_STATUSES)(v["status"])
 
 
 Spec = tuple[Mapping[str, Check], Mapping[str, Check]]  # (required, optional)
@@ -111,7 +112,7 @@ SIGNED: dict[str, Spec] = {
     ),
     "create_prog": ({"prog": _id, "step_limit": _uint}, {}),
     "set_prog_state": (
-        {"prog": _id, "expected_state": _enum(*PROG_STATES), "state": _enum(*PROG_STATES)},
+        {"prog": _id, "expected_state": _enum(*ProgState), "state": _enum(*ProgState)},
         {"expected_state_version": _uint},
     ),
     "submit": ({"prog": _id, "op": _id, "act": _id, "args": _bytes}, {}),
@@ -141,7 +142,7 @@ UNSIGNED: dict[str, Spec] = {
     "get_neuron": ({"neuron": _neuron}, {}),
     "get_prog": ({"neuron": _neuron, "prog": _id}, {}),
     "get_operation": ({"neuron": _neuron, "op": _id}, {}),
-    "list_operations": ({"neuron": _neuron}, {"state": _enum(*OP_STATES), "prog": _id, **_PAGE}),
+    "list_operations": ({"neuron": _neuron}, {"state": _enum(*OpState), "prog": _id, **_PAGE}),
     "history": ({"neuron": _neuron, "op": _id}, _PAGE),
     "list_attempts": ({"state": _enum(*ATTEMPT_LIST_STATES)}, _PAGE),
 }

@@ -13,10 +13,9 @@ from typing import Any
 
 import cbor2
 
-from wardd.protocol import encode_item
+from wardd.protocol import AttemptState, OpState, encode_item
 
 __all__ = [
-    "ATTEMPT_OPEN",
     "append_event",
     "dec",
     "enc",
@@ -24,9 +23,8 @@ __all__ = [
     "refresh_op_state",
 ]
 
-# attempt states that block a new prepare, in the order prepare reports them
-ATTEMPT_OPEN = ("prepared", "running")
-
+# attempt states after which the op is pending again (contract §3.3)
+_REOPENING = frozenset({AttemptState.VOID, AttemptState.FAILED, AttemptState.NOT_EXECUTED})
 
 # How deep a stored value may sit inside the deepest reply that carries it
 # (get_operation: reply → result → attempts → [i] → outcome → value).
@@ -134,14 +132,14 @@ def derive_op_state(cancelled: bool, consumed: bool, latest: str | None) -> str:
     """contract §3.3: the op state follows its latest attempt; cancelled and
     consumed are terminal and override it."""
     if cancelled:
-        return "cancelled"
+        return OpState.CANCELLED
     if consumed:
-        return "consumed"
-    if latest is None or latest in ("void", "failed", "not_executed"):
-        return "pending"
-    if latest == "succeeded":
-        return "retained"
-    return latest  # prepared, running, unknown
+        return OpState.CONSUMED
+    if latest is None or latest in _REOPENING:
+        return OpState.PENDING
+    if latest == AttemptState.SUCCEEDED:
+        return OpState.RETAINED
+    return OpState(latest)  # prepared, running, unknown
 
 
 def refresh_op_state(conn: sqlite3.Connection, op_id: int) -> str:

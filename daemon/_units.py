@@ -23,6 +23,7 @@ from wardd.protocol import (
     ArgsTooLarge,
     AttemptBusy,
     AttemptMismatch,
+    AttemptState,
     AttemptUnknown,
     BudgetExhausted,
     ClaimConflict,
@@ -248,7 +249,7 @@ def _prepare_checks(
             "expected_attempt is not 1 + the number of attempts", {"attempts": op["attempts"]}
         )
     states = {r[0] for r in conn.execute("SELECT state FROM attempts WHERE op_id = ?", (op["id"],))}
-    if states & {"prepared", "running"}:
+    if states & {AttemptState.PREPARED, AttemptState.RUNNING}:
         raise AttemptBusy("an attempt of the operation is prepared or running")
     if "unknown" in states:
         raise AttemptUnknown("an attempt of the operation is unknown; reconcile it first")
@@ -473,9 +474,16 @@ def invoke_claim(
     stopping: Callable[[], bool] = lambda: False,
     on_claim: Callable[[AttemptRef], None] = lambda ref: None,
 ) -> Unit:
-    """contract §3.2.5: invoke records the attempt and the claim in one unit.
-    Returns the AttemptRef, or a ``str`` naming the worker to route to when
-    the placement's worker is not ``worker``."""
+    """contract §3.2.5: invoke runs ``prepare``'s checks again, on the worker's
+    thread under the guard, and records the attempt and its claim in one unit.
+
+    Returns the claimed AttemptRef; a ``str`` naming the worker to route to
+    when the placement now names another worker than ``worker`` (nothing is
+    written); or ``token_void`` (``shutdown``) once ``stopping()``. A refusal
+    of the checks raises its code. ``claim_info(act)`` answers the claim
+    record of the op's act, computed on the worker thread before the unit
+    (see ``workers.Dispatch``); ``on_claim(ref)`` runs inside the unit once
+    the claim is inserted, as for `claim`."""
 
     def unit(conn: sqlite3.Connection) -> AttemptRef | str | WarddError:
         if stopping():

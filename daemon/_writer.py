@@ -45,18 +45,13 @@ MAX_BATCH = 512
 WAL_SIZE_LIMIT = 4 << 20
 
 
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """A connection in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
-    if readonly:
-        conn = sqlite3.connect(
-            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-        )
-    else:
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        # a WAL that grew (a burst, a migration's VACUUM) shrinks back to this
-        # when it restarts, instead of keeping its largest size (contract §3.9)
-        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection in autocommit mode (we issue BEGIN/COMMIT ourselves), in WAL mode."""
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # a WAL that grew (a burst, a migration's VACUUM) shrinks back to this
+    # when it restarts, instead of keeping its largest size (contract §3.9)
+    conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=5000")
     return conn

@@ -17,7 +17,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -877,7 +876,3 @@ def _noop(conn: sqlite3.Connection) -> None:
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch
     raise AssertionError("reply callback not set")
-
-
-def database_path(config: Config) -> Path:
-    return Path(os.path.realpath(config.database))

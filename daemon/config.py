@@ -33,6 +33,8 @@ from typing import Any
 import attrs
 
 from wardd.adapters import AdapterConfigError, build_adapter
+from wardd.protocol import DEFAULT_MAX_FRAME, MAX_MAX_FRAME, MIN_MAX_FRAME, is_id
+from wardd.protocol import default_socket_path as _default_socket_path
 
 __all__ = ["Config", "ConfigError", "DEFAULT_TOML", "load_config", "parse_config"]
 
@@ -100,11 +102,9 @@ prune_interval_s = 60
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-MIN_MAX_FRAME = 131072
 DEFAULT_RETENTION_S = 2_592_000  # 30 days (contract §3.9)
 MAX_SECONDS_KEY = 2**32 - 1  # ~136 years: anything longer is a typo
 _NETWORK_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-_ACT_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _TOP_KEYS = {
     "network",
     "socket",
@@ -170,11 +170,7 @@ def _xdg(var: str, fallback: str) -> Path:
 
 
 def default_socket_path() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = (
-        Path(runtime) if runtime and os.path.isabs(runtime) else Path(f"/tmp/wardd-{os.getuid()}")
-    )
-    return base / "wardd" / "wardd.sock"
+    return Path(_default_socket_path())
 
 
 def default_database_path() -> Path:
@@ -239,7 +235,11 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     )
     token_ttl_s = _seconds(source, "token_ttl_s", data.get("token_ttl_s", 60))
     max_frame = _uint(
-        source, "max_frame", data.get("max_frame", 1 << 20), minimum=MIN_MAX_FRAME, maximum=1 << 30
+        source,
+        "max_frame",
+        data.get("max_frame", DEFAULT_MAX_FRAME),
+        minimum=MIN_MAX_FRAME,
+        maximum=MAX_MAX_FRAME,
     )
     grace_raw = data.get("shutdown_grace_s", 30)
     if grace_raw == 0 and not isinstance(grace_raw, bool):
@@ -275,7 +275,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     acts: list[ActConfig] = []
     for tag, table in acts_raw.items():
         where = f"acts.{_quote(tag)}"
-        if not _ACT_RE.fullmatch(tag):
+        if not is_id(tag):
             raise ConfigError(source, where, "act tags are 1-128 characters of [A-Za-z0-9._:-]")
         if tag == "echo":
             raise ConfigError(source, where, "'echo' is built in and cannot be configured")

@@ -23,6 +23,7 @@ from wardd.protocol import (
     UnsupportedGuarantee,
     UnsupportedProfile,
     canonical_digest,
+    is_uint,
 )
 
 __all__ = ["build_descriptors", "check_descriptor", "device_id", "machine_abi"]
@@ -112,10 +113,6 @@ def build_descriptors(
     ]
 
 
-def _is_uint(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
 def well_formed(d: Any) -> bool:
     if not isinstance(d, dict) or set(d) != _KEYS or d.get("v") != 1 or isinstance(d["v"], bool):
         return False
@@ -140,7 +137,7 @@ def well_formed(d: Any) -> bool:
         return False
     if not (isinstance(lim, dict) and set(lim) == {"cpu", "time", "memory"}):
         return False
-    if not all(x is None or _is_uint(x) or isinstance(x, float) for x in lim.values()):
+    if not all(x is None or is_uint(x) or isinstance(x, float) for x in lim.values()):
         return False
     if not isinstance(d["proof"], str) or not isinstance(d["network"], str):
         return False
@@ -149,10 +146,10 @@ def well_formed(d: Any) -> bool:
         return False
     if not (
         isinstance(bounds, dict)
-        and all(isinstance(k, str) and _is_uint(v) for k, v in bounds.items())
+        and all(isinstance(k, str) and is_uint(v) for k, v in bounds.items())
     ):
         return False
-    return _is_uint(d["max_arg_bytes"])
+    return is_uint(d["max_arg_bytes"])
 
 
 def check_descriptor(d: Any, advertised: list[dict[str, Any]]) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class GuardTable:
         if not g.readers and not g.writer and not g.writers_waiting:
             self._guards.pop(neuron, None)
 
-    # shared: callers hold self.cond
+    # shared: the workers, holding self.cond; never blocks
     def try_shared_locked(self, neuron: str) -> bool:
         g = self._get(neuron)
         if g.writer or g.writers_waiting:
@@ -71,16 +71,7 @@ class GuardTable:
             self._forget(neuron, g)
             self._released_locked()
 
-    # exclusive: blocking, for a helper thread
-    def acquire_exclusive(self, neuron: str) -> None:
-        with self.cond:
-            g = self._get(neuron)
-            g.writers_waiting += 1
-            while g.readers or g.writer:
-                self.cond.wait()
-            g.writers_waiting -= 1
-            g.writer = True
-
+    # exclusive: from the trio loop, never blocking a thread
     async def acquire_exclusive_async(self, neuron: str) -> None:
         """Take the guard exclusively from the trio loop; cancellable."""
         token = trio.lowlevel.current_trio_token()
@@ -119,8 +110,3 @@ class GuardTable:
             g.writer = False
             self._forget(neuron, g)
             self._released_locked()
-
-    def busy(self, neuron: str) -> tuple[int, bool]:
-        with self.cond:
-            g = self._guards.get(neuron)
-            return (g.readers, g.writer) if g else (0, False)

@@ -44,7 +44,7 @@ import attrs
 import structlog
 import trio
 
-from wardd.adapters import Adapter, Receipt, has_receipt
+from wardd.adapters import Adapter, Receipt, as_receipt, has_receipt
 from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
@@ -389,10 +389,4 @@ def _ask(adapter: Adapter, c: Candidate, claim_info: Any) -> Receipt:
             "receipt_failed", neuron=c.neuron, op=c.op, attempt=c.attempt, error=type(exc).__name__
         )
         return Receipt("unknown", detail=f"the receipt raised {type(exc).__name__}")
-    if isinstance(got, Receipt):
-        return got
-    if isinstance(got, str) and got in ("executed", "not_executed", "unknown"):
-        return Receipt(got)  # type: ignore[arg-type]
-    if isinstance(got, tuple) and len(got) == 2 and got[0] == "executed":
-        return Receipt("executed", got[1])
-    return Receipt("unknown")
+    return as_receipt(got)

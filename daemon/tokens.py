@@ -157,13 +157,6 @@ class TokenRegistry:
         token.consume()
         self._forget(handle, token)
 
-    def take(self, handle: Any, conn_id: int) -> AttemptRef:
-        """lookup + consume (a dead handle is ``token_invalid``)."""
-        token = self.lookup(handle, conn_id)
-        if isinstance(token, DeadHandle):
-            raise TokenInvalid("the token was already used")
-        return self.consume(handle, token)
-
     def void(self, handle: bytes, reason: str) -> DispatchToken | None:
         """Mark a live token void (``reason``); it is held until
         :meth:`void_written` says the void is durable. Returns it, or None

@@ -11,7 +11,10 @@ both clients drive the same code:
   `ErrorReply`;
 - the one error table: `ERRORS`, `WarddError` and one subclass per code,
   `error_for` (``python -m wardd.protocol.errors`` prints the table);
-- neuron signatures: `signing_input`, `sign`, `verify`, `neuron_id`.
+- neuron signatures: `signing_input`, `sign`, `verify`, `neuron_id`;
+- the shared vocabulary: `AttemptState`, `OpState`, `ProgState`, the
+  param checks (`is_id`, `is_neuron_id`, `is_uint`), `default_socket_path`,
+  `RECEIPT_ANSWERS` and the paging loop `Pager`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ._cbor import canonical_digest, check_value, decode_item, encode_item
 from ._constants import (
     DEFAULT_MAX_FRAME,
     MAX_DEPTH,
+    MAX_MAX_FRAME,
     MIN_MAX_FRAME,
     PROTOCOL_VERSION,
     SIGNING_DOMAIN,
@@ -78,14 +82,41 @@ from ._errors import (
 from ._frames import NEED_DATA, FrameDecoder, NeedData, encode_frame
 from ._messages import ErrorReply, Request, Response, parse_reply, parse_request
 from ._signing import neuron_id, sign, signing_input, verify
+from ._vocabulary import (
+    ATTEMPT_LIST_STATES,
+    ID_PATTERN,
+    MAX_PAGE_LIMIT,
+    MAX_UINT,
+    NEURON_ID_PATTERN,
+    OUTCOME_STATUSES,
+    RECEIPT_ANSWERS,
+    AttemptState,
+    OpState,
+    Pager,
+    PagingError,
+    ProgState,
+    ReceiptAnswer,
+    default_socket_path,
+    is_id,
+    is_neuron_id,
+    is_uint,
+)
 
 __all__ = [
+    "ATTEMPT_LIST_STATES",
     "DEFAULT_MAX_FRAME",
     "ERRORS",
+    "ID_PATTERN",
     "MAX_DEPTH",
+    "MAX_MAX_FRAME",
+    "MAX_PAGE_LIMIT",
+    "MAX_UINT",
     "MIN_MAX_FRAME",
     "NEED_DATA",
+    "NEURON_ID_PATTERN",
+    "OUTCOME_STATUSES",
     "PROTOCOL_VERSION",
+    "RECEIPT_ANSWERS",
     "SIGNING_DOMAIN",
     "TOKEN_VOID_REASONS",
     "ActNotAccepted",
@@ -94,6 +125,7 @@ __all__ = [
     "ArgsTooLarge",
     "AttemptBusy",
     "AttemptMismatch",
+    "AttemptState",
     "AttemptUnknown",
     "BadFrame",
     "BadRequest",
@@ -114,15 +146,20 @@ __all__ = [
     "NotRetained",
     "NotRunning",
     "OpConflict",
+    "OpState",
     "OpenOperations",
     "Overloaded",
+    "Pager",
+    "PagingError",
     "PlacementStale",
     "PlacementUnbound",
     "PolicyMismatch",
     "ProgConflict",
     "ProgInactive",
+    "ProgState",
     "ProtocolError",
     "RebindRequired",
+    "ReceiptAnswer",
     "Request",
     "Response",
     "StateMismatch",
@@ -142,9 +179,13 @@ __all__ = [
     "canonical_digest",
     "check_value",
     "decode_item",
+    "default_socket_path",
     "encode_frame",
     "encode_item",
     "error_for",
+    "is_id",
+    "is_neuron_id",
+    "is_uint",
     "neuron_id",
     "parse_reply",
     "parse_request",

@@ -7,6 +7,7 @@ from typing import Final
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "MAX_DEPTH",
+    "MAX_MAX_FRAME",
     "MIN_MAX_FRAME",
     "PROTOCOL_VERSION",
     "SIGNING_DOMAIN",
@@ -21,5 +22,7 @@ DEFAULT_MAX_FRAME: Final = 1 << 20
 #: The smallest `max_frame` a configuration may set (contract §6). Not enforced by
 #: `FrameDecoder`, which accepts any bound >= 1.
 MIN_MAX_FRAME: Final = 131072
+#: The largest `max_frame` a configuration may set (contract §6: 1 GiB).
+MAX_MAX_FRAME: Final = 1 << 30
 #: Deepest container nesting a frame may hold; the top-level item is depth 1.
 MAX_DEPTH: Final = 64

@@ -25,6 +25,9 @@ from wardd.client import Client, Neuron
 
 NETWORK = "test-net"
 START_TIMEOUT = 30.0
+#: Under `make coverage` (its subprocess patch sets this), daemons are stopped
+#: with SIGTERM at cleanup so that they write their coverage data.
+MEASURED = "COVERAGE_PROCESS_CONFIG" in os.environ
 _BASE: list[str] = []
 
 
@@ -195,6 +198,18 @@ class Daemon:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout)
 
+    def _stop_to_keep_coverage(self) -> None:
+        """SIGTERM, then a second one to end the grace: a daemon that exits writes its
+        coverage data, one that is SIGKILLed loses it (bounded; a SIGKILL follows)."""
+        assert self.proc is not None
+        for _ in range(2):
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+
     def kill(self) -> None:
         """A real crash: SIGKILL (the adapters' children live on)."""
         if self.proc is not None and self.proc.poll() is None:
@@ -210,6 +225,8 @@ class Daemon:
     def cleanup(self) -> None:
         self.close_clients()
         if self.proc is not None and self.proc.poll() is None:
+            if MEASURED:
+                self._stop_to_keep_coverage()
             self.proc.kill()
             self.proc.wait()
         if self.proc is not None:

@@ -350,4 +350,5 @@ class TestBulkReconcile:
         finally:
             watch.kill()
             watch.wait()
+            watch.stdout.close()
 

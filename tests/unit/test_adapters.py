@@ -25,6 +25,7 @@ from wardd.adapters import (
     Receipt,
     _process,
     _redact,
+    as_receipt,
     build_adapter,
     echo_adapter,
     has_receipt,
@@ -103,6 +104,15 @@ class TestActRequest:
         answer: Any = "maybe"
         with pytest.raises(ValueError):
             Receipt(answer)
+
+    def test_a_receipt_method_answer_is_read_one_way(self) -> None:
+        """as_receipt keeps a Receipt, takes an answer word or an (answer, value) pair,
+        and reads anything else as unknown, never as a guess."""
+        assert as_receipt(Receipt("executed", 1)) == Receipt("executed", 1)
+        assert as_receipt("not_executed") == Receipt("not_executed")
+        assert as_receipt(("executed", {"v": 2})) == Receipt("executed", {"v": 2})
+        for odd in ("maybe", ("maybe", 1), ["executed", 1], None, True, ("executed",)):
+            assert as_receipt(odd).answer == "unknown"
 
 
 class TestFileAppend:

@@ -5,16 +5,21 @@ from __future__ import annotations
 import copy
 import pickle
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import attrs
 import pytest
 import trio
+import trio.testing
 
+import wardd.daemon
+from wardd.daemon import app, cli, config
 from wardd.daemon._units import AttemptRef
 from wardd.daemon._writer import Writer, connect
 from wardd.daemon.guard import GuardTable
-from wardd.daemon.tokens import DispatchToken, TokenRegistry
+from wardd.daemon.tokens import DeadHandle, DispatchToken, TokenRegistry
 from wardd.protocol import BadRequest, Internal, TokenInvalid, TokenVoid
 
 REF = AttemptRef(
@@ -32,6 +37,43 @@ REF = AttemptRef(
     digest="d",
     worker="w0",
 )
+
+
+class TestPublicApi:
+    def test_the_public_surface_is_pinned(self):
+        """`wardd.daemon.__all__` is exactly the public names, each the object its
+        module defines: changing the surface is a deliberate edit here."""
+        assert sorted(wardd.daemon.__all__) == [
+            "Config", "ConfigError", "Daemon", "VERSION",
+            "load_config", "main", "parse_config",
+        ]  # fmt: skip
+        home = {"Daemon": app, "VERSION": app, "main": cli}
+        for name in wardd.daemon.__all__:
+            assert getattr(wardd.daemon, name) is getattr(home.get(name, config), name), name
+        assert set(wardd.daemon.__all__) <= set(dir(wardd.daemon))
+        with pytest.raises(AttributeError):
+            wardd.daemon.Writer  # noqa: B018 - internal, never re-exported
+
+    def test_importing_the_package_loads_none_of_the_daemon(self):
+        """`import wardd.daemon` loads neither the daemon nor trio, so the `wardd`
+        command can take its signals over before that (names load on first use)."""
+        code = (
+            "import sys, wardd.daemon; "
+            "print(sorted(m for m in ('trio', 'wardd.daemon.app', 'wardd.daemon.config')"
+            " if m in sys.modules))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+        assert out.strip() == "[]"
+
+
+def take(reg: TokenRegistry, handle: bytes, conn_id: int) -> AttemptRef:
+    """What ``execute`` does with a handle: lookup, then consume (a dead one is refused)."""
+    token = reg.lookup(handle, conn_id)
+    if isinstance(token, DeadHandle):
+        raise TokenInvalid("the token was already used")
+    return reg.consume(handle, token)
 
 
 class TestTokens:
@@ -57,10 +99,10 @@ class TestTokens:
         reg = TokenRegistry()
         handle, _ = reg.issue(1, REF, 0.0)
         with pytest.raises(TokenInvalid):
-            reg.take(handle, 2)
-        assert reg.take(handle, 1) is REF
+            take(reg, handle, 2)
+        assert take(reg, handle, 1) is REF
         with pytest.raises(TokenInvalid):
-            reg.take(handle, 1)
+            take(reg, handle, 1)
 
     def test_expired_token_is_void_with_its_reason(self):
         reg = TokenRegistry()
@@ -68,7 +110,7 @@ class TestTokens:
         assert reg.expire(handle).ref is REF
         assert reg.expire(handle) is None
         with pytest.raises(TokenVoid) as ei:
-            reg.take(handle, 1)
+            take(reg, handle, 1)
         assert ei.value.data == {"reason": "token_expired"}
         assert reg.drop_connection(1) == []  # already void: nothing more to drop
 
@@ -78,7 +120,7 @@ class TestTokens:
         reg.issue(2, REF, 0.0)
         assert reg.drop_connection(1) == [REF]
         with pytest.raises(TokenInvalid):
-            reg.take(h1, 1)
+            take(reg, h1, 1)
         assert len(reg) == 1
 
 
@@ -87,7 +129,7 @@ class TestTokens:
         still recognised on its own connection, and only there."""
         reg = TokenRegistry()
         used, _ = reg.issue(1, REF, 0.0)
-        reg.take(used, 1)
+        take(reg, used, 1)
         ref2 = attrs.evolve(REF, attempt_id=2)
         expired, _ = reg.issue(1, ref2, 0.0)
         assert reg.expire(expired) is not None
@@ -96,8 +138,6 @@ class TestTokens:
         reg.issue(2, attrs.evolve(REF, attempt_id=3), 0.0)
         assert reg.drop_connection(2)
         assert reg.held() == 0 and len(reg) == 0 and not reg._by_conn
-        from wardd.daemon.tokens import DeadHandle
-
         assert reg.lookup(used, 1) == DeadHandle(1)
         assert reg.lookup(expired, 1) == DeadHandle(2)
         with pytest.raises(TokenInvalid):
@@ -116,29 +156,46 @@ class TestTokens:
 
 
 class TestGuard:
-    def test_exclusive_waits_for_shared_and_blocks_new_shared(self):
+    async def test_exclusive_waits_for_shared_and_blocks_new_shared(self):
+        """contract §3.1: an exclusive holder waits for the shared ones, keeps new
+        shared holders of its neuron out meanwhile, and never delays other neurons."""
         g = GuardTable()
         with g.cond:
             assert g.try_shared_locked("n")
-        got = threading.Event()
+        got = trio.Event()
 
-        def exclusive():
-            g.acquire_exclusive("n")
+        async def exclusive():
+            await g.acquire_exclusive_async("n")
             got.set()
 
-        t = threading.Thread(target=exclusive)
-        t.start()
-        # the writer is now waiting: a new shared holder is kept out
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(exclusive)
+            await trio.testing.wait_all_tasks_blocked()
+            # the exclusive holder is now waiting: a new shared holder is kept out
+            with g.cond:
+                assert not g.try_shared_locked("n")
+                assert g.try_shared_locked("other")  # other neurons never wait
+            assert not got.is_set()
+            g.release_shared("n")
+            with trio.fail_after(10):
+                await got.wait()
         with g.cond:
-            while g._guards["n"].writers_waiting == 0:
-                g.cond.wait()
-            assert not g.try_shared_locked("n")
-            assert g.try_shared_locked("other")  # other neurons never wait
-        assert not got.is_set()
-        g.release_shared("n")
-        t.join(10)
-        assert got.is_set() and g.busy("n") == (0, True)
+            assert not g.try_shared_locked("n")  # held exclusively
         g.release_exclusive("n")
+        with g.cond:
+            assert g.try_shared_locked("n")
+
+    async def test_a_cancelled_exclusive_wait_lets_shared_holders_in_again(self):
+        """An exclusive wait given up (cancelled) stops keeping shared holders out."""
+        g = GuardTable()
+        with g.cond:
+            assert g.try_shared_locked("n")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(g.acquire_exclusive_async, "n")
+            await trio.testing.wait_all_tasks_blocked()
+            with g.cond:
+                assert not g.try_shared_locked("n")  # the waiter keeps them out
+            nursery.cancel_scope.cancel()
         with g.cond:
             assert g.try_shared_locked("n")
 

@@ -86,12 +86,32 @@ class TestPublicApi:
         }  # fmt: skip
         assert promised <= set(wp.__all__)
 
+    def test_the_public_surface_is_pinned(self) -> None:
+        """`wardd.protocol.__all__` is exactly these names and the one error table's
+        classes: adding or removing a public name is a deliberate edit here."""
+        errors = {cls.__name__ for cls, _meaning in wp.ERRORS.values()}
+        others = {
+            "PROTOCOL_VERSION", "SIGNING_DOMAIN", "DEFAULT_MAX_FRAME", "MIN_MAX_FRAME",
+            "MAX_MAX_FRAME", "MAX_DEPTH", "NEED_DATA", "NeedData", "FrameDecoder",
+            "encode_frame", "decode_item", "encode_item", "canonical_digest", "check_value",
+            "Request", "Response", "ErrorReply", "parse_request", "parse_reply",
+            "ERRORS", "TOKEN_VOID_REASONS", "WarddError", "Conflict", "error_for",
+            "signing_input", "sign", "verify", "neuron_id",
+            "AttemptState", "OpState", "ProgState", "ATTEMPT_LIST_STATES", "OUTCOME_STATUSES",
+            "ID_PATTERN", "NEURON_ID_PATTERN", "MAX_UINT", "is_id", "is_neuron_id", "is_uint",
+            "default_socket_path", "RECEIPT_ANSWERS", "ReceiptAnswer",
+            "MAX_PAGE_LIMIT", "Pager", "PagingError",
+        }  # fmt: skip
+        assert sorted(wp.__all__) == sorted(errors | others)
+        assert len(wp.__all__) == len(set(wp.__all__))
+
     def test_constants(self) -> None:
         """The protocol constants have contract §4 and §6's values."""
         assert wp.PROTOCOL_VERSION == 1
         assert wp.SIGNING_DOMAIN == "wardd/1"
         assert wp.DEFAULT_MAX_FRAME == 1048576
         assert wp.MIN_MAX_FRAME == 131072
+        assert wp.MAX_MAX_FRAME == 1073741824
         assert wp.MAX_DEPTH == 64
 
 
@@ -786,3 +806,73 @@ class TestSigning:
         """The identity point as a key never verifies a signature of ours."""
         identity = "01" + "00" * 31
         assert not verify(identity, bytes(64), "n", "m", {})
+
+
+class TestVocabulary:
+    def test_state_enums_carry_the_wire_words(self) -> None:
+        """contract §2, §3.3: each state enum's values are exactly the record and wire words."""
+        assert list(wp.AttemptState) == [
+            "prepared", "void", "running", "succeeded", "failed", "not_executed", "unknown",
+        ]  # fmt: skip
+        assert list(wp.OpState) == [
+            "pending", "prepared", "running", "unknown", "retained", "consumed", "cancelled",
+        ]  # fmt: skip
+        assert list(wp.ProgState) == ["active", "paused", "retired", "archived"]
+        assert list(wp.ATTEMPT_LIST_STATES) == ["unknown", "running", "prepared"]
+        assert list(wp.OUTCOME_STATUSES) == ["succeeded", "failed", "not_executed"]
+        assert wp.RECEIPT_ANSWERS == {"executed", "not_executed", "unknown"}
+        assert wp.decode_item(wp.encode_item(wp.OpState.RETAINED)) == "retained"
+
+    @pytest.mark.parametrize(
+        ("value", "ok"),
+        [(0, True), (2**63 - 1, True), (2**63, False), (-1, False), (True, False), (1.0, False),
+         ("1", False)],
+    )  # fmt: skip
+    def test_uint_is_an_int_from_0_to_2_63_minus_1(self, value: object, ok: bool) -> None:
+        """An unsigned integer param is an int (never a bool) from 0 to 2**63 - 1."""
+        assert wp.is_uint(value) is ok
+
+    def test_ids_and_neuron_ids(self) -> None:
+        """An id is 1-128 of [A-Za-z0-9._:-]; a neuron id 64 lowercase hex digits."""
+        assert wp.is_id("a") and wp.is_id("A.b_c:d-9" * 14 + "x" * 2)
+        assert not any(wp.is_id(v) for v in ("", "x" * 129, "a/b", "é", 7, None))
+        assert wp.is_neuron_id("0" * 64) and wp.is_neuron_id("ab" * 32)
+        assert not any(wp.is_neuron_id(v) for v in ("A" * 64, "0" * 63, "0" * 65, b"0" * 64))
+
+    def test_default_socket_path_follows_xdg_runtime_dir(self) -> None:
+        """contract §6: $XDG_RUNTIME_DIR/wardd/wardd.sock, else under /tmp/wardd-<uid>/."""
+        assert wp.default_socket_path({"XDG_RUNTIME_DIR": "/run/user/7"}) == (
+            "/run/user/7/wardd/wardd.sock"
+        )
+        for env in ({}, {"XDG_RUNTIME_DIR": "relative"}, {"XDG_RUNTIME_DIR": ""}):
+            assert wp.default_socket_path(env, uid=42) == "/tmp/wardd-42/wardd/wardd.sock"
+
+
+class TestPager:
+    def test_pages_pass_next_as_after_until_a_page_has_none(self) -> None:
+        """contract §4: each page's `next` is the following request's `after`; the
+        page without `next` is the last, and the items are every page's, in order."""
+        pager = wp.Pager({"neuron": "n"}, "operations", limit=2)
+        asked = []
+        replies = iter([{"operations": [1, 2], "next": 2}, {"operations": [3], "next": 3}, {}])
+        while not pager.done:
+            asked.append(pager.request())
+            pager.feed(next(replies))
+        assert pager.items == [1, 2, 3]
+        assert asked == [
+            {"neuron": "n", "limit": 2},
+            {"neuron": "n", "limit": 2, "after": 2},
+            {"neuron": "n", "limit": 2, "after": 3},
+        ]
+
+    def test_a_repeated_cursor_is_refused_not_looped_on(self) -> None:
+        """A page whose `next` equals the `after` it answered would loop for ever: refused."""
+        pager = wp.Pager({}, "records")
+        pager.feed({"records": [1], "next": 5})
+        with pytest.raises(wp.PagingError):
+            pager.feed({"records": [1], "next": 5})
+
+    def test_a_page_that_is_not_a_map_is_refused(self) -> None:
+        """A page result that is not a map is a PagingError, never an AttributeError."""
+        with pytest.raises(wp.PagingError):
+            wp.Pager({}, "records").feed([1, 2])
