@@ -223,6 +223,12 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
         ],
     )
     done = ",".join(str(i) for i in sorted(ended))
+    # before anything is deleted: no attempt id or seq is ever handed out again
+    conn.execute(
+        "UPDATE prune_stats SET"
+        " attempt_hw = max(attempt_hw, coalesce((SELECT max(id) FROM attempts), 0)),"
+        " seq_hw = max(seq_hw, coalesce((SELECT max(seq) FROM events), 0)) WHERE id = 1"
+    )
     attempts = f"SELECT id FROM attempts WHERE op_id IN ({done})"
     conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({attempts})")
     conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({attempts})")

@@ -60,6 +60,18 @@ def dec(blob: bytes | None) -> Any:
     return None if blob is None else cbor2.loads(blob)
 
 
+# Row ids never handed out again once a pruned op held them (contract §2:
+# seq is global and increasing; an attempt id names one attempt for ever).
+NEXT_SEQ = (
+    "1 + max(coalesce((SELECT max(seq) FROM events), 0),"
+    " coalesce((SELECT seq_hw FROM prune_stats WHERE id = 1), 0))"
+)
+NEXT_ATTEMPT_ID = (
+    "1 + max(coalesce((SELECT max(id) FROM attempts), 0),"
+    " coalesce((SELECT attempt_hw FROM prune_stats WHERE id = 1), 0))"
+)
+
+
 def append_event(
     conn: sqlite3.Connection,
     kind: str,
@@ -78,8 +90,8 @@ def append_event(
             "SELECT last_seq FROM operations WHERE id = ?", (op_id,)
         ).fetchone()
     cur = conn.execute(
-        "INSERT INTO events(at, kind, neuron_id, op_id, attempt, follows, data)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows, data)"
+        f" VALUES ({NEXT_SEQ}, ?, ?, ?, ?, ?, ?, ?)",
         (
             at or now(),
             kind,

@@ -221,7 +221,12 @@ UPDATE progs SET reservation_seq = 1 + coalesce(
 #   pruned op's id (neuron, op) nor its row id.
 # - op_counts keeps counting a pruned op under its final state: the
 #   tombstone's insert adds back what the op's delete took away.
-# - prune_stats: pruned ops over the database's life, and when the last was.
+# - prune_stats: pruned ops over the database's life, and when the last was;
+#   and the high-water marks of attempt row ids and event seqs at the last
+#   prune, so that an id or seq a pruned op held is never handed out again
+#   (SQLite gives max(rowid)+1: deleting the newest rows would reuse them, and
+#   a token, a call or a receipt of a pruned attempt would then name another
+#   op's; seq is global and increasing).
 # auto_vacuum = INCREMENTAL (space back to the file system) is set by
 # `migrate` itself: it needs a VACUUM outside any transaction.
 _V5 = """
@@ -318,7 +323,9 @@ END;
 CREATE TABLE prune_stats(
     id INTEGER PRIMARY KEY CHECK (id = 1),
     pruned_ops INTEGER NOT NULL,
-    last_pruned_at TEXT
+    last_pruned_at TEXT,
+    attempt_hw INTEGER NOT NULL DEFAULT 0,
+    seq_hw INTEGER NOT NULL DEFAULT 0
 );
 INSERT INTO prune_stats(id, pruned_ops, last_pruned_at) VALUES (1, 0, NULL);
 """

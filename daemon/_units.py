@@ -35,6 +35,7 @@ from wardd.protocol import (
     PlacementUnbound,
     ProgInactive,
     Terminal,
+    TokenInvalid,
     TokenVoid,
     UnknownNeuron,
     UnknownOperation,
@@ -43,7 +44,7 @@ from wardd.protocol import (
 )
 
 from ._prune import pruned_terminal, tombstone_row
-from ._records import append_event, dec, enc, move_attempt, now, refresh_op_state
+from ._records import NEXT_ATTEMPT_ID, append_event, dec, enc, move_attempt, now, refresh_op_state
 
 Unit = Callable[[sqlite3.Connection], Any]
 
@@ -275,9 +276,9 @@ def _insert_attempt(
     gen = neuron["placement_generation"] if descriptor else None
     evidence = None if kind == "guarded" else enc({"manual": True})
     cur = conn.execute(
-        "INSERT INTO attempts(op_id, attempt, kind, epoch, policy_version, placement_generation,"
-        " descriptor, digest, worker, boot, created_at, state, evidence)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO attempts(id, op_id, attempt, kind, epoch, policy_version,"
+        " placement_generation, descriptor, digest, worker, boot, created_at, state, evidence)"
+        f" VALUES ({NEXT_ATTEMPT_ID},?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             op["id"],
             n,
@@ -410,6 +411,8 @@ def _claim(
     row = conn.execute(
         "SELECT state, reason FROM attempts WHERE id = ?", (ref.attempt_id,)
     ).fetchone()
+    if row is None:  # its op ended and was pruned (contract §3.9): never run
+        raise TokenInvalid("the token's attempt no longer exists (its op was pruned)")
     if row["state"] == "void":
         return TokenVoid("the attempt was voided before its claim", {"reason": row["reason"]})
     if row["state"] != "prepared":

@@ -644,10 +644,12 @@ class Daemon:
         )
         assert set(s) == set(SIGNED) and set(u) == set(UNSIGNED)
 
-    @staticmethod
-    def _read(fn: Callable[[dict[str, Any]], Any]) -> Callable[..., Awaitable[Any]]:
+    def _read(self, fn: Callable[[dict[str, Any]], Any]) -> Callable[..., Awaitable[Any]]:
         async def handler(conn: Connection, params: dict[str, Any]) -> Any:
-            return fn(params)
+            # one read transaction per read: a prune (or any write) that
+            # commits meanwhile is seen whole or not at all
+            with self.reads.snapshot():
+                return fn(params)
 
         return handler
 
@@ -690,7 +692,10 @@ class Daemon:
             # (a pause, an exhaustion, a revocation) is answered at once, never
             # after waiting in a worker's queue; the claim checks again
             record = self.reads.attempt_state(token.ref.attempt_id)
-            if record is not None and record[0] == "void":
+            if record is None:  # its op ended (the attempt was voided) and was pruned
+                self.tokens.consume_void(handle, token)
+                raise TokenInvalid("the token's attempt no longer exists (its op was pruned)")
+            if record[0] == "void":
                 self.tokens.consume_void(handle, token)
                 raise TokenVoid("the token's attempt was voided", {"reason": record[1]})
         if token.void_reason is not None:

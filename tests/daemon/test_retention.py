@@ -467,3 +467,52 @@ class TestSchemaGuards:
                 "INSERT INTO operations(neuron_id, op, prog_id, act, args, state)"
                 " SELECT neuron_id, op, prog_id, act, x'', 'pending' FROM tombstones"
             )
+
+
+class TestIdsAreNeverReused:
+    """A pruned op's attempt ids and event seqs are never handed out again,
+    so a stale token, an expiry or a call of a pruned attempt can never name
+    another op's (found by an outside review)."""
+
+    def test_a_stale_token_of_a_pruned_op_never_touches_the_next_op(self, make_daemon):
+        """Prepare x, cancel it, let it be pruned, prepare y on the same
+        connection: x's token is invalid, y's attempt is untouched and y's
+        own token runs it once."""
+        d = make_daemon(retention_s=1, prune_interval_s=1, token_ttl_s=60)
+        a = Actor(d, acts=("ledger",))
+        a.submit("x", "ledger", b"x")
+        tx, _ = a.prepare("x")
+        a.call("cancel", {"op": "x"})
+        wait_pruned(a, 1)
+        a.submit("y", "ledger", b"y")
+        ty, _ = a.prepare("y")
+        assert ty != tx
+        err = code_of(a.execute, tx)
+        assert err.code == "token_invalid"
+        assert a.op("y")["attempts"][0]["state"] == "prepared"
+        assert a.execute(ty)["status"] == "succeeded"
+        assert [line.split("\t")[0] for line in d.env.ledger_lines()] == [f"{a.id}/y/1"]
+
+    def test_an_expiry_of_a_pruned_ops_token_never_voids_the_next_op(self, make_daemon):
+        """x's token expires after x was pruned and y prepared: y's attempt stays prepared."""
+        d = make_daemon(retention_s=1, prune_interval_s=1, token_ttl_s=4)
+        a = Actor(d, acts=("echo",))
+        a.submit("x", "echo", b"x")
+        a.prepare("x")
+        a.call("cancel", {"op": "x"})
+        wait_pruned(a, 1)
+        a.submit("y", "echo", b"y")
+        ty, _ = a.prepare("y", client=d.connect())
+        wait_for(lambda: a.read("status")["tokens"] == 1, timeout=30, what="x's token to expire")
+        assert a.op("y")["attempts"][0]["state"] == "prepared"
+        assert [r["kind"] for r in a.history("y")] == ["submitted", "prepared"]
+
+    def test_seqs_only_grow_across_a_prune(self, make_daemon):
+        """Event seqs after a prune are above every seq the pruned op held."""
+        d = make_daemon(retention_s=1, prune_interval_s=1)
+        a = Actor(d, acts=("echo",))
+        cycle(a, "x")
+        top = max(r["seq"] for r in a.history("x"))
+        wait_pruned(a, 1)
+        a.submit("y", "echo", b"y")
+        assert min(r["seq"] for r in a.history("y")) > top
