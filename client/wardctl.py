@@ -757,6 +757,8 @@ def _grant(ctx: _Context) -> int:
     if not args.acts and not args.disable:
         args.parser.error("name at least one ACT, or use --disable")
     acts = args.acts if args.acts else None  # --disable alone keeps the current acts
+    if acts:
+        _warn_about_grant(ctx, args.prog, set(acts))
     result = ctx.session().grant(args.prog, acts, enabled=not args.disable)
     granted = ", ".join(sorted(set(args.acts))) if args.acts else "current acts kept"
     state = "disabled" if args.disable else "enabled"
@@ -765,6 +767,28 @@ def _grant(ctx: _Context) -> int:
         f"{result.get('policy_version')}; voided {result.get('voided', 0)} prepared attempts)"
     )
     return _out(ctx, result, text)
+
+
+def _warn_about_grant(ctx: _Context, prog: str, acts: set[str]) -> None:
+    """A grant replaces the prog's whole act set: say (on stderr, before it
+    is signed) which named acts this daemon does not serve, and which
+    granted acts the new set drops. A typo is then seen, not silent."""
+    served: set[str] = set()
+    for w in ctx.read("list_workers").get("workers", []):
+        served.update((w.get("descriptor") or {}).get("acts") or [])
+    unknown = sorted(acts - served)
+    if unknown:
+        print(
+            f"wardctl: warning: not an act of this daemon: {', '.join(unknown)}",
+            file=sys.stderr,
+        )
+    try:
+        current = ctx.read("get_prog", neuron=ctx.neuron_id(), prog=prog).get("grant") or {}
+    except WarddError:
+        return  # the grant itself answers (unknown_prog, unknown_neuron)
+    dropped = sorted(set(current.get("acts") or []) - acts)
+    if dropped:
+        print(f"wardctl: note: the grant no longer includes: {', '.join(dropped)}", file=sys.stderr)
 
 
 def _prog_create(ctx: _Context) -> int:

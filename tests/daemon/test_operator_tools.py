@@ -352,3 +352,18 @@ class TestBulkReconcile:
             watch.wait()
             watch.stdout.close()
 
+
+
+class TestGrantWarnings:
+    def test_a_grant_names_unknown_acts_and_the_acts_it_drops(self, daemon):
+        """wardctl grant warns of an act this daemon does not serve and notes
+        which granted acts the new set drops (a grant replaces the set)."""
+        env = daemon.env
+        run_wardctl(env, "keygen")
+        run_wardctl(env, "register")
+        run_wardctl(env, "prog", "create", "p")
+        out = run_wardctl(env, "grant", "p", "echo", "ledger")
+        assert "warning" not in out.stderr and "no longer" not in out.stderr
+        out = run_wardctl(env, "grant", "p", "ehco")
+        assert "not an act of this daemon: ehco" in out.stderr
+        assert "no longer includes: echo, ledger" in out.stderr
