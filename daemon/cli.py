@@ -162,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"socket: {cfg.socket}{' (default)' if cfg.socket_is_default else ''}\n"
             f"database: {cfg.database}{' (default)' if cfg.database_is_default else ''}"
         )
+        for warning in _config_warnings(cfg):
+            print(f"warning: {warning}")
         return 0
     if args.command != "run":
         _parser().print_help()
@@ -173,6 +175,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     configure_logging(cfg.log_level)
     return run(cfg)
+
+
+def _config_warnings(cfg: Any) -> list[str]:
+    """What a valid config may still meet at a call (not refused: files can
+    appear before the first call, and secrets are read at each call)."""
+    out: list[str] = []
+    for act in cfg.acts:
+        table = act.table
+        where = f'acts."{act.tag}"'
+        if table.get("adapter") == "file.append" and isinstance(table.get("path"), str):
+            directory = os.path.dirname(table["path"]) or "/"
+            if not os.path.isdir(directory):
+                out.append(
+                    f"{where}.path: the directory {directory} does not exist (yet): "
+                    "every call fails until it does"
+                )
+        env = table.get("env")
+        if table.get("adapter") == "cli" and isinstance(env, dict):
+            for name, value in env.items():
+                path = value.get("file") if isinstance(value, dict) else None
+                if isinstance(path, str) and not os.access(path, os.R_OK):
+                    out.append(
+                        f'{where}.env."{name}": the secret file {path} cannot be read (yet): '
+                        "every call fails until it can"
+                    )
+    return out
 
 
 def run(cfg: object) -> int:

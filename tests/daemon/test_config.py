@@ -71,6 +71,23 @@ class TestDefaultConfig:
 
 
 class TestCheckConfig:
+    def test_check_config_warns_of_files_a_call_would_miss(self, tmp_path):
+        """A file.append directory or a cli secret file that does not exist is
+        accepted (it may appear before the first call) but named in a warning."""
+        path = tmp_path / "c.toml"
+        path.write_text(
+            f'[acts.notes]\nadapter = "file.append"\npath = "{tmp_path}/nodir/n.log"\n'
+            f'[acts.tool]\nadapter = "cli"\nargv = ["/bin/true"]\n'
+            f'env = {{ TOKEN = {{ file = "{tmp_path}/missing.secret" }} }}\n'
+        )
+        out = wardd("check-config", str(path))
+        assert out.returncode == 0, out.stderr
+        assert f"warning: acts.\"notes\".path: the directory {tmp_path}/nodir" in out.stdout
+        assert f'acts."tool".env."TOKEN": the secret file {tmp_path}/missing.secret' in out.stdout
+        (tmp_path / "nodir").mkdir()
+        (tmp_path / "missing.secret").write_text("s3cret\n")
+        assert "warning" not in wardd("check-config", str(path)).stdout
+
     def test_check_config_prints_the_resolved_paths(self, tmp_path):
         """check-config names the socket and database the daemon would use, defaults resolved."""
         path = tmp_path / "c.toml"
