@@ -282,6 +282,7 @@ class Pruner:
         self.stopping = stopping
         self._ckpt: sqlite3.Connection | None = None
         self._last_ckpt = 0.0
+        self._truncate_pending = False
 
     @property
     def enabled(self) -> bool:
@@ -356,8 +357,11 @@ class Pruner:
                 break
             await self._keep_wal_short()
             await trio.sleep(max(PAUSE_S, time.monotonic() - t))
-        if total and not self.stopping():
-            await trio.to_thread.run_sync(self._checkpoint)
+        if (total or self._truncate_pending) and not self.stopping():
+            # a TRUNCATE that met a reader (it never waits) is tried again at
+            # the next look: the file shrinks only once one completes
+            done = await trio.to_thread.run_sync(self._checkpoint)
+            self._truncate_pending = not done
         return total
 
     async def _keep_wal_short(self) -> None:
@@ -382,7 +386,7 @@ class Pruner:
             self._ckpt.execute("PRAGMA busy_timeout=0")
         return self._ckpt
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self) -> bool:
         """On a thread, on a connection of its own: copy the WAL into the
         database without waiting for anyone (PASSIVE), then, only if no
         transaction is open right now, TRUNCATE the WAL to nothing (with no
@@ -390,6 +394,8 @@ class Pruner:
         pass left, a few pages)."""
         try:
             self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            row = self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         except sqlite3.Error as exc:  # the space comes back at the next checkpoint
             log.warning("checkpoint_failed", error=str(exc))
+            return False
+        return row is not None and row[0] == 0  # busy: a reader or writer was in the way
