@@ -198,6 +198,20 @@ def change_prog(conn: sqlite3.Connection, prog_id: int, **columns: Any) -> int:
     return int(version)
 
 
+def _prog_state_data(p: sqlite3.Row) -> dict[str, Any]:
+    return {"state": p["state"], "state_version": p["state_version"]}
+
+
+def _fence_state_version(p: sqlite3.Row, expected: int) -> None:
+    """A state change's fence (contract §3.1, §3.8): ``state_mismatch`` with
+    the prog's state and version when ``expected`` is not its version."""
+    if expected != p["state_version"]:
+        raise StateMismatch(
+            f"the prog's state_version is {p['state_version']}, not {expected}",
+            _prog_state_data(p),
+        )
+
+
 def set_prog_state(
     neuron: str, prog: str, expected: str, state: str, expected_version: int | None
 ) -> Unit:
@@ -209,14 +223,10 @@ def set_prog_state(
         n = neuron_row(conn, neuron)
         p = prog_row(conn, n["id"], prog)
         require_enabled_grant(p)
-        current = {"state": p["state"], "state_version": p["state_version"]}
         if p["state"] != expected:
-            raise StateMismatch(f"the prog is {p['state']}", current)
-        if expected_version is not None and expected_version != p["state_version"]:
-            raise StateMismatch(
-                f"the prog's state_version is {p['state_version']}, not {expected_version}",
-                current,
-            )
+            raise StateMismatch(f"the prog is {p['state']}", _prog_state_data(p))
+        if expected_version is not None:
+            _fence_state_version(p, expected_version)
         if (expected, state) not in _TRANSITIONS:
             raise BadTransition(f"{expected} -> {state} is not a prog transition")
         if state == "archived":
@@ -555,11 +565,7 @@ def set_step_limit(neuron: str, prog: str, step_limit: int, expected_version: in
         n = neuron_row(conn, neuron)
         p = prog_row(conn, n["id"], prog)
         require_enabled_grant(p)
-        if expected_version != p["state_version"]:
-            raise StateMismatch(
-                f"the prog's state_version is {p['state_version']}, not {expected_version}",
-                {"state": p["state"], "state_version": p["state_version"]},
-            )
+        _fence_state_version(p, expected_version)
         floor = p["steps_used"] + p["steps_reserved"]
         if step_limit < floor:
             raise BadRequest(

@@ -45,7 +45,7 @@ from wardd.protocol import (
 from . import _units
 from . import _units_mgmt as mgmt
 from ._activation import listen_fds
-from ._bridge import wait_future
+from ._bridge import ThreadReply, wait_future
 from ._lock import OwnerLock
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import SIGNED, UNSIGNED, check_params
@@ -547,32 +547,22 @@ class Daemon:
             self.guards.release_exclusive(neuron)
 
     async def _dispatch(self, worker: str, d: Dispatch) -> Any:
-        done = trio.Event()
-        box: list[Any] = []
-        token = self._trio_token
-
-        def reply(result: Any, error: WarddError | None) -> None:
-            box.append((result, error))
-            try:
-                token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                pass
-
-        d.reply = reply
+        d.reply = reply = ThreadReply()
         if not self.pool.submit(worker, d):  # shutting down: never claimed
             await self._refuse_dispatch(d)
-        # shielded: the effect does not depend on the caller; only the
-        # shutdown drops the shield once its grace has passed
+        return await self._wait_call(reply)
+
+    async def _wait_call(self, reply: ThreadReply) -> Any:
+        """Wait for a call's answer, shielded: the effect does not depend on
+        the caller; only the shutdown drops the shield once its grace has
+        passed (a dispatch's outcome, or an abort's)."""
         with trio.CancelScope(shield=True) as scope:
             self._dispatch_scopes.add(scope)
             try:
-                await done.wait()
+                await reply.done.wait()
             finally:
                 self._dispatch_scopes.discard(scope)
-        result, error = box[0]
-        if error is not None:
-            raise error
-        return result
+        return reply.result()
 
     # -- handlers -------------------------------------------------------------------
 
@@ -777,29 +767,11 @@ class Daemon:
             raise NotAbortable(
                 f"act {act!r} runs in an adapter that cannot be stopped from outside"
             )
-        done = trio.Event()
-        box: list[tuple[str | None, WarddError | None]] = []
-        token = self._trio_token
-
-        def on_done(status: str | None, error: WarddError | None) -> None:
-            box.append((status, error))
-            try:
-                token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                pass
-
-        if not self.pool.abort(attempt_id, on_done):
+        reply = ThreadReply()
+        if not self.pool.abort(attempt_id, reply):
             raise NotRunning("nothing to abort: the call ended before the abort")
         log.warning("abort", neuron=neuron, op=op, attempt=attempt, act=act)
-        with trio.CancelScope(shield=True) as scope:  # like a dispatch: see _dispatch
-            self._dispatch_scopes.add(scope)
-            try:
-                await done.wait()
-            finally:
-                self._dispatch_scopes.discard(scope)
-        status, error = box[0]
-        if error is not None:
-            raise error
+        status = await self._wait_call(reply)
         if status != "unknown":  # the call ended on its own before the kill reached it
             raise NotRunning(f"nothing to abort: the call ended before the abort ({status})")
         return {"op": op, "attempt": attempt, "status": "unknown"}

@@ -61,8 +61,7 @@ class Dispatch:
         | None
     ) = None
     act: str | None = None  # an invoke's act, for its claim record
-    claimed_id: int | None = None  # set inside the claim unit
-    claimed_ref: AttemptRef | None = None  # likewise
+    claimed_ref: AttemptRef | None = None  # set inside the claim unit
 
 
 @attrs.define(eq=False)
@@ -200,7 +199,6 @@ class WorkerPool:
             key = f"{ref.neuron}/{ref.op}/{ref.attempt}"
             with self._calls_lock:
                 self._calls[ref.attempt_id] = Call(key=key, act=ref.act)
-            d.claimed_id = ref.attempt_id
             d.claimed_ref = ref
 
         return register
@@ -377,9 +375,8 @@ class WorkerPool:
     def _forget_claim(self, d: Dispatch) -> None:
         """A claim unit that registered its call and whose batch then failed
         to commit: drop the registration (the attempt never ran)."""
-        if d.claimed_id is not None:
-            self._unregister(d.claimed_id, Internal("the claim was not committed"))
-            d.claimed_id = None
+        if d.claimed_ref is not None:
+            self._unregister(d.claimed_ref.attempt_id, Internal("the claim was not committed"))
             d.claimed_ref = None
 
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
