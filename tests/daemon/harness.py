@@ -125,6 +125,18 @@ class Env:
         return p.read_text().splitlines() if p.exists() else []
 
 
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a daemon child, without the systemd
+    variables a test did not mean to pass on, plus ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
+    }
+    env.update(extra or {})
+    return env
+
+
 class DaemonFailed(AssertionError):
     pass
 
@@ -145,12 +157,7 @@ class Daemon:
     def spawn(self, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = self.env.root / f"daemon-{len(self.logs)}.log"
         self.logs.append(log)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
-        }
-        env.update(extra_env or {})
+        env = child_env(extra_env)
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(
                 self.argv(),
@@ -503,7 +510,7 @@ def spawn_activated(env: Env, sock: socket.socket, log: Path) -> subprocess.Pope
             stdin=subprocess.DEVNULL,
             stdout=f,
             stderr=subprocess.STDOUT,
-            env={k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_"))},
+            env=child_env(),
             start_new_session=True,
         )
 

@@ -14,7 +14,7 @@ import sys
 import cbor2
 import pytest
 
-from tests.daemon.harness import NETWORK, Env
+from tests.daemon.harness import NETWORK, Env, spawn_activated
 
 
 def raw(path, timeout=10.0):
@@ -319,17 +319,6 @@ class TestCommandLine:
         assert out.returncode == 0, out.stderr
 
 
-_ACTIVATE = (
-    "import os, sys\n"
-    "fd = int(sys.argv[1])\n"
-    "os.dup2(fd, 3)\n"
-    "os.set_inheritable(3, True)\n"
-    "os.environ['LISTEN_FDS'] = '1'\n"
-    "os.environ['LISTEN_PID'] = str(os.getpid())\n"
-    "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
-)
-
-
 class TestSystemd:
     def test_socket_activation_serves_on_the_passed_socket(self, tmp_path):
         """sd_listen_fds(3): the listening socket arrives as fd 3."""
@@ -338,22 +327,7 @@ class TestSystemd:
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         lsock.bind(str(path))
         lsock.listen(8)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _ACTIVATE,
-                str(lsock.fileno()),
-                "-m",
-                "wardd.daemon.cli",
-                "run",
-                "--config",
-                str(env.config),
-            ],
-            pass_fds=(lsock.fileno(),),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = spawn_activated(env, lsock, tmp_path / "act.log")
         lsock.close()
         try:
             with raw(path, timeout=30) as s:  # connections queue until the daemon accepts

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import Actor, Background, Daemon, Env, wait_for
+from tests.daemon.harness import Actor, Background, Daemon, Env, child_env, wait_for
 from wardd.protocol import WarddError
 
 pytestmark = pytest.mark.timeout(120)
@@ -358,12 +358,7 @@ class TerminalDaemon(Daemon):
     def spawn(self, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = self.env.root / f"tty-{len(self.logs)}.log"
         self.logs.append(log)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
-        }
-        env.update(extra_env or {})
+        env = child_env(extra_env)
         master, slave = os.openpty()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _ON_A_TERMINAL, *self.argv()],

@@ -308,6 +308,17 @@ class TestFileAppendClaimedReceipt:
         adapter.call(request(b"0", op="op0"))
         return adapter, adapter.claim_info()
 
+    @staticmethod
+    def claimed_after_a_torn_line(
+        path: Path,
+    ) -> tuple[FileAppendAdapter, dict[str, Any], Path]:
+        """A file holding a line of ours then a torn line, and the claim made now."""
+        adapter = appender(path)
+        adapter.call(request(b"0", op="op0"))  # an earlier line of ours
+        with path.open("ab") as f:
+            f.write(b"torn")
+        return adapter, adapter.claim_info(), path
+
     def test_same_file_without_the_line_is_not_executed(self, tmp_path: Path) -> None:
         """The claim's file, grown by other appends only, with no line for the key."""
         adapter, info = self.claimed(tmp_path / "notes.log")
@@ -324,24 +335,14 @@ class TestFileAppendClaimedReceipt:
 
     def test_a_torn_last_line_at_the_claim_is_ended_after_the_offset(self, tmp_path: Path) -> None:
         """The newline the call adds to a torn last line keeps its line after the offset."""
-        path = tmp_path / "notes.log"
-        adapter = appender(path)
-        adapter.call(request(b"0", op="op0"))  # an earlier line of ours
-        with path.open("ab") as f:
-            f.write(b"torn")
-        info = adapter.claim_info()
+        adapter, info, path = self.claimed_after_a_torn_line(tmp_path / "notes.log")
         assert adapter.receipt(key(), info) == Receipt("not_executed")
         adapter.call(request(b"x"))
         assert adapter.receipt(key(), info) == Receipt("executed")
 
     def test_a_key_that_continues_a_torn_line_is_no_line(self, tmp_path: Path) -> None:
         """Bytes glued to a torn line at the offset do not start a line there."""
-        path = tmp_path / "notes.log"
-        adapter = appender(path)
-        adapter.call(request(b"0", op="op0"))  # an earlier line of ours
-        with path.open("ab") as f:
-            f.write(b"torn")
-        info = adapter.claim_info()
+        adapter, info, path = self.claimed_after_a_torn_line(tmp_path / "notes.log")
         with path.open("ab") as f:
             f.write(f"{key()}\t00\n".encode())
         assert adapter.receipt(key(), info) == Receipt("not_executed")
