@@ -682,12 +682,9 @@ class Daemon:
             # (a pause, an exhaustion, a revocation) is answered at once, never
             # after waiting in a worker's queue; the claim checks again
             record = self.reads.attempt_state(token.ref.attempt_id)
-            if record is None:  # its op ended (the attempt was voided) and was pruned
+            if record is None or record[0] == "void":
                 self.tokens.consume_void(handle, token)
-                raise TokenInvalid("the token's attempt no longer exists (its op was pruned)")
-            if record[0] == "void":
-                self.tokens.consume_void(handle, token)
-                raise TokenVoid("the token's attempt was voided", {"reason": record[1]})
+                raise _dead_token(record)
         if token.void_reason is not None:
             if token.void_done is not None:
                 await token.void_done.wait()  # reply only once the void is durable
@@ -842,7 +839,9 @@ class Daemon:
 
 def _dead_token(record: tuple[str, str | None] | None) -> WarddError:
     """The answer to a handle whose token is gone, from its attempt's record."""
-    if record is not None and record[0] == "void":
+    if record is None:  # its op ended (the attempt was voided or ran) and was pruned
+        return TokenInvalid("the token's attempt no longer exists (its op was pruned)")
+    if record[0] == "void":
         return TokenVoid("the token's attempt was voided", {"reason": record[1]})
     return TokenInvalid("the token was already used")
 
