@@ -171,7 +171,7 @@ def build_backlog(tmp: Path, n: int, pending: int) -> tuple[Path, Actor]:
                     "placement_generation": row["placement_generation"],
                     "expected_epoch": row["epoch"],
                 }
-                ref = _units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=lambda a: None)(
+                ref = _units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(
                     conn
                 )
                 if not isinstance(ref, _units.AttemptRef):

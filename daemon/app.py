@@ -695,7 +695,19 @@ class Daemon:
             if ref.attempt_id is not None:
                 await self._void(ref.attempt_id, "claim_failed")
             raise Internal("the attempt names no worker of this daemon")
-        return await self._dispatch(ref.worker, Dispatch(neuron=ref.neuron, reply=_unset, ref=ref))
+
+        def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
+            return _units.claim(
+                ref,
+                worker=w,
+                boot=self.boot,
+                claim_info=info,
+                stopping=lambda: self.stopping,
+                on_claim=on_claim,
+            )
+
+        d = Dispatch(neuron=ref.neuron, reply=_unset, claim=claim, act=ref.act, ref=ref)
+        return await self._dispatch(ref.worker, d)
 
     async def _invoke(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         # contract §3.2.5: prepare's checks on arrival, on a read, so that a
@@ -707,27 +719,20 @@ class Daemon:
         if not self.pool.has(worker):
             raise Internal("the placement names no worker of this daemon")
 
-        def unit_for(
-            w: str,
-            claim_records: Callable[[str], dict[str, Any]],
-            on_claim: Callable[[_units.AttemptRef], None],
-        ) -> _units.Unit:
+        def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
             return _units.invoke_claim(
                 self.ctx,
                 neuron,
                 p,
                 worker=w,
-                claim_info=claim_records,
+                claim_info=info,
                 stopping=lambda: self.stopping,
                 on_claim=on_claim,
             )
 
-        d = Dispatch(
-            neuron=neuron,
-            reply=_unset,
-            invoke_unit=unit_for,
-            act=act,  # its claim record is computed on the worker's thread
-        )
+        # the op's act was read on arrival: its claim record is computed on
+        # the worker's thread, before the claim unit
+        d = Dispatch(neuron=neuron, reply=_unset, claim=claim, act=act)
         return await self._dispatch(worker, d)
 
     async def _manual_take(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:

@@ -76,7 +76,6 @@ def _stderr_logger(*args: Any) -> StderrLogger:
 _STDERR = StderrLogger()
 
 
-
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,

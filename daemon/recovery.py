@@ -50,9 +50,11 @@ from wardd.protocol import Overloaded, WarddError
 from ._claims import ReceiptQuestion, receipt_question
 from ._orphans import find_orphans, kill_groups
 from ._reads import Reads
-from ._records import append_event, dec, enc, move_attempt, wire_safe
-from ._units import record_outcome
+from ._records import dec, wire_safe
 from ._writer import Writer
+from .core import attempts as core
+from .store import load
+from .store.apply import apply
 
 __all__ = ["Recovery"]
 
@@ -90,34 +92,26 @@ def mark_unknown(
     """
 
     def unit(conn: sqlite3.Connection) -> list[int]:
-        rows = conn.execute(
-            "SELECT a.id, a.op_id, a.attempt, a.boot, o.neuron_id, n.neuron, o.op,"
-            " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id) AS claimed"
-            " FROM attempts a JOIN operations o ON o.id = a.op_id"
-            " JOIN neurons n ON n.id = o.neuron_id"
-            " WHERE a.state IN ('prepared', 'running') AND a.boot != ?",
-            (boot,),
-        ).fetchall()
-        for r in rows:
-            evidence: dict[str, Any] = {"claimed": bool(r["claimed"]), "boot": r["boot"]}
-            if r["id"] in orphans:  # its program outlived that boot and was killed now
-                evidence["orphan_killed"] = True
-            if marks is not None:
-                marks.append(
-                    {"neuron": r["neuron"], "op": r["op"], "attempt": r["attempt"], **evidence}
-                )
-            move_attempt(
-                conn,
-                attempt_id=r["id"],
-                neuron_id=r["neuron_id"],
-                op_id=r["op_id"],
-                attempt=r["attempt"],
-                state="unknown",
-                kind="marked_unknown",
-                data=evidence,
-                evidence=evidence,
+        marked = []
+        for attempt_id, op_id, claimed in load.attempt_ids_open_before(conn, boot):
+            view = load.op_view_by_id(conn, op_id)
+            attempt = next(a for a in view.attempts if a.id == attempt_id)
+            decision, evidence = core.mark_unknown(
+                view, attempt, claimed=claimed, orphan_killed=attempt_id in orphans
             )
-        return [int(r["id"]) for r in rows]
+            apply(conn, decision)
+            marked.append(attempt_id)
+            if marks is not None:
+                assert view.neuron is not None
+                marks.append(
+                    {
+                        "neuron": view.neuron.neuron,
+                        "op": view.name,
+                        "attempt": attempt.attempt,
+                        **evidence,
+                    }
+                )
+        return marked
 
     return unit
 
@@ -125,39 +119,18 @@ def mark_unknown(
 def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: bool = True) -> Any:
     """Record a receipt's answer: applied when ``binding`` allows (contract §3.4),
     otherwise kept as a hint in the evidence (answer and detail)."""
+    value, why = wire_safe(receipt.value)
+    applies = binding and (receipt.answer == "executed" or in_process)
 
     def unit(conn: sqlite3.Connection) -> bool:
-        row = conn.execute(
-            "SELECT a.state, a.evidence, a.op_id, o.neuron_id FROM attempts a"
-            " JOIN operations o ON o.id = a.op_id WHERE a.id = ?",
-            (c.attempt_id,),
-        ).fetchone()
-        if row["state"] != "unknown":
-            return False  # resolved meanwhile (a reconcile that came first)
-        if binding and receipt.answer == "executed":
-            value, why = wire_safe(receipt.value)
-            record_outcome(conn, c.attempt_id, "succeeded", value, why, "receipt")
-            return True
-        if binding and receipt.answer == "not_executed" and in_process:
-            record_outcome(conn, c.attempt_id, "not_executed", None, None, "receipt")
-            return True
-        evidence = dec(row["evidence"]) or {}
-        before = (evidence.get("receipt_hint"), evidence.get("receipt_detail"))
-        evidence["receipt_hint"] = receipt.answer
-        data: dict[str, Any] = {"answer": receipt.answer, "applied": False}
-        if receipt.detail:
-            evidence["receipt_detail"] = data["detail"] = receipt.detail[:DETAIL_MAX]
-        else:
-            evidence.pop("receipt_detail", None)  # an earlier check's detail is stale
-        if before == (evidence["receipt_hint"], evidence.get("receipt_detail")):
-            # the same hint again (check_receipts polled): nothing new to record,
-            # so a poller never grows an unknown attempt's history
+        op_id = load.op_id_of_attempt(conn, c.attempt_id)
+        if op_id is None:
             return False
-        conn.execute("UPDATE attempts SET evidence = ? WHERE id = ?", (enc(evidence), c.attempt_id))
-        append_event(
-            conn, "receipt", row["neuron_id"], op_id=row["op_id"], attempt=c.attempt, data=data
+        view = load.op_view_by_id(conn, op_id)
+        decision = core.receipt(
+            view, c.attempt_id, receipt.answer, value, why, receipt.detail, applies=applies
         )
-        return False
+        return bool(apply(conn, decision))
 
     return unit
 
@@ -226,9 +199,7 @@ class Recovery:
                 self._pending[c.attempt_id] = trio.Event()
         orphans = await self._kill_orphans()
         marks: list[dict[str, Any]] = []
-        self._marked_ids = set(
-            await self._writer.run(mark_unknown(self._boot, marks, orphans))
-        )
+        self._marked_ids = set(await self._writer.run(mark_unknown(self._boot, marks, orphans)))
         self.marked = len(self._marked_ids)
         for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
             log.warning("marked_unknown", **mark)

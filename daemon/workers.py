@@ -30,7 +30,7 @@ from wardd.protocol import Internal, WarddError
 from . import _units
 from ._claims import claim_record
 from ._records import wire_safe
-from ._units import AttemptRef
+from ._units import AttemptRef, Reroute
 from ._writer import Writer
 from .guard import GuardTable
 
@@ -40,27 +40,27 @@ log = structlog.get_logger("wardd.worker")
 ERROR_TEXT_MAX = 2000
 
 
+ClaimUnit = Callable[[str, Any, Callable[[AttemptRef], None]], _units.Unit]
+
+
 @attrs.define(eq=False)
 class Dispatch:
-    """One accepted ``execute`` (``ref`` set) or ``invoke`` (``invoke_unit``).
+    """One accepted ``execute`` or ``invoke``: both take the same way from here.
 
-    ``invoke_unit(worker, claim_records)`` builds the invoke's writer unit;
-    ``claim_records(act)`` answers the claim record of ``act`` — computed on
-    the worker thread beforehand for ``act`` (the op's act, read when the
-    invoke arrived), so that the adapter's ``claim_info()`` (a stat and a
-    read of a file for ``file.append``) never runs on the writer thread.
+    ``claim(worker, claim_info, on_claim)`` builds the claim's writer unit
+    (``_units.claim`` for a token's attempt, ``_units.invoke_claim`` for an
+    invoke); ``claim_info`` is the claim record of ``act``, computed on the
+    worker thread just before (the adapter's ``claim_info()`` is a stat and
+    a read of a file for ``file.append``: never on the writer's thread).
+    The unit answers the claimed :class:`AttemptRef`, a refusal, or a
+    :class:`~._units.Reroute` to another worker.
     """
 
     neuron: str
     reply: Callable[[Any, WarddError | None], None]  # thread-safe
-    ref: AttemptRef | None = None
-    invoke_unit: (
-        Callable[
-            [str, Callable[[str], dict[str, Any]], Callable[[AttemptRef], None]], _units.Unit
-        ]
-        | None
-    ) = None
-    act: str | None = None  # an invoke's act, for its claim record
+    claim: ClaimUnit
+    act: str
+    ref: AttemptRef | None = None  # an execute's attempt (known before its claim)
     claimed_ref: AttemptRef | None = None  # set inside the claim unit
 
 
@@ -325,31 +325,16 @@ class WorkerPool:
         self, state: WorkerState, d: Dispatch, release: Callable[[], None]
     ) -> AttemptRef | None:
         try:
-            if d.invoke_unit is not None:
-                got = self._writer.call(
-                    d.invoke_unit(state.id, self._claim_records(d.act), self._registrar(d))
-                )
-                if isinstance(got, str):  # the placement names another worker
-                    release()
-                    if not self.has(got):
-                        d.reply(None, Internal("the placement names no worker of this daemon"))
-                    elif not self.submit(got, d):
-                        d.reply(None, _units.shutdown_void())
-                    return None
-                ref: AttemptRef = got
-            else:
-                assert d.ref is not None
-                info = claim_record(self._adapters.get(d.ref.act))
-                ref = self._writer.call(
-                    _units.claim(
-                        d.ref,
-                        worker=state.id,
-                        boot=self._boot,
-                        claim_info=info,
-                        stopping=lambda: self._stopping,
-                        on_claim=self._registrar(d),
-                    )
-                )
+            info = claim_record(self._adapters.get(d.act))
+            got = self._writer.call(d.claim(state.id, info, self._registrar(d)))
+            if isinstance(got, Reroute):  # the placement now names another worker
+                release()
+                if not self.has(got.worker):
+                    d.reply(None, Internal("the placement names no worker of this daemon"))
+                elif not self.submit(got.worker, d):
+                    d.reply(None, _units.shutdown_void())
+                return None
+            ref: AttemptRef = got
         except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()
             self._forget_claim(d)
@@ -462,17 +447,6 @@ class WorkerPool:
         with self._counts_lock:
             return dict(state.counts)
 
-    def _claim_records(self, act: str | None) -> Callable[[str], dict[str, Any]]:
-        """The invoke's claim records: ``act``'s computed now, on this thread (see `Dispatch`);
-        another act's (the op named none when the invoke arrived) when the unit asks."""
-        ready = {} if act is None else {act: claim_record(self._adapters.get(act))}
-
-        def records(name: str) -> dict[str, Any]:
-            got = ready.get(name)
-            return got if got is not None else claim_record(self._adapters.get(name))
-
-        return records
-
 
 def _text(exc: BaseException) -> str:
     try:
@@ -483,6 +457,4 @@ def _text(exc: BaseException) -> str:
 
 def _fault(exc: BaseException) -> str:
     """The error text recorded for a fault after the claim."""
-    return f"the worker failed after the claim: {type(exc).__name__}: {_text(exc)}"[
-        :ERROR_TEXT_MAX
-    ]
+    return f"the worker failed after the claim: {type(exc).__name__}: {_text(exc)}"[:ERROR_TEXT_MAX]

@@ -1,0 +1,519 @@
+"""Decisions about attempts (contract §3.2, §3.4, §3.6, §3.8): prepare's
+checks in their order, the claim and its re-verification, outcomes, voids,
+the start-up mark and receipts.
+
+Every function here is pure: records in (see :mod:`.records`), a
+:class:`~.changes.Decision` out, or a :class:`WarddError` raised when the
+request is refused and nothing is to be written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from wardd.protocol import (
+    ActNotAccepted,
+    ActNotGranted,
+    AlreadySucceeded,
+    ArgsTooLarge,
+    AttemptBusy,
+    AttemptMismatch,
+    AttemptState,
+    AttemptUnknown,
+    BudgetExhausted,
+    ClaimConflict,
+    EpochMismatch,
+    GenerationMismatch,
+    GrantDisabled,
+    NotRunning,
+    PlacementStale,
+    PlacementUnbound,
+    ProgInactive,
+    ProgState,
+    Terminal,
+    TokenInvalid,
+    TokenVoid,
+)
+
+from .changes import AppendEvent, Change, Decision, NewAttempt, NewClaim, NewOutcome, SetAttempt
+from .lookup import managed_op, require_op
+from .records import Attempt, AttemptKind, AttemptRef, BootContext, Neuron, Op, OpView, Prog
+from .states import change_op, move_attempt
+
+__all__ = [
+    "DETAIL_MAX",
+    "Reroute",
+    "abort_target",
+    "claim",
+    "invoke_claim",
+    "invoke_precheck",
+    "manual_take",
+    "mark_unknown",
+    "outcome",
+    "outcome_changes",
+    "prepare",
+    "prepare_checks",
+    "receipt",
+    "reverify",
+    "shutdown_void",
+    "void",
+    "void_prepared",
+]
+
+A = AttemptState
+DETAIL_MAX: Final = 500  # characters of a receipt's detail kept in the evidence
+
+
+@attrs.frozen
+class Reroute:
+    """``invoke_claim``'s answer when the placement now names another worker
+    of this daemon than the one that ran the unit: nothing was written."""
+
+    worker: str
+
+
+def shutdown_void() -> TokenVoid:
+    """The refusal of a dispatch the shutdown keeps from its claim (contract §3.6)."""
+    return TokenVoid("the daemon is shutting down", {"reason": "shutdown"})
+
+
+# -- prepare (contract §3.2.1) ---------------------------------------------------------
+
+
+def prepare_checks(
+    ctx: BootContext, view: OpView, p: Mapping[str, Any], *, manual: bool = False
+) -> tuple[Neuron, Op, Prog, Mapping[str, Any] | None]:
+    """contract §3.2.1, in its order. Returns the neuron, op, prog and (for a
+    guarded attempt) the bound descriptor."""
+    n, op, prog = require_op(view)
+    if op.terminal:
+        raise Terminal(f"operation is {op.state}")
+    if "expected_epoch" in p and p["expected_epoch"] != n.epoch:
+        raise EpochMismatch("expected_epoch is not the neuron's epoch", {"epoch": n.epoch})
+    if prog.state != ProgState.ACTIVE:
+        raise ProgInactive(f"prog is {prog.state}")
+    if prog.exhausted:
+        raise BudgetExhausted("the prog's step budget is exhausted")
+    if not prog.grant_enabled:
+        raise GrantDisabled("the prog has no enabled grant")
+    assert prog.grant is not None
+    if op.act not in prog.grant.acts:
+        raise ActNotGranted(f"act {op.act!r} is not granted to the prog")
+    descriptor = None
+    if manual:
+        bound = ctx.act_bounds.get(op.act)
+        if bound is None:
+            raise ActNotAccepted(f"act {op.act!r} is not configured")
+    else:
+        if n.placement is None:
+            raise PlacementUnbound("the neuron has no placement")
+        if p["placement_generation"] != n.placement_generation:
+            raise GenerationMismatch(
+                "placement_generation is not the current one",
+                {"placement_generation": n.placement_generation},
+            )
+        descriptor = n.placement
+        if descriptor["executor"]["boot"] != ctx.boot:
+            raise PlacementStale("the placement names an earlier boot; bind this boot's descriptor")
+        if n.placement_digest not in ctx.advertised:
+            raise PlacementStale("the placement is not a descriptor this daemon advertises")
+        if op.act not in descriptor["acts"]:
+            raise ActNotAccepted(f"act {op.act!r} is not accepted by the placement")
+        bound = descriptor["act_bounds"][op.act]
+    if len(op.args) > bound:
+        raise ArgsTooLarge(
+            f"args are {len(op.args)} bytes; the act's bound is {bound}",
+            {"max_arg_bytes": bound},
+        )
+    if p["expected_attempt"] != op.attempts + 1:
+        raise AttemptMismatch(
+            "expected_attempt is not 1 + the number of attempts", {"attempts": op.attempts}
+        )
+    states = {a.state for a in view.attempts}
+    if states & {A.PREPARED, A.RUNNING}:
+        raise AttemptBusy("an attempt of the operation is prepared or running")
+    if A.UNKNOWN in states:
+        raise AttemptUnknown("an attempt of the operation is unknown; reconcile it first")
+    if A.SUCCEEDED in states:
+        raise AlreadySucceeded("the operation already succeeded")
+    return n, op, prog, descriptor
+
+
+def _new_attempt(
+    ctx: BootContext,
+    view: OpView,
+    n: Neuron,
+    op: Op,
+    descriptor: Mapping[str, Any] | None,
+    kind: str,
+) -> tuple[list[Change], Op, Attempt, AttemptRef]:
+    number = op.attempts + 1
+    guarded = kind == AttemptKind.GUARDED
+    state = A.PREPARED if guarded else A.UNKNOWN
+    worker = descriptor["executor"]["worker"] if descriptor else None
+    digest = n.placement_digest if descriptor else None
+    gen = n.placement_generation if descriptor else None
+    evidence = None if guarded else {"manual": True}
+    attempt = Attempt(
+        id=view.next_attempt_id,
+        op_id=op.id,
+        attempt=number,
+        kind=kind,
+        epoch=n.epoch,
+        policy_version=n.policy_version,
+        placement_generation=gen,
+        digest=digest,
+        worker=worker,
+        boot=ctx.boot,
+        state=state,
+        reason=None,
+        evidence=evidence,
+        ever_unknown=not guarded,
+    )
+    data: dict[str, Any] = {"kind": kind, "epoch": n.epoch, "policy_version": n.policy_version}
+    if descriptor:
+        data.update(placement_generation=gen, digest=digest, worker=worker, boot=ctx.boot)
+    changes: list[Change] = [
+        NewAttempt(
+            id=attempt.id,
+            op_id=op.id,
+            attempt=number,
+            kind=kind,
+            epoch=n.epoch,
+            policy_version=n.policy_version,
+            placement_generation=gen,
+            descriptor=descriptor,
+            digest=digest,
+            worker=worker,
+            boot=ctx.boot,
+            state=state,
+            evidence=evidence,
+        ),
+    ]
+    more, op = change_op(op, state, attempts=number)
+    changes += more
+    changes.append(AppendEvent("prepared", n.id, op_id=op.id, attempt=number, data=data))
+    ref = AttemptRef(
+        attempt_id=attempt.id,
+        neuron=n.neuron,
+        neuron_id=n.id,
+        op=op.op,
+        op_id=op.id,
+        attempt=number,
+        act=op.act,
+        args=op.args,
+        epoch=n.epoch,
+        policy_version=n.policy_version,
+        placement_generation=gen,
+        digest=digest,
+        worker=worker,
+    )
+    return changes, op, attempt, ref
+
+
+def prepare(ctx: BootContext, view: OpView, p: Mapping[str, Any]) -> Decision:
+    """contract §3.2.1: a new prepared attempt bound to the current context."""
+    n, op, _prog, descriptor = prepare_checks(ctx, view, p)
+    changes, _op, _attempt, ref = _new_attempt(ctx, view, n, op, descriptor, AttemptKind.GUARDED)
+    return Decision(tuple(changes), ref)
+
+
+def manual_take(ctx: BootContext, view: OpView, p: Mapping[str, Any]) -> Decision:
+    """contract §3.4: a manual attempt, unknown from its start."""
+    n, op, _prog, _ = prepare_checks(ctx, view, p, manual=True)
+    changes, _op, _attempt, ref = _new_attempt(ctx, view, n, op, None, AttemptKind.MANUAL)
+    return Decision(tuple(changes), ref)
+
+
+def invoke_precheck(ctx: BootContext, view: OpView, p: Mapping[str, Any]) -> tuple[str, str]:
+    """contract §3.2.5: ``invoke``'s checks on arrival, on a read. Raises the
+    first refusal that applies now; returns the worker the placement names
+    and the op's act. The claim checks again, under the guard: this only
+    answers a refusal at once."""
+    _n, op, _prog, descriptor = prepare_checks(ctx, view, p)
+    assert descriptor is not None
+    return str(descriptor["executor"]["worker"]), op.act
+
+
+# -- the claim (contract §3.2.2, §3.2.5) ------------------------------------------------
+
+
+def reverify(view: OpView, ref: AttemptRef) -> str | None:
+    """contract §3.2.2: the claim re-verifies the attempt's context. Returns
+    the void reason of the first check that fails, or None."""
+    n, op, prog = view.neuron, view.op, view.prog
+    assert n is not None and op is not None and prog is not None
+    if op.cancelled:
+        return "cancelled"
+    if prog.grant is None or not prog.grant.allows(ref.act):
+        return "revoked"
+    if n.epoch != ref.epoch:
+        return "epoch_changed"
+    if n.placement_generation != ref.placement_generation or n.placement_digest != ref.digest:
+        return "placement_changed"
+    if prog.exhausted:
+        return "budget_exhausted"
+    if prog.state != ProgState.ACTIVE:
+        return "prog_inactive"
+    return None
+
+
+def _claim_changes(
+    op: Op, attempt: Attempt, ref: AttemptRef, worker: str, boot: str, info: Any
+) -> list[Change]:
+    """The one claim of a prepared attempt, and its move to ``running``."""
+    changes: list[Change] = [
+        NewClaim(
+            op_id=op.id,
+            attempt=attempt.attempt,
+            placement_generation=ref.placement_generation,
+            digest=ref.digest,
+            worker=worker,
+            boot=boot,
+            claim_info=info,
+        )
+    ]
+    data = {
+        "worker": worker,
+        "boot": boot,
+        "placement_generation": ref.placement_generation,
+        "digest": ref.digest,
+    }
+    more, _op, _moved = move_attempt(op, attempt, A.RUNNING, "claimed", data)
+    return changes + more
+
+
+def claim(
+    view: OpView,
+    ref: AttemptRef,
+    *,
+    worker: str,
+    boot: str,
+    claim_info: Any,
+    stopping: bool,
+) -> Decision:
+    """The claim of a token's attempt (contract §3.2.2): re-verify, then the
+    one claim. A void context durably voids the attempt and answers
+    ``token_void``; a lost race is ``claim_conflict``. Once the daemon is
+    stopping, no claim is made (contract §3.6)."""
+    attempt = view.attempt(ref.attempt) if view.op is not None else None
+    if attempt is None or attempt.id != ref.attempt_id:
+        # its op ended and was pruned (contract §3.9): never run
+        raise TokenInvalid("the token's attempt no longer exists (its op was pruned)")
+    if stopping:
+        return Decision(tuple(_void_changes(view, attempt, "shutdown")), shutdown_void())
+    if attempt.state == A.VOID:
+        voided = TokenVoid("the attempt was voided before its claim", {"reason": attempt.reason})
+        return Decision((), voided)
+    if attempt.state != A.PREPARED:
+        raise ClaimConflict("the attempt is already claimed")
+    reason = reverify(view, ref)
+    if reason is not None:
+        return Decision(
+            tuple(_void_changes(view, attempt, reason)),
+            TokenVoid("the attempt's context changed before its claim", {"reason": reason}),
+        )
+    assert view.op is not None
+    return Decision(tuple(_claim_changes(view.op, attempt, ref, worker, boot, claim_info)), ref)
+
+
+def invoke_claim(
+    ctx: BootContext,
+    view: OpView,
+    p: Mapping[str, Any],
+    *,
+    worker: str,
+    claim_info: Any,
+    stopping: bool,
+) -> Decision:
+    """contract §3.2.5: invoke runs ``prepare``'s checks again, on the
+    worker's thread under the guard, and records the attempt and its claim
+    in one decision (the context was verified a moment ago in the same
+    unit: the claim needs no second re-verification).
+
+    The reply is the claimed :class:`AttemptRef`; a :class:`Reroute` when
+    the placement now names another worker (nothing written); or
+    ``token_void`` (``shutdown``) once the daemon is stopping."""
+    if stopping:
+        return Decision((), shutdown_void())
+    n, op, _prog, descriptor = prepare_checks(ctx, view, p)
+    assert descriptor is not None
+    target: str = descriptor["executor"]["worker"]
+    if target != worker:
+        return Decision((), Reroute(target))
+    changes, op, attempt, ref = _new_attempt(ctx, view, n, op, descriptor, AttemptKind.GUARDED)
+    changes += _claim_changes(op, attempt, ref, worker, ctx.boot, claim_info)
+    return Decision(tuple(changes), ref)
+
+
+def abort_target(view: OpView, attempt: int) -> tuple[int, str]:
+    """contract §3.8 ``abort``'s checks: ownership (``unknown_operation``),
+    then the prog's grant (``grant_disabled``), then a running guarded
+    attempt (``not_running`` otherwise). Returns the attempt's row id and
+    the op's act; whether its adapter can be stopped from outside
+    (``not_abortable``) is the caller's to check."""
+    _n, op, _prog = managed_op(view)
+    a = view.attempt(attempt)
+    if a is None or a.state != A.RUNNING or a.kind != AttemptKind.GUARDED:
+        what = (
+            f"op {op.op!r} has no attempt {attempt}"
+            if a is None
+            else f"attempt {attempt} of op {op.op!r} is {a.state}"
+            + (" (a manual attempt)" if a.kind == AttemptKind.MANUAL else "")
+        )
+        raise NotRunning(f"nothing to abort: {what}")
+    return a.id, op.act
+
+
+# -- outcomes (contract §3.2.3, §3.4) ----------------------------------------------------
+
+_SOURCE_KIND: Final = {"adapter": "outcome", "receipt": "receipt", "reconcile": "reconciled"}
+
+
+def outcome_changes(
+    view: OpView,
+    attempt: Attempt,
+    status: AttemptState,
+    value: Any,
+    error: str | None,
+    source: str,
+    *,
+    aborted: bool = False,
+) -> list[Change]:
+    """One outcome of ``attempt`` (or, for ``unknown``, its mark), recorded
+    whatever changed meanwhile (contract §3.2.3: pinned to its attempt)."""
+    op = view.op
+    assert op is not None
+    if status == A.UNKNOWN:
+        evidence: dict[str, Any] = {"claimed": True, "error": error}
+        data: dict[str, Any] = {"status": "unknown", "error": error}
+        if aborted:
+            evidence["aborted"] = data["aborted"] = True
+        changes, _op, _a = move_attempt(op, attempt, A.UNKNOWN, "outcome", data, evidence=evidence)
+        return changes
+    out: list[Change] = [NewOutcome(op.id, attempt.attempt, status, value, error, source)]
+    data = {"status": status.value, "source": source}
+    if error is not None:
+        data["error"] = error
+    moved, op, _a = move_attempt(op, attempt, status, _SOURCE_KIND[source], data)
+    out += moved
+    if status == A.SUCCEEDED and not op.cancelled:
+        more, op = change_op(op, status, result_epoch=attempt.epoch)
+        out += more
+    return out
+
+
+def outcome(
+    view: OpView,
+    attempt_id: int,
+    status: AttemptState,
+    value: Any,
+    error: str | None,
+    *,
+    aborted: bool = False,
+) -> Decision:
+    """An adapter's outcome of a running attempt (``aborted``: an operator's
+    ``abort`` ended the call, an unknown outcome with ``aborted: true``)."""
+    attempt = next((a for a in view.attempts if a.id == attempt_id), None)
+    assert attempt is not None, "an outcome's attempt exists until its op is pruned"
+    changes = outcome_changes(view, attempt, status, value, error, "adapter", aborted=aborted)
+    return Decision(tuple(changes), status.value)
+
+
+# -- voids (contract §3.2.2, §3.6) -------------------------------------------------------
+
+
+def _void_changes(view: OpView, attempt: Attempt, reason: str) -> list[Change]:
+    if attempt.state != A.PREPARED or view.op is None:
+        return []
+    changes, _op, _a = move_attempt(
+        view.op, attempt, A.VOID, "voided", {"reason": reason}, reason=reason
+    )
+    return changes
+
+
+def void(view: OpView, attempt_id: int, reason: str) -> Decision:
+    """Void the attempt (by row id) if it is still prepared; the reply is
+    whether it was."""
+    attempt = next((a for a in view.attempts if a.id == attempt_id), None)
+    changes = [] if attempt is None else _void_changes(view, attempt, reason)
+    return Decision(tuple(changes), bool(changes))
+
+
+def void_prepared(pairs: tuple[tuple[Op, Attempt], ...], reason: str) -> tuple[list[Change], int]:
+    """Void every prepared attempt in ``pairs`` (each its op's latest)."""
+    changes: list[Change] = []
+    for op, attempt in pairs:
+        more, _op, _a = move_attempt(
+            op, attempt, A.VOID, "voided", {"reason": reason}, reason=reason
+        )
+        changes += more
+    return changes, len(pairs)
+
+
+# -- start-up and receipts (contract §3.6, §3.4) -----------------------------------------
+
+
+def mark_unknown(
+    view: OpView, attempt: Attempt, *, claimed: bool, orphan_killed: bool
+) -> tuple[Decision, dict[str, Any]]:
+    """An earlier boot's open attempt becomes unknown (contract §3.6);
+    returns the decision and the attempt's evidence."""
+    evidence: dict[str, Any] = {"claimed": claimed, "boot": attempt.boot}
+    if orphan_killed:  # its program outlived that boot and was killed now
+        evidence["orphan_killed"] = True
+    assert view.op is not None
+    changes, _op, _a = move_attempt(
+        view.op, attempt, A.UNKNOWN, "marked_unknown", evidence, evidence=evidence
+    )
+    return Decision(tuple(changes)), evidence
+
+
+def receipt(
+    view: OpView,
+    attempt_id: int,
+    answer: str,
+    value: Any,
+    value_error: str | None,
+    detail: str | None,
+    *,
+    applies: bool,
+) -> Decision:
+    """A receipt's answer (contract §3.4): ``executed`` records a success,
+    ``not_executed`` (when ``applies``) a not-executed outcome; any other
+    answer, or one that may not be applied, is kept as a hint in the
+    evidence. The reply is True when the attempt was resolved."""
+    attempt = next((a for a in view.attempts if a.id == attempt_id), None)
+    if attempt is None or attempt.state != A.UNKNOWN:
+        return Decision((), False)  # resolved meanwhile (a reconcile that came first)
+    if applies and answer == "executed":
+        return Decision(
+            tuple(outcome_changes(view, attempt, A.SUCCEEDED, value, value_error, "receipt")), True
+        )
+    if applies and answer == "not_executed":
+        return Decision(
+            tuple(outcome_changes(view, attempt, A.NOT_EXECUTED, None, None, "receipt")), True
+        )
+    evidence = dict(attempt.evidence or {})
+    before = (evidence.get("receipt_hint"), evidence.get("receipt_detail"))
+    evidence["receipt_hint"] = answer
+    data: dict[str, Any] = {"answer": answer, "applied": False}
+    if detail:
+        evidence["receipt_detail"] = data["detail"] = detail[:DETAIL_MAX]
+    else:
+        evidence.pop("receipt_detail", None)  # an earlier check's detail is stale
+    if before == (evidence["receipt_hint"], evidence.get("receipt_detail")):
+        # the same hint again (check_receipts polled): nothing new to record,
+        # so a poller never grows an unknown attempt's history
+        return Decision((), False)
+    assert view.op is not None and view.neuron is not None
+    changes: list[Change] = [
+        SetAttempt(view.op.id, attempt.attempt, evidence=evidence),
+        AppendEvent(
+            "receipt", view.neuron.id, op_id=view.op.id, attempt=attempt.attempt, data=data
+        ),
+    ]
+    return Decision(tuple(changes), False)

@@ -1,0 +1,272 @@
+"""The applier: a decision's changes written in order, inside the unit's
+SAVEPOINT (:mod:`.writer`), and the decision's reply handed back.
+
+The one place that turns :mod:`wardd.daemon.core.changes` into SQL. Event
+records get their seq here (never one a pruned record held) and are linked
+to their op's previous record (``follows``); times are stamped here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sqlite3
+from typing import Any
+
+import cbor2
+
+from wardd.protocol import ClaimConflict
+
+from ..core import changes as ch
+
+__all__ = ["apply", "now"]
+
+NEXT_SEQ = (
+    "1 + max(coalesce((SELECT max(seq) FROM events), 0),"
+    " coalesce((SELECT seq_hw FROM prune_stats WHERE id = 1), 0))"
+)
+
+
+def now() -> str:
+    """RFC 3339 UTC with milliseconds."""
+    t = datetime.datetime.now(datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def _enc(value: Any) -> bytes | None:
+    return None if value is None else cbor2.dumps(value)
+
+
+_OP_COLUMNS = frozenset({"state", "cancelled", "result_epoch", "attempts"})
+_NEURON_COLUMNS = frozenset(
+    {"epoch", "policy_version", "placement_generation", "placement", "placement_digest"}
+)
+_PROG_COLUMNS = frozenset(
+    {
+        "state",
+        "step_limit",
+        "steps_used",
+        "exhausted",
+        "grant_acts",
+        "grant_enabled",
+        "reservation_seq",
+    }
+)
+_BLOBS = frozenset({"placement", "grant_acts"})
+
+
+def _sql_value(name: str, value: Any) -> Any:
+    if name in _BLOBS:
+        return _enc(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _set(
+    conn: sqlite3.Connection,
+    table: str,
+    allowed: frozenset[str],
+    row_id: int,
+    fields: dict[str, Any],
+    extra: str = "",
+) -> None:
+    cols = [k for k in fields if k in allowed]
+    assert set(fields) - allowed <= {"consumed"}, set(fields) - allowed
+    sets = [f"{k} = ?" for k in cols]
+    if extra:
+        sets.append(extra)
+    if not sets:
+        return
+    conn.execute(
+        f"UPDATE {table} SET {', '.join(sets)} WHERE id = ?",
+        (*(_sql_value(k, fields[k]) for k in cols), row_id),
+    )
+
+
+def apply(conn: sqlite3.Connection, decision: ch.Decision) -> Any:
+    """Write ``decision.changes`` in order; return ``decision.reply``."""
+    at = now()
+    for c in decision.changes:
+        _APPLY[type(c)](conn, c, at)
+    return decision.reply
+
+
+def _new_neuron(conn: sqlite3.Connection, c: ch.NewNeuron, at: str) -> None:
+    conn.execute(
+        "INSERT INTO neurons(id, neuron, epoch, policy_version, placement_generation, created_at)"
+        " VALUES (?, ?, 1, 0, 0, ?)",
+        (c.id, c.neuron, at),
+    )
+
+
+def _set_neuron(conn: sqlite3.Connection, c: ch.SetNeuron, at: str) -> None:
+    _set(conn, "neurons", _NEURON_COLUMNS, c.neuron_id, dict(c.fields))
+
+
+def _new_prog(conn: sqlite3.Connection, c: ch.NewProg, at: str) -> None:
+    conn.execute(
+        "INSERT INTO progs(id, neuron_id, prog, state, step_limit) VALUES (?,?,?, 'active', ?)",
+        (c.id, c.neuron_id, c.prog, c.step_limit),
+    )
+
+
+def _set_prog(conn: sqlite3.Connection, c: ch.SetProg, at: str) -> None:
+    extra = []
+    if c.bump_version:  # contract §3.1: a state change; the version never comes back
+        extra.append("state_version = state_version + 1")
+    if c.reserved_delta:
+        extra.append(f"steps_reserved = steps_reserved + {int(c.reserved_delta)}")
+    _set(conn, "progs", _PROG_COLUMNS, c.prog_id, dict(c.fields), ", ".join(extra))
+
+
+def _new_op(conn: sqlite3.Connection, c: ch.NewOp, at: str) -> None:
+    conn.execute(
+        "INSERT INTO operations(id, neuron_id, op, prog_id, act, args, state)"
+        " VALUES (?,?,?,?,?,?, 'pending')",
+        (c.id, c.neuron_id, c.op, c.prog_id, c.act, c.args),
+    )
+
+
+def _set_op(conn: sqlite3.Connection, c: ch.SetOp, at: str) -> None:
+    _set(conn, "operations", _OP_COLUMNS, c.op_id, dict(c.fields))
+
+
+def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, at: str) -> None:
+    conn.execute(
+        "INSERT INTO attempts(id, op_id, attempt, kind, epoch, policy_version,"
+        " placement_generation, descriptor, digest, worker, boot, created_at, state, evidence)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            c.id,
+            c.op_id,
+            c.attempt,
+            c.kind,
+            c.epoch,
+            c.policy_version,
+            c.placement_generation,
+            _enc(c.descriptor),
+            c.digest,
+            c.worker,
+            c.boot,
+            at,
+            c.state.value,
+            _enc(c.evidence),
+        ),
+    )
+
+
+def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, at: str) -> None:
+    sets: list[str] = []
+    params: list[Any] = []
+    if c.state is not None:
+        sets.append("state = ?")
+        params.append(c.state.value)
+    if c.reason is not None:
+        sets.append("reason = ?")
+        params.append(c.reason)
+    if c.evidence is not None:
+        sets.append("evidence = ?")
+        params.append(_enc(c.evidence))
+    conn.execute(
+        f"UPDATE attempts SET {', '.join(sets)} WHERE op_id = ? AND attempt = ?",
+        (*params, c.op_id, c.attempt),
+    )
+
+
+def _attempt_id(conn: sqlite3.Connection, op_id: int, attempt: int) -> int:
+    (row_id,) = conn.execute(
+        "SELECT id FROM attempts WHERE op_id = ? AND attempt = ?", (op_id, attempt)
+    ).fetchone()
+    return int(row_id)
+
+
+def _new_claim(conn: sqlite3.Connection, c: ch.NewClaim, at: str) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot,"
+            " claim_info, at) VALUES (?,?,?,?,?,?,?)",
+            (
+                _attempt_id(conn, c.op_id, c.attempt),
+                c.placement_generation,
+                c.digest,
+                c.worker,
+                c.boot,
+                _enc(c.claim_info),
+                at,
+            ),
+        )
+    except sqlite3.IntegrityError:  # the one claim of an attempt (unique: CAS)
+        raise ClaimConflict("the attempt is already claimed") from None
+
+
+def _new_outcome(conn: sqlite3.Connection, c: ch.NewOutcome, at: str) -> None:
+    conn.execute(
+        "INSERT INTO outcomes(attempt_id, status, value, error, source, at) VALUES (?,?,?,?,?,?)",
+        (
+            _attempt_id(conn, c.op_id, c.attempt),
+            c.status.value,
+            cbor2.dumps(c.value),
+            c.error,
+            c.source,
+            at,
+        ),
+    )
+
+
+def _new_reservation(conn: sqlite3.Connection, c: ch.NewReservation, at: str) -> None:
+    conn.execute(
+        "INSERT INTO reservations(prog_id, reservation, steps, state, number)"
+        " VALUES (?,?,?, 'open', ?)",
+        (c.prog_id, c.reservation, c.steps, c.number),
+    )
+
+
+def _set_reservation(conn: sqlite3.Connection, c: ch.SetReservation, at: str) -> None:
+    conn.execute(
+        "UPDATE reservations SET state = ?, settled = ? WHERE id = ?",
+        (c.state, c.settled, c.reservation_id),
+    )
+
+
+def _release(conn: sqlite3.Connection, c: ch.ReleaseReservations, at: str) -> None:
+    where = "prog_id = ? AND state = 'open'"
+    args: tuple[Any, ...] = (c.prog_id,)
+    if c.before is not None:
+        where += " AND number < ?"
+        args += (c.before,)
+    conn.execute(f"UPDATE reservations SET state = 'released' WHERE {where}", args)
+
+
+def _append_event(conn: sqlite3.Connection, c: ch.AppendEvent, at: str) -> None:
+    """One event record; ``follows`` is the op's previous record (null for
+    its first and for per-neuron records)."""
+    follows = None
+    if c.op_id is not None:
+        (follows,) = conn.execute(
+            "SELECT last_seq FROM operations WHERE id = ?", (c.op_id,)
+        ).fetchone()
+    cur = conn.execute(
+        "INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows, data)"
+        f" VALUES ({NEXT_SEQ}, ?, ?, ?, ?, ?, ?, ?)",
+        (at, c.kind, c.neuron_id, c.op_id, c.attempt, follows, _enc(c.data)),
+    )
+    if c.op_id is not None:
+        conn.execute("UPDATE operations SET last_seq = ? WHERE id = ?", (cur.lastrowid, c.op_id))
+
+
+_APPLY: dict[type, Any] = {
+    ch.NewNeuron: _new_neuron,
+    ch.SetNeuron: _set_neuron,
+    ch.NewProg: _new_prog,
+    ch.SetProg: _set_prog,
+    ch.NewOp: _new_op,
+    ch.SetOp: _set_op,
+    ch.NewAttempt: _new_attempt,
+    ch.SetAttempt: _set_attempt,
+    ch.NewClaim: _new_claim,
+    ch.NewOutcome: _new_outcome,
+    ch.NewReservation: _new_reservation,
+    ch.SetReservation: _set_reservation,
+    ch.ReleaseReservations: _release,
+    ch.AppendEvent: _append_event,
+}

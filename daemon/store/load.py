@@ -1,0 +1,371 @@
+"""Loaders: rows in, the core's typed records out (:mod:`wardd.daemon.core.records`).
+
+Each loader reads on the connection it is given: the writer's, inside a
+unit (the records a decision reads are those it then changes, in the same
+transaction), or a reader's, inside one snapshot.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import cbor2
+
+from wardd.protocol import AttemptState, OpState, ProgState
+
+from ..core.records import (
+    Attempt,
+    Grant,
+    Neuron,
+    Op,
+    OpView,
+    Outcome,
+    Prog,
+    ProgView,
+    Reservation,
+    Tombstone,
+)
+
+__all__ = [
+    "attempt_ids_open_before",
+    "neuron",
+    "next_id",
+    "op_view",
+    "op_view_by_id",
+    "open_ops_of_prog",
+    "open_reservations",
+    "prog_view",
+]
+
+# Row ids never handed out again once a pruned record held them (contract §2:
+# seq is global and increasing; an attempt id names one attempt for ever; a
+# tombstone keeps its op's row id, which list_operations pages by).
+_NEXT_ID = {
+    "attempts": "SELECT 1 + max(coalesce((SELECT max(id) FROM attempts), 0),"
+    " coalesce((SELECT attempt_hw FROM prune_stats WHERE id = 1), 0))",
+    "operations": "SELECT 1 + max(coalesce((SELECT max(id) FROM operations), 0),"
+    " coalesce((SELECT max(id) FROM tombstones), 0))",
+    "neurons": "SELECT 1 + coalesce((SELECT max(id) FROM neurons), 0)",
+    "progs": "SELECT 1 + coalesce((SELECT max(id) FROM progs), 0)",
+}
+
+
+def _dec(blob: bytes | None) -> Any:
+    return None if blob is None else cbor2.loads(blob)
+
+
+def next_id(conn: sqlite3.Connection, table: str) -> int:
+    (value,) = conn.execute(_NEXT_ID[table]).fetchone()
+    return int(value)
+
+
+_NEURON = (
+    "SELECT id, neuron, epoch, policy_version, placement_generation, placement,"
+    " placement_digest FROM neurons"
+)
+
+
+def _neuron(row: Any) -> Neuron | None:
+    if row is None:
+        return None
+    return Neuron(
+        id=row[0],
+        neuron=row[1],
+        epoch=row[2],
+        policy_version=row[3],
+        placement_generation=row[4],
+        placement=_dec(row[5]),
+        placement_digest=row[6],
+    )
+
+
+def neuron(conn: sqlite3.Connection, name: str) -> Neuron | None:
+    return _neuron(conn.execute(_NEURON + " WHERE neuron = ?", (name,)).fetchone())
+
+
+def _neuron_by_id(conn: sqlite3.Connection, neuron_id: int) -> Neuron | None:
+    return _neuron(conn.execute(_NEURON + " WHERE id = ?", (neuron_id,)).fetchone())
+
+
+_PROG = (
+    "SELECT id, neuron_id, prog, state, state_version, step_limit, steps_used,"
+    " steps_reserved, exhausted, grant_acts, grant_enabled, reservation_seq FROM progs"
+)
+
+
+def _prog(row: Any) -> Prog | None:
+    if row is None:
+        return None
+    grant = None if row[10] is None else Grant(frozenset(_dec(row[9])), bool(row[10]))
+    return Prog(
+        id=row[0],
+        neuron_id=row[1],
+        prog=row[2],
+        state=ProgState(row[3]),
+        state_version=row[4],
+        step_limit=row[5],
+        steps_used=row[6],
+        steps_reserved=row[7],
+        exhausted=bool(row[8]),
+        grant=grant,
+        reservation_seq=row[11],
+    )
+
+
+_OP = (
+    "SELECT id, neuron_id, op, prog_id, act, args, state, attempts, cancelled, result_epoch"
+    " FROM operations"
+)
+
+
+def _op(row: Any) -> Op | None:
+    if row is None:
+        return None
+    state = OpState(row[6])
+    return Op(
+        id=row[0],
+        neuron_id=row[1],
+        op=row[2],
+        prog_id=row[3],
+        act=row[4],
+        args=bytes(row[5]),
+        state=state,
+        attempts=row[7],
+        cancelled=bool(row[8]),
+        # the schema keeps no column of its own for it (a schema change is
+        # for another release): consumed is terminal, so the state says it
+        consumed=state == OpState.CONSUMED,
+        result_epoch=row[9],
+    )
+
+
+_ATTEMPT = (
+    "SELECT a.id, a.op_id, a.attempt, a.kind, a.epoch, a.policy_version,"
+    " a.placement_generation, a.digest, a.worker, a.boot, a.state, a.reason, a.evidence,"
+    " oc.status, oc.value, oc.error, oc.source"
+    " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
+)
+
+
+def _attempts(rows: list[Any]) -> tuple[tuple[Attempt, ...], dict[int, Outcome]]:
+    attempts = []
+    outcomes: dict[int, Outcome] = {}
+    for r in rows:
+        state = AttemptState(r[10])
+        source = r[16]
+        if source is not None:
+            outcomes[r[2]] = Outcome(
+                attempt_id=r[0],
+                status=AttemptState(r[13]),
+                value=_dec(r[14]),
+                error=r[15],
+                source=source,
+            )
+        attempts.append(
+            Attempt(
+                id=r[0],
+                op_id=r[1],
+                attempt=r[2],
+                kind=r[3],
+                epoch=r[4],
+                policy_version=r[5],
+                placement_generation=r[6],
+                digest=r[7],
+                worker=r[8],
+                boot=r[9],
+                state=state,
+                reason=r[11],
+                evidence=_dec(r[12]),
+                # recorded: only a receipt or a reconcile resolves an unknown
+                # attempt (core.states.ATTEMPT_MOVES), and their outcomes say so
+                ever_unknown=state == AttemptState.UNKNOWN
+                or r[3] == "manual"
+                or source in ("receipt", "reconcile"),
+            )
+        )
+    return tuple(attempts), outcomes
+
+
+def _tombstone(conn: sqlite3.Connection, neuron_id: int, op: str) -> Tombstone | None:
+    row = conn.execute(
+        "SELECT prog_id, act, args_digest, state FROM tombstones WHERE neuron_id = ? AND op = ?",
+        (neuron_id, op),
+    ).fetchone()
+    if row is None:
+        return None
+    return Tombstone(
+        op=op, prog_id=row[0], act=row[1], args_digest=bytes(row[2]), state=OpState(row[3])
+    )
+
+
+def _view(
+    conn: sqlite3.Connection, n: Neuron | None, name: str, op: Op | None, next_attempt: bool
+) -> OpView:
+    if n is None:
+        return OpView(neuron=None, name=name, op=None, prog=None)
+    if op is None:
+        tomb = _tombstone(conn, n.id, name)
+        prog = None
+        if tomb is not None:
+            prog = _prog(conn.execute(_PROG + " WHERE id = ?", (tomb.prog_id,)).fetchone())
+        return OpView(neuron=n, name=name, op=None, prog=prog, tombstone=tomb)
+    prog = _prog(conn.execute(_PROG + " WHERE id = ?", (op.prog_id,)).fetchone())
+    attempts, outcomes = _attempts(
+        conn.execute(_ATTEMPT + " WHERE a.op_id = ? ORDER BY a.attempt", (op.id,)).fetchall()
+    )
+    return OpView(
+        neuron=n,
+        name=name,
+        op=op,
+        prog=prog,
+        attempts=attempts,
+        outcomes=outcomes,
+        next_attempt_id=next_id(conn, "attempts") if next_attempt else 0,
+    )
+
+
+def op_view(
+    conn: sqlite3.Connection, neuron_name: str, op: str, *, next_attempt: bool = False
+) -> OpView:
+    """The op ``op`` of the neuron ``neuron_name``, with what decisions about it read."""
+    n = neuron(conn, neuron_name)
+    row = (
+        None
+        if n is None
+        else conn.execute(_OP + " WHERE neuron_id = ? AND op = ?", (n.id, op)).fetchone()
+    )
+    return _view(conn, n, op, _op(row), next_attempt)
+
+
+def op_view_by_id(conn: sqlite3.Connection, op_id: int) -> OpView:
+    """The op with row id ``op_id`` (an attempt's op); ``op`` None once pruned."""
+    o = _op(conn.execute(_OP + " WHERE id = ?", (op_id,)).fetchone())
+    if o is None:
+        return OpView(neuron=None, name="", op=None, prog=None)
+    return _view(conn, _neuron_by_id(conn, o.neuron_id), o.op, o, False)
+
+
+def op_id_of_attempt(conn: sqlite3.Connection, attempt_id: int) -> int | None:
+    row = conn.execute("SELECT op_id FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _prepared(
+    conn: sqlite3.Connection, where: str, params: tuple[Any, ...]
+) -> tuple[tuple[Op, Attempt], ...]:
+    rows = conn.execute(
+        _ATTEMPT + " JOIN operations o ON o.id = a.op_id"
+        f" WHERE a.state = 'prepared' AND {where} ORDER BY a.id",
+        params,
+    ).fetchall()
+    attempts, _ = _attempts(rows)
+    out = []
+    for a in attempts:
+        o = _op(conn.execute(_OP + " WHERE id = ?", (a.op_id,)).fetchone())
+        assert o is not None
+        out.append((o, a))
+    return tuple(out)
+
+
+def prog_view(
+    conn: sqlite3.Connection,
+    neuron_name: str,
+    prog: str,
+    *,
+    prepared: str | None = None,
+    reservation: str | None = None,
+    open_counts: bool = False,
+) -> ProgView:
+    """The prog ``prog`` of the neuron (``prog`` may be "" for a neuron-wide
+    write); ``prepared``: "neuron" or "prog", the prepared attempts a write
+    may void; ``reservation``: the one the request names; ``open_counts``:
+    what an archive checks."""
+    n = neuron(conn, neuron_name)
+    if n is None:
+        return ProgView(neuron=None, name=prog, prog=None)
+    p = _prog(conn.execute(_PROG + " WHERE neuron_id = ? AND prog = ?", (n.id, prog)).fetchone())
+    pairs: tuple[tuple[Op, Attempt], ...] = ()
+    if prepared == "neuron":
+        pairs = _prepared(conn, "o.neuron_id = ?", (n.id,))
+    elif prepared == "prog" and p is not None:
+        pairs = _prepared(conn, "o.prog_id = ?", (p.id,))
+    r = None
+    if reservation is not None and p is not None:
+        row = conn.execute(
+            "SELECT id, prog_id, reservation, steps, state, settled, number FROM reservations"
+            " WHERE prog_id = ? AND reservation = ?",
+            (p.id, reservation),
+        ).fetchone()
+        if row is not None:
+            r = Reservation(*row)
+    ops = atts = 0
+    if open_counts and p is not None:
+        (ops,) = conn.execute(
+            "SELECT count(*) FROM operations WHERE prog_id = ?"
+            " AND state NOT IN ('consumed', 'cancelled')",
+            (p.id,),
+        ).fetchone()
+        (atts,) = conn.execute(
+            "SELECT count(*) FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " WHERE o.prog_id = ? AND a.state IN ('running', 'unknown')",
+            (p.id,),
+        ).fetchone()
+    return ProgView(
+        neuron=n,
+        name=prog,
+        prog=p,
+        prepared=pairs,
+        reservation=r,
+        open_ops=ops,
+        open_attempts=atts,
+    )
+
+
+def open_ops_of_prog(
+    conn: sqlite3.Connection, prog_id: int
+) -> tuple[tuple[Op, Attempt | None], ...]:
+    """The prog's ops not consumed or cancelled, each with its latest attempt."""
+    out = []
+    for row in conn.execute(
+        _OP + " WHERE prog_id = ? AND state NOT IN ('consumed', 'cancelled') ORDER BY id",
+        (prog_id,),
+    ).fetchall():
+        o = _op(row)
+        assert o is not None
+        attempts, _ = _attempts(
+            conn.execute(
+                _ATTEMPT + " WHERE a.op_id = ? AND a.attempt = ?", (o.id, o.attempts)
+            ).fetchall()
+        )
+        out.append((o, attempts[0] if attempts else None))
+    return tuple(out)
+
+
+def prog_by_id(conn: sqlite3.Connection, prog_id: int) -> Prog | None:
+    return _prog(conn.execute(_PROG + " WHERE id = ?", (prog_id,)).fetchone())
+
+
+def open_reservations(conn: sqlite3.Connection, prog_id: int) -> tuple[tuple[int, int], ...]:
+    """(number, steps) of the prog's open reservations."""
+    return tuple(
+        (int(r[0]), int(r[1]))
+        for r in conn.execute(
+            "SELECT number, steps FROM reservations WHERE prog_id = ? AND state = 'open'",
+            (prog_id,),
+        ).fetchall()
+    )
+
+
+def attempt_ids_open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[int, int, bool]]:
+    """(attempt id, op id, claimed) of every attempt an earlier boot left
+    prepared or running (contract §3.6)."""
+    return [
+        (int(r[0]), int(r[1]), bool(r[2]))
+        for r in conn.execute(
+            "SELECT a.id, a.op_id, EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
+            " FROM attempts a WHERE a.state IN ('prepared', 'running') AND a.boot != ?"
+            " ORDER BY a.id",
+            (boot,),
+        ).fetchall()
+    ]
