@@ -60,7 +60,6 @@ __all__ = ["Recovery"]
 
 log = structlog.get_logger("wardd.recovery")
 RECEIPT_CONCURRENCY = 4
-DETAIL_MAX = 500  # characters of a receipt's detail kept in the evidence
 
 
 @attrs.frozen

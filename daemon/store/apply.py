@@ -8,7 +8,6 @@ to their op's previous record (``follows``); times are stamped here.
 
 from __future__ import annotations
 
-import datetime
 import sqlite3
 from typing import Any
 
@@ -16,20 +15,15 @@ import cbor2
 
 from wardd.protocol import ClaimConflict
 
+from .._records import now
 from ..core import changes as ch
 
-__all__ = ["apply", "now"]
+__all__ = ["apply"]
 
 NEXT_SEQ = (
     "1 + max(coalesce((SELECT max(seq) FROM events), 0),"
     " coalesce((SELECT seq_hw FROM prune_stats WHERE id = 1), 0))"
 )
-
-
-def now() -> str:
-    """RFC 3339 UTC with milliseconds."""
-    t = datetime.datetime.now(datetime.UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
 def _enc(value: Any) -> bytes | None:
