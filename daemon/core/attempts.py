@@ -300,11 +300,13 @@ def claim(
     ``token_void``; a lost race is ``claim_conflict``. Once the daemon is
     stopping, no claim is made (contract §3.6)."""
     attempt = view.attempt(ref.attempt) if view.op is not None else None
-    if attempt is None or attempt.id != ref.attempt_id:
-        # its op ended and was pruned (contract §3.9): never run
-        raise TokenInvalid("the token's attempt no longer exists (its op was pruned)")
+    if attempt is not None and attempt.id != ref.attempt_id:
+        attempt = None
     if stopping:
-        return Decision(tuple(_void_changes(view, attempt, "shutdown")), shutdown_void())
+        voids = [] if attempt is None else _void_changes(view, attempt, "shutdown")
+        return Decision(tuple(voids), shutdown_void())
+    if attempt is None:  # its op ended and was pruned (contract §3.9): never run
+        raise TokenInvalid("the token's attempt no longer exists (its op was pruned)")
     if attempt.state == A.VOID:
         voided = TokenVoid("the attempt was voided before its claim", {"reason": attempt.reason})
         return Decision((), voided)
