@@ -43,8 +43,8 @@ from wardd.protocol import (
     WarddError,
 )
 
-from ._prune import pruned_terminal, tombstone_row
 from ._records import NEXT_ATTEMPT_ID, append_event, dec, enc, move_attempt, now, refresh_op_state
+from .store.prune import pruned_terminal, tombstone_row
 
 Unit = Callable[[sqlite3.Connection], Any]
 

@@ -34,7 +34,6 @@ from wardd.protocol import (
     encode_item,
 )
 
-from ._prune import args_digest, tombstone_row
 from ._records import append_event, dec, enc, now, refresh_op_state
 from ._units import (
     Unit,
@@ -46,6 +45,7 @@ from ._units import (
     void_attempt,
     void_prepared,
 )
+from .store.prune import args_digest, tombstone_row
 
 _TRANSITIONS = {
     ("active", "paused"),

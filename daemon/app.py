@@ -49,17 +49,17 @@ from ._bridge import ThreadReply, wait_future
 from ._lock import OwnerLock
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import SIGNED, UNSIGNED, check_params
-from ._prune import Pruner
-from ._reads import Reads
 from ._records import now, wire_safe
-from ._schema import SCHEMA_VERSION, migrate
 from ._signals import CAUGHT_SIGNALS, STOP_SIGNALS, EarlySignals, signal_name
-from ._writer import Writer, connect
 from .config import Config
 from .descriptors import build_descriptors, check_descriptor, device_id
 from .guard import GuardTable
 from .recovery import Recovery
 from .server import Connection, Server, bind_unix
+from .store.prune import Pruner
+from .store.reads import Reads
+from .store.schema import SCHEMA_VERSION, migrate
+from .store.writer import Writer, connect
 from .tokens import DeadHandle, DispatchToken, TokenRegistry
 from .workers import Dispatch, WorkerPool
 

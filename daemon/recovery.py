@@ -49,10 +49,10 @@ from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
 from ._orphans import find_orphans, kill_groups
-from ._reads import Reads
 from ._records import append_event, dec, enc, move_attempt, wire_safe
 from ._units import record_outcome
-from ._writer import Writer
+from .store.reads import Reads
+from .store.writer import Writer
 
 __all__ = ["Recovery"]
 

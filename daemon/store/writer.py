@@ -34,7 +34,7 @@ import structlog
 
 from wardd.protocol import Internal, WarddError
 
-from ._bridge import wait_future
+from .._bridge import wait_future
 
 __all__ = ["Writer", "connect"]
 

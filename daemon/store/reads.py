@@ -14,8 +14,8 @@ from typing import Any
 
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
-from ._prune import tombstone_row, tombstone_view
-from ._records import dec
+from .._records import dec
+from .prune import tombstone_row, tombstone_view
 
 __all__ = ["Reads"]
 
