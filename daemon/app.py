@@ -59,7 +59,7 @@ from .server import Connection, Server, bind_unix
 from .store.prune import Pruner
 from .store.reads import Reads
 from .store.schema import SCHEMA_VERSION, migrate
-from .store.writer import Writer, connect
+from .store.writer import Writer, connect, connect_reader
 from .tokens import DeadHandle, DispatchToken, TokenRegistry
 from .workers import Dispatch, WorkerPool
 
@@ -130,7 +130,7 @@ class Daemon:
             (self.boot, self.started_at, os.getpid(), VERSION),
         )
         self.writer = Writer(wconn, self._on_fatal)
-        self.reads = Reads(connect(self.db_path), self.config.max_frame)
+        self.reads = Reads(connect_reader(self.db_path), self.config.max_frame)
         self.device = device_id(self.db_path)
         self.descriptors = build_descriptors(
             workers=self.config.workers,

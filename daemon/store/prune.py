@@ -42,7 +42,7 @@ import trio
 from wardd.protocol import Terminal, WarddError
 
 from .._records import now
-from .writer import connect
+from .writer import connect_reader
 
 __all__ = [
     "Pruner",
@@ -382,7 +382,7 @@ class Pruner:
 
     def _conn(self) -> sqlite3.Connection:
         if self._ckpt is None:
-            self._ckpt = connect(self.db_path)
+            self._ckpt = connect_reader(self.db_path)  # a checkpoint changes no row
             self._ckpt.execute("PRAGMA busy_timeout=0")
         return self._ckpt
 

@@ -1,6 +1,8 @@
 """The unsigned reads (contract §4), on a reader connection of their own.
 
 Reads never go through the writer and never wait behind an adapter call.
+Their connection is read-only (``PRAGMA query_only``, set here whatever
+connection is handed in): a statement that would write is refused by SQLite.
 No read returns a secret: records hold none, and the token handle is never
 stored. Pages end early (with ``next``) rather than exceed ``max_frame``.
 """
@@ -24,6 +26,7 @@ PAGE_HEADROOM = 4096
 
 class Reads:
     def __init__(self, conn: sqlite3.Connection, max_frame: int) -> None:
+        conn.execute("PRAGMA query_only = ON")
         conn.row_factory = sqlite3.Row
         self.conn = conn
         self.max_frame = max_frame
