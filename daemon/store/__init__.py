@@ -3,8 +3,10 @@
 - `schema`: the tables, triggers and migrations (``migrate``);
 - `writer`: the writer thread, the only connection that writes, with group
   commit;
-- `reads`: the readers, on connections opened read-only
-  (``PRAGMA query_only``), for the unsigned reads and for recovery;
+- `reads`: the readers, on a connection opened read-only
+  (``PRAGMA query_only``): the unsigned reads, the signed requests' neuron
+  check, and recovery's reads (receipt candidates, orphan suspects);
+- `boots`: the boot records (this start, the previous one, a clean stop);
 - `prune`: retention, storage maintenance (tombstones, vacuum, checkpoint);
 - later: the loaders of typed records and the applier of the changes the
   daemon's pure core decides.

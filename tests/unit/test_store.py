@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from wardd.daemon.store.boots import mark_clean_stop, record_boot
 from wardd.daemon.store.reads import Reads
 from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import connect, connect_reader
@@ -78,3 +79,26 @@ class TestReadersAreReadOnly:
         busy, _, _ = reader.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         assert busy == 0
         assert Path(f"{path}-wal").stat().st_size == 0
+
+
+class TestBoots:
+    def test_each_start_sees_the_previous_one_and_whether_it_stopped_cleanly(
+        self, store: tuple[Path, sqlite3.Connection]
+    ) -> None:
+        """`record_boot` answers the previous start (None for the first), clean only once
+        `mark_clean_stop` ran for it."""
+        _path, wconn = store
+
+        def start(boot: str) -> object:
+            return record_boot(wconn, boot=boot, started_at="t", pid=1, version="v")
+
+        assert start("b1") is None
+        assert start("b2") == {"boot": "b1", "clean": False}  # b1 never stopped cleanly
+        mark_clean_stop("b2", "2026-01-01T00:00:00Z")(wconn)
+        assert start("b3") == {"boot": "b2", "clean": True}
+        rows = wconn.execute("SELECT boot_id, stopped_at, clean FROM boots ORDER BY id").fetchall()
+        assert rows == [
+            ("b1", None, 0),
+            ("b2", "2026-01-01T00:00:00Z", 1),
+            ("b3", None, 0),
+        ]
