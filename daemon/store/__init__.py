@@ -11,5 +11,6 @@
 - later: the loaders of typed records and the applier of the changes the
   daemon's pure core decides.
 
-Outside this package the daemon issues no SQL (a test pins that).
+Outside this package the daemon issues no SQL: tests/unit/test_layout.py
+pins that (its allow-list names the writer units still to move here).
 """
