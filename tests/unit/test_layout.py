@@ -82,8 +82,7 @@ class TestSqlOnlyInTheStore:
         offenders = {
             str(path.relative_to(DAEMON)): hits
             for path in daemon_modules()
-            if path.name not in SQL_ALLOWED_OUTSIDE_STORE
-            and (hits := sql_in(path.read_text()))
+            if path.name not in SQL_ALLOWED_OUTSIDE_STORE and (hits := sql_in(path.read_text()))
         }
         assert offenders == {}
 
@@ -104,9 +103,9 @@ class TestSqlOnlyInTheStore:
         "source",
         [
             'conn.execute("SELECT 1")',
-            'rows = self.reads.conn.execute(q, params)',
+            "rows = self.reads.conn.execute(q, params)",
             "run = conn.executemany",
-            'conn.executescript(SCRIPT)',
+            "conn.executescript(SCRIPT)",
             'Q = "SELECT boot_id, clean FROM boots ORDER BY id DESC LIMIT 1"',
             'Q = ("INSERT INTO boots(boot_id, started_at)" " VALUES (?, ?)")',
             'q = f"DELETE FROM outcomes WHERE attempt_id IN ({ids})"',
