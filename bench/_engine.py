@@ -46,7 +46,7 @@ def run(db: Path, actor: Actor, start: int, n: int, *,
         count_frames: bool = False) -> dict[str, Any]:
     from wardd.daemon import _units
     from wardd.daemon._records import dec
-    from wardd.daemon._writer import connect
+    from wardd.daemon.store.writer import connect
 
     conn = connect(db)
     conn.row_factory = sqlite3.Row

@@ -2,7 +2,7 @@
 
 - ``commit_loop``: a raw ``sqlite3`` loop of ``BEGIN IMMEDIATE; INSERT; COMMIT``
   on a WAL database with ``synchronous=FULL`` (the daemon's settings, see
-  ``wardd.daemon._writer.connect``). One guarded ``invoke`` costs two such
+  ``wardd.daemon.store.writer.connect``). One guarded ``invoke`` costs two such
   commits (the attempt+claim unit, then the outcome unit: ``_units.invoke_claim``
   and ``workers.WorkerPool._accept``), so the raw sequential dispatch bound is
   ``commits/s ÷ 2``, and a full submit+invoke cycle ``commits/s ÷ 3``.

@@ -1,7 +1,7 @@
 """Recovery at start: a database of 1M event records and 10k in-flight attempts.
 
 The database is built directly with ``sqlite3`` in the daemon's schema
-(``wardd.daemon._schema.migrate`` creates it), as an earlier boot would have
+(``wardd.daemon.store.schema.migrate`` creates it), as an earlier boot would have
 left it: ``neurons`` neurons, each with one prog granted ``echo`` and bound
 to the earlier boot's ``w0``; completed ops (submitted → prepared → claimed →
 outcome: 4 event records, an attempt with its full descriptor, a claim and
@@ -27,7 +27,7 @@ from typing import Any
 
 import cbor2
 
-from wardd.daemon._schema import migrate
+from wardd.daemon.store.schema import migrate
 
 OLD_BOOT = "0" * 31 + "1"
 AT = "2025-01-01T00:00:00.000Z"

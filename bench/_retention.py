@@ -130,7 +130,7 @@ def build_backlog(tmp: Path, n: int, pending: int) -> tuple[Path, Actor]:
     from wardd.daemon import _units
     from wardd.daemon import _units_mgmt as mgmt
     from wardd.daemon._records import dec
-    from wardd.daemon._writer import connect
+    from wardd.daemon.store.writer import connect
 
     root = tmp / "ret-backlog"
     d = Daemon(root, workers=2, retention_s=0)

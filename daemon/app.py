@@ -49,17 +49,18 @@ from ._bridge import ThreadReply, wait_future
 from ._lock import OwnerLock
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import SIGNED, UNSIGNED, check_params
-from ._prune import Pruner
-from ._reads import Reads
 from ._records import now, wire_safe
-from ._schema import SCHEMA_VERSION, migrate
 from ._signals import CAUGHT_SIGNALS, STOP_SIGNALS, EarlySignals, signal_name
-from ._writer import Writer, connect
 from .config import Config
 from .descriptors import build_descriptors, check_descriptor, device_id
 from .guard import GuardTable
 from .recovery import Recovery
 from .server import Connection, Server, bind_unix
+from .store.boots import mark_clean_stop, record_boot
+from .store.prune import Pruner
+from .store.reads import Reads
+from .store.schema import SCHEMA_VERSION, migrate
+from .store.writer import Writer, connect, connect_reader
 from .tokens import DeadHandle, DispatchToken, TokenRegistry
 from .workers import Dispatch, WorkerPool
 
@@ -121,16 +122,11 @@ class Daemon:
         wconn = connect(self.db_path)
         wconn.row_factory = sqlite3.Row
         self.schema_from, _ = migrate(wconn)
-        last = wconn.execute("SELECT boot_id, clean FROM boots ORDER BY id DESC LIMIT 1").fetchone()
-        self.previous_boot = (
-            None if last is None else {"boot": last["boot_id"], "clean": bool(last["clean"])}
-        )
-        wconn.execute(
-            "INSERT INTO boots(boot_id, started_at, pid, version) VALUES (?,?,?,?)",
-            (self.boot, self.started_at, os.getpid(), VERSION),
+        self.previous_boot = record_boot(
+            wconn, boot=self.boot, started_at=self.started_at, pid=os.getpid(), version=VERSION
         )
         self.writer = Writer(wconn, self._on_fatal)
-        self.reads = Reads(connect(self.db_path), self.config.max_frame)
+        self.reads = Reads(connect_reader(self.db_path), self.config.max_frame)
         self.device = device_id(self.db_path)
         self.descriptors = build_descriptors(
             workers=self.config.workers,
@@ -428,13 +424,8 @@ class Daemon:
         return finished
 
     async def _mark_clean_stop(self) -> None:
-        def unit(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE boots SET stopped_at = ?, clean = 1 WHERE boot_id = ?", (now(), self.boot)
-            )
-
         try:
-            await self.writer.run(unit)
+            await self.writer.run(mark_clean_stop(self.boot, now()))
         except WarddError as err:
             log.error("stop_record_failed", error=err.message)
 
@@ -530,12 +521,8 @@ class Daemon:
         neuron = params["neuron"]
         if not verify(neuron, params["sig"], self.config.network, method, params):
             raise Unauthenticated("the signature does not verify")
-        if method != "register_neuron":
-            row = self.reads.conn.execute(
-                "SELECT 1 FROM neurons WHERE neuron = ?", (neuron,)
-            ).fetchone()
-            if row is None:
-                raise UnknownNeuron("neuron is not registered")
+        if method != "register_neuron" and not self.reads.neuron_exists(neuron):
+            raise UnknownNeuron("neuron is not registered")
         return str(neuron)
 
     async def _exclusive(self, neuron: str, unit: _units.Unit) -> Any:

@@ -204,10 +204,10 @@ def _config_warnings(cfg: Any) -> list[str]:
 
 def run(cfg: object) -> int:
     from wardd.daemon._lock import LockHeld
-    from wardd.daemon._schema import SchemaTooNew
     from wardd.daemon._signals import EarlySignals
     from wardd.daemon.app import Daemon
     from wardd.daemon.config import Config
+    from wardd.daemon.store.schema import SchemaTooNew
 
     assert isinstance(cfg, Config)
     log = structlog.get_logger("wardd")

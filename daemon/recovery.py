@@ -49,32 +49,17 @@ from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
 from ._orphans import find_orphans, kill_groups
-from ._reads import Reads
-from ._records import dec, wire_safe
-from ._writer import Writer
+from ._records import wire_safe
 from .core import attempts as core
 from .store import load
 from .store.apply import apply
+from .store.reads import Candidate, Reads
+from .store.writer import Writer
 
 __all__ = ["Recovery"]
 
 log = structlog.get_logger("wardd.recovery")
 RECEIPT_CONCURRENCY = 4
-
-
-@attrs.frozen
-class Candidate:
-    attempt_id: int
-    neuron: str
-    op: str
-    attempt: int
-    act: str
-    claimed: bool
-    claim_info: Any  # the claim row's decoded claim_info (None: none stored)
-
-    @property
-    def key(self) -> str:
-        return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
 def mark_unknown(
@@ -166,25 +151,7 @@ class Recovery:
         self, neuron: str | None = None, states: tuple[str, ...] = ("unknown",)
     ) -> list[Candidate]:
         acts = [t for t, a in self._adapters.items() if has_receipt(a)]
-        if not acts:
-            return []
-        marks = ",".join("?" * len(acts))
-        smarks = ",".join("?" * len(states))
-        sql = (
-            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.attempt_id IS NOT NULL,"
-            " c.claim_info FROM attempts a"
-            " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
-            " LEFT JOIN claims c ON c.attempt_id = a.id"
-            f" WHERE a.state IN ({smarks}) AND a.kind = 'guarded' AND o.act IN ({marks})"
-        )
-        params: list[Any] = [*states, *acts]
-        if neuron is not None:
-            sql += " AND n.neuron = ?"
-            params.append(neuron)
-        return [
-            Candidate(r[0], r[1], r[2], r[3], r[4], bool(r[5]), dec(r[6]))
-            for r in self._reads.conn.execute(sql + " ORDER BY a.id", params)
-        ]
+        return self._reads.receipt_candidates(acts, states, neuron)
 
     def _in_process(self, c: Candidate) -> bool:
         return bool(getattr(self._adapters[c.act], "in_process", False))
@@ -216,28 +183,21 @@ class Recovery:
     async def _kill_orphans(self) -> set[int]:
         """Kill what an earlier boot's claimed calls left running (``_orphans``);
         the attempt ids that had an orphan."""
-        rows = self._reads.conn.execute(
-            "SELECT a.id, n.neuron, o.op, a.attempt FROM attempts a"
-            " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
-            " WHERE a.kind = 'guarded' AND a.boot != ? AND a.state IN ('running', 'unknown')"
-            " AND EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)",
-            (self._boot,),
-        ).fetchall()
-        by_key = {f"{r[1]}/{r[2]}/{r[3]}": (int(r[0]), r[1], r[2], r[3]) for r in rows}
+        by_key = {c.key: c for c in self._reads.claimed_calls_of_earlier_boots(self._boot)}
         if not by_key:
             return set()
         found = await trio.to_thread.run_sync(find_orphans, by_key)
         had: set[int] = set()
         for key, pids in found.items():
-            attempt_id, neuron, op, attempt = by_key[key]
+            call = by_key[key]
             groups = kill_groups(pids)
             if groups:
-                had.add(attempt_id)
+                had.add(call.attempt_id)
                 log.warning(
                     "orphan_killed",
-                    neuron=neuron,
-                    op=op,
-                    attempt=attempt,
+                    neuron=call.neuron,
+                    op=call.op,
+                    attempt=call.attempt,
                     pids=pids,
                     groups=groups,
                 )
@@ -302,10 +262,8 @@ class Recovery:
             ev = self._pending.get(c.attempt_id)
             if ev is not None:  # a background check is on it: count what it decided
                 await ev.wait()
-                (state,) = self._reads.conn.execute(
-                    "SELECT state FROM attempts WHERE id = ?", (c.attempt_id,)
-                ).fetchone()
-                resolved += state != "unknown"
+                record = self._reads.attempt_state(c.attempt_id)
+                resolved += record is None or record[0] != "unknown"
                 continue
             resolved += await self._check(c)
         return {"checked": len(cands), "resolved": resolved}
@@ -317,15 +275,9 @@ class Recovery:
         stopping) or raised."""
         if not self._pending and not self._unanswered:
             return
-        row = self._reads.conn.execute(
-            "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
-            " JOIN neurons n ON n.id = o.neuron_id"
-            " WHERE n.neuron = ? AND o.op = ? AND a.attempt = ?",
-            (neuron, op, attempt),
-        ).fetchone()
-        if row is None:
+        attempt_id = self._reads.attempt_id(neuron, op, attempt)
+        if attempt_id is None:
             return  # the reconcile itself answers unknown_operation
-        attempt_id = row[0]
         done = self._pending.get(attempt_id)
         if done is not None:
             log.info("reconcile_waiting", op=op, attempt=attempt)

@@ -31,8 +31,8 @@ from . import _units
 from ._claims import claim_record
 from ._records import wire_safe
 from ._units import AttemptRef, Reroute
-from ._writer import Writer
 from .guard import GuardTable
+from .store.writer import Writer
 
 __all__ = ["Dispatch", "WorkerPool"]
 

@@ -1,6 +1,16 @@
-"""The store: every SQL statement of the daemon.
+"""The store: every SQL statement of the daemon lives in this package.
 
-The schema and its migrations, the writer thread, the read-only readers,
-the loaders that turn rows into the core's typed records, and the applier
-that writes a decision's changes.
+- `schema`: the tables, triggers and migrations (``migrate``);
+- `writer`: the writer thread, the only connection that writes, with group
+  commit;
+- `reads`: the readers, on a connection opened read-only
+  (``PRAGMA query_only``): the unsigned reads, the signed requests' neuron
+  check, and recovery's reads (receipt candidates, orphan suspects);
+- `boots`: the boot records (this start, the previous one, a clean stop);
+- `prune`: retention, storage maintenance (tombstones, vacuum, checkpoint);
+- `load`: the loaders, rows in, the core's typed records out;
+- `apply`: the applier, a decision's changes in, SQL out.
+
+Outside this package the daemon issues no SQL: tests/unit/test_layout.py
+pins that.
 """

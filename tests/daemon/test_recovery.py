@@ -11,7 +11,7 @@ import pytest
 
 from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, key, wait_for
 from wardd.client import Neuron
-from wardd.daemon._schema import SCHEMA_VERSION
+from wardd.daemon.store.schema import SCHEMA_VERSION
 from wardd.protocol import WarddError
 
 

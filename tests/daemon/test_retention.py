@@ -18,7 +18,7 @@ import pytest
 
 from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, wait_for
 from wardd.client import Client, Neuron, Session
-from wardd.daemon._schema import SCHEMA_VERSION
+from wardd.daemon.store.schema import SCHEMA_VERSION
 from wardd.protocol import WarddError
 
 FAST = {"retention_s": 1, "prune_interval_s": 1}
@@ -412,7 +412,7 @@ class TestSchemaGuards:
 
     @pytest.fixture
     def db(self, tmp_path):
-        from wardd.daemon._schema import migrate
+        from wardd.daemon.store.schema import migrate
 
         path = tmp_path / "wardd.db"
         shutil.copy(DATA / "schema-v4.db", path)
@@ -442,7 +442,7 @@ class TestSchemaGuards:
     def test_an_op_with_an_unknown_attempt_gets_no_tombstone(self, db):
         """A cancelled op whose manual attempt is unknown has not ended: no
         tombstone, so none of its records can go; an ended op can be pruned once."""
-        from wardd.daemon._prune import prune_op
+        from wardd.daemon.store.prune import prune_op
 
         unknown = self._id(db, "cancelled-unknown")
         assert db.execute(

@@ -24,7 +24,7 @@ from tests.soak._invariants import (
     check_op,
     read_effects,
 )
-from wardd.daemon._schema import migrate
+from wardd.daemon.store.schema import migrate
 
 N = "ab" * 32
 BOOT, OLD = "b" * 32, "a" * 32

@@ -17,8 +17,8 @@ import trio.testing
 import wardd.daemon
 from wardd.daemon import app, cli, config
 from wardd.daemon._units import AttemptRef
-from wardd.daemon._writer import Writer, connect
 from wardd.daemon.guard import GuardTable
+from wardd.daemon.store.writer import Writer, connect
 from wardd.daemon.tokens import DeadHandle, DispatchToken, TokenRegistry
 from wardd.protocol import BadRequest, Internal, TokenInvalid, TokenVoid
 

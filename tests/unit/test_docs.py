@@ -51,7 +51,7 @@ def logged_events() -> dict[str, set[str]]:
     """event -> levels, from every log call in the daemon's and adapters' source."""
     events: dict[str, set[str]] = {}
     for folder in ("daemon", "adapters", "protocol"):
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             text = path.read_text()
             found = LOG_EVENT.findall(text)
             assert len(found) == len(LOG_CALL.findall(text)), f"{path}: an event name not literal"

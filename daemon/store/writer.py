@@ -34,9 +34,9 @@ import structlog
 
 from wardd.protocol import Internal, WarddError
 
-from ._bridge import wait_future
+from .._bridge import wait_future
 
-__all__ = ["Writer", "connect"]
+__all__ = ["Writer", "connect", "connect_reader"]
 
 log = structlog.get_logger("wardd.writer")
 T = TypeVar("T")
@@ -54,6 +54,15 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write (``PRAGMA query_only``): SQLite refuses
+    any change through it (``attempt to write a readonly database``), while
+    ``BEGIN … COMMIT`` read snapshots and WAL checkpoints still work."""
+    conn = connect(path)
+    conn.execute("PRAGMA query_only = ON")
     return conn
 
 

@@ -1,6 +1,8 @@
 """The unsigned reads (contract §4), on a reader connection of their own.
 
 Reads never go through the writer and never wait behind an adapter call.
+Their connection is read-only (``PRAGMA query_only``, set here whatever
+connection is handed in): a statement that would write is refused by SQLite.
 No read returns a secret: records hold none, and the token handle is never
 stored. Pages end early (with ``next``) rather than exceed ``max_frame``.
 """
@@ -9,21 +11,56 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+import attrs
 
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
-from ._prune import tombstone_row, tombstone_view
-from ._records import dec
+from .._records import dec
+from .prune import tombstone_row, tombstone_view
 
-__all__ = ["Reads"]
+__all__ = ["Candidate", "ClaimedCall", "Reads"]
 
 PAGE_HEADROOM = 4096
 
 
+@attrs.frozen
+class Candidate:
+    """A guarded attempt a receipt may answer for (recovery, contract §3.4)."""
+
+    attempt_id: int
+    neuron: str
+    op: str
+    attempt: int
+    act: str
+    claimed: bool
+    claim_info: Any  # the claim row's decoded claim_info (None: none stored)
+
+    @property
+    def key(self) -> str:
+        return f"{self.neuron}/{self.op}/{self.attempt}"
+
+
+@attrs.frozen
+class ClaimedCall:
+    """A claimed guarded attempt of an earlier boot that may have left a
+    program running (recovery looks for its orphans)."""
+
+    attempt_id: int
+    neuron: str
+    op: str
+    attempt: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.neuron}/{self.op}/{self.attempt}"
+
+
 class Reads:
     def __init__(self, conn: sqlite3.Connection, max_frame: int) -> None:
+        conn.execute("PRAGMA query_only = ON")
         conn.row_factory = sqlite3.Row
         self.conn = conn
         self.max_frame = max_frame
@@ -46,6 +83,10 @@ class Reads:
             yield self.conn
         finally:
             self.conn.execute("COMMIT")
+
+    def neuron_exists(self, neuron: str) -> bool:
+        """Whether ``neuron`` is registered (contract §4: a signed request's last check)."""
+        return bool(self._q("SELECT 1 FROM neurons WHERE neuron = ?", (neuron,)))
 
     def attempt_state(self, attempt_id: int) -> tuple[str, str | None] | None:
         """(state, void reason) of an attempt by its row id, or None."""
@@ -302,6 +343,60 @@ class Reads:
         if nxt is not None:
             res["next"] = nxt
         return res
+
+    # -- recovery's reads (contract §3.4, §3.6) ----------------------------------------
+
+    def receipt_candidates(
+        self,
+        acts: Sequence[str],
+        states: Sequence[str] = ("unknown",),
+        neuron: str | None = None,
+    ) -> list[Candidate]:
+        """The guarded attempts in ``states`` of an op whose act is one of
+        ``acts`` (of ``neuron`` only, if given), in attempt row id order."""
+        if not acts or not states:
+            return []
+        amarks = ",".join("?" * len(acts))
+        smarks = ",".join("?" * len(states))
+        sql = (
+            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.attempt_id IS NOT NULL,"
+            " c.claim_info FROM attempts a"
+            " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
+            " LEFT JOIN claims c ON c.attempt_id = a.id"
+            f" WHERE a.state IN ({smarks}) AND a.kind = 'guarded' AND o.act IN ({amarks})"
+        )
+        params: list[Any] = [*states, *acts]
+        if neuron is not None:
+            sql += " AND n.neuron = ?"
+            params.append(neuron)
+        return [
+            Candidate(r[0], r[1], r[2], r[3], r[4], bool(r[5]), dec(r[6]))
+            for r in self._q(sql + " ORDER BY a.id", tuple(params))
+        ]
+
+    def claimed_calls_of_earlier_boots(self, boot: str) -> list[ClaimedCall]:
+        """Guarded attempts claimed by a boot other than ``boot`` and left
+        ``running`` or ``unknown``: their programs may still run."""
+        rows = self._q(
+            "SELECT a.id, n.neuron, o.op, a.attempt FROM attempts a"
+            " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
+            " WHERE a.kind = 'guarded' AND a.boot != ? AND a.state IN ('running', 'unknown')"
+            " AND EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)",
+            (boot,),
+        )
+        return [ClaimedCall(int(r[0]), r[1], r[2], r[3]) for r in rows]
+
+    def attempt_id(self, neuron: str, op: str, attempt: int) -> int | None:
+        """The row id of ``neuron``'s ``op`` attempt number ``attempt``, or None."""
+        rows = self._q(
+            "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " JOIN neurons n ON n.id = o.neuron_id"
+            " WHERE n.neuron = ? AND o.op = ? AND a.attempt = ?",
+            (neuron, op, attempt),
+        )
+        return int(rows[0][0]) if rows else None
+
+    # -- status -------------------------------------------------------------------------
 
     def counts(self) -> tuple[dict[str, int], int]:
         # exact counts kept by triggers (schema v3): no scan on the event loop

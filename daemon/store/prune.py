@@ -41,8 +41,8 @@ import trio
 
 from wardd.protocol import Terminal, WarddError
 
-from ._records import now
-from ._writer import connect
+from .._records import now
+from .writer import connect_reader
 
 __all__ = [
     "Pruner",
@@ -262,7 +262,7 @@ class Pruner:
     """Looks every ``interval_s`` for ops finished longer than ``retention_s``
     ago and prunes them on the writer, batch after batch (contract §3.9).
 
-    ``writer`` is the daemon's :class:`~._writer.Writer`; ``stopping`` says
+    ``writer`` is the daemon's :class:`~.writer.Writer`; ``stopping`` says
     when the daemon no longer takes writes (no batch is queued after that).
     """
 
@@ -382,7 +382,7 @@ class Pruner:
 
     def _conn(self) -> sqlite3.Connection:
         if self._ckpt is None:
-            self._ckpt = connect(self.db_path)
+            self._ckpt = connect_reader(self.db_path)  # a checkpoint changes no row
             self._ckpt.execute("PRAGMA busy_timeout=0")
         return self._ckpt
 
