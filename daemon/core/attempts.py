@@ -267,6 +267,7 @@ def _claim_changes(
     """The one claim of a prepared attempt, and its move to ``running``."""
     changes: list[Change] = [
         NewClaim(
+            attempt_id=attempt.id,
             op_id=op.id,
             attempt=attempt.attempt,
             placement_generation=ref.placement_generation,
@@ -396,7 +397,9 @@ def outcome_changes(
             evidence["aborted"] = data["aborted"] = True
         changes, _op, _a = move_attempt(op, attempt, A.UNKNOWN, "outcome", data, evidence=evidence)
         return changes
-    out: list[Change] = [NewOutcome(op.id, attempt.attempt, status, value, error, source)]
+    out: list[Change] = [
+        NewOutcome(attempt.id, op.id, attempt.attempt, status, value, error, source)
+    ]
     data = {"status": status.value, "source": source}
     if error is not None:
         data["error"] = error

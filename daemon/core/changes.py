@@ -117,6 +117,7 @@ class SetAttempt:
 
 @attrs.frozen
 class NewClaim:
+    attempt_id: int
     op_id: int
     attempt: int
     placement_generation: int | None
@@ -128,6 +129,7 @@ class NewClaim:
 
 @attrs.frozen
 class NewOutcome:
+    attempt_id: int
     op_id: int
     attempt: int
     status: AttemptState

@@ -30,7 +30,7 @@ def _enc(value: Any) -> bytes | None:
     return None if value is None else cbor2.dumps(value)
 
 
-_OP_COLUMNS = frozenset({"state", "cancelled", "result_epoch", "attempts"})
+_OP_COLUMNS = frozenset({"state", "cancelled", "result_epoch", "attempts", "last_seq"})
 _NEURON_COLUMNS = frozenset(
     {"epoch", "policy_version", "placement_generation", "placement", "placement_digest"}
 )
@@ -77,34 +77,52 @@ def _set(
     )
 
 
+class _Pending:
+    """What one apply defers to its end: each op's own row is written once
+    (its fields and the seq of its last record), after its attempts and
+    records, so that a decision that moves an op twice (prepared, then
+    running) costs one UPDATE and the op's triggers see only its final
+    state (contract §3.3: the projection follows the records)."""
+
+    def __init__(self, at: str) -> None:
+        self.at = at
+        self.ops: dict[int, dict[str, Any]] = {}
+        self.last_seq: dict[int, int | None] = {}
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        for op_id, fields in self.ops.items():
+            _set(conn, "operations", _OP_COLUMNS, op_id, fields)
+
+
 def apply(conn: sqlite3.Connection, decision: ch.Decision) -> Any:
     """Write ``decision.changes`` in order; return ``decision.reply``."""
-    at = now()
+    pending = _Pending(now())
     for c in decision.changes:
-        _APPLY[type(c)](conn, c, at)
+        _APPLY[type(c)](conn, c, pending)
+    pending.flush(conn)
     return decision.reply
 
 
-def _new_neuron(conn: sqlite3.Connection, c: ch.NewNeuron, at: str) -> None:
+def _new_neuron(conn: sqlite3.Connection, c: ch.NewNeuron, p: _Pending) -> None:
     conn.execute(
         "INSERT INTO neurons(id, neuron, epoch, policy_version, placement_generation, created_at)"
         " VALUES (?, ?, 1, 0, 0, ?)",
-        (c.id, c.neuron, at),
+        (c.id, c.neuron, p.at),
     )
 
 
-def _set_neuron(conn: sqlite3.Connection, c: ch.SetNeuron, at: str) -> None:
+def _set_neuron(conn: sqlite3.Connection, c: ch.SetNeuron, p: _Pending) -> None:
     _set(conn, "neurons", _NEURON_COLUMNS, c.neuron_id, dict(c.fields))
 
 
-def _new_prog(conn: sqlite3.Connection, c: ch.NewProg, at: str) -> None:
+def _new_prog(conn: sqlite3.Connection, c: ch.NewProg, p: _Pending) -> None:
     conn.execute(
         "INSERT INTO progs(id, neuron_id, prog, state, step_limit) VALUES (?,?,?, 'active', ?)",
         (c.id, c.neuron_id, c.prog, c.step_limit),
     )
 
 
-def _set_prog(conn: sqlite3.Connection, c: ch.SetProg, at: str) -> None:
+def _set_prog(conn: sqlite3.Connection, c: ch.SetProg, p: _Pending) -> None:
     extra = []
     if c.bump_version:  # contract §3.1: a state change; the version never comes back
         extra.append("state_version = state_version + 1")
@@ -113,7 +131,7 @@ def _set_prog(conn: sqlite3.Connection, c: ch.SetProg, at: str) -> None:
     _set(conn, "progs", _PROG_COLUMNS, c.prog_id, dict(c.fields), ", ".join(extra))
 
 
-def _new_op(conn: sqlite3.Connection, c: ch.NewOp, at: str) -> None:
+def _new_op(conn: sqlite3.Connection, c: ch.NewOp, p: _Pending) -> None:
     conn.execute(
         "INSERT INTO operations(id, neuron_id, op, prog_id, act, args, state)"
         " VALUES (?,?,?,?,?,?, 'pending')",
@@ -121,11 +139,11 @@ def _new_op(conn: sqlite3.Connection, c: ch.NewOp, at: str) -> None:
     )
 
 
-def _set_op(conn: sqlite3.Connection, c: ch.SetOp, at: str) -> None:
-    _set(conn, "operations", _OP_COLUMNS, c.op_id, dict(c.fields))
+def _set_op(conn: sqlite3.Connection, c: ch.SetOp, p: _Pending) -> None:
+    p.ops.setdefault(c.op_id, {}).update(c.fields)
 
 
-def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, at: str) -> None:
+def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, p: _Pending) -> None:
     conn.execute(
         "INSERT INTO attempts(id, op_id, attempt, kind, epoch, policy_version,"
         " placement_generation, descriptor, digest, worker, boot, created_at, state, evidence)"
@@ -142,14 +160,14 @@ def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, at: str) -> None:
             c.digest,
             c.worker,
             c.boot,
-            at,
+            p.at,
             c.state.value,
             _enc(c.evidence),
         ),
     )
 
 
-def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, at: str) -> None:
+def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> None:
     sets: list[str] = []
     params: list[Any] = []
     if c.state is not None:
@@ -167,47 +185,33 @@ def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, at: str) -> None:
     )
 
 
-def _attempt_id(conn: sqlite3.Connection, op_id: int, attempt: int) -> int:
-    (row_id,) = conn.execute(
-        "SELECT id FROM attempts WHERE op_id = ? AND attempt = ?", (op_id, attempt)
-    ).fetchone()
-    return int(row_id)
-
-
-def _new_claim(conn: sqlite3.Connection, c: ch.NewClaim, at: str) -> None:
+def _new_claim(conn: sqlite3.Connection, c: ch.NewClaim, p: _Pending) -> None:
     try:
         conn.execute(
             "INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot,"
             " claim_info, at) VALUES (?,?,?,?,?,?,?)",
             (
-                _attempt_id(conn, c.op_id, c.attempt),
+                c.attempt_id,
                 c.placement_generation,
                 c.digest,
                 c.worker,
                 c.boot,
                 _enc(c.claim_info),
-                at,
+                p.at,
             ),
         )
     except sqlite3.IntegrityError:  # the one claim of an attempt (unique: CAS)
         raise ClaimConflict("the attempt is already claimed") from None
 
 
-def _new_outcome(conn: sqlite3.Connection, c: ch.NewOutcome, at: str) -> None:
+def _new_outcome(conn: sqlite3.Connection, c: ch.NewOutcome, p: _Pending) -> None:
     conn.execute(
         "INSERT INTO outcomes(attempt_id, status, value, error, source, at) VALUES (?,?,?,?,?,?)",
-        (
-            _attempt_id(conn, c.op_id, c.attempt),
-            c.status.value,
-            cbor2.dumps(c.value),
-            c.error,
-            c.source,
-            at,
-        ),
+        (c.attempt_id, c.status.value, cbor2.dumps(c.value), c.error, c.source, p.at),
     )
 
 
-def _new_reservation(conn: sqlite3.Connection, c: ch.NewReservation, at: str) -> None:
+def _new_reservation(conn: sqlite3.Connection, c: ch.NewReservation, p: _Pending) -> None:
     conn.execute(
         "INSERT INTO reservations(prog_id, reservation, steps, state, number)"
         " VALUES (?,?,?, 'open', ?)",
@@ -215,14 +219,14 @@ def _new_reservation(conn: sqlite3.Connection, c: ch.NewReservation, at: str) ->
     )
 
 
-def _set_reservation(conn: sqlite3.Connection, c: ch.SetReservation, at: str) -> None:
+def _set_reservation(conn: sqlite3.Connection, c: ch.SetReservation, p: _Pending) -> None:
     conn.execute(
         "UPDATE reservations SET state = ?, settled = ? WHERE id = ?",
         (c.state, c.settled, c.reservation_id),
     )
 
 
-def _release(conn: sqlite3.Connection, c: ch.ReleaseReservations, at: str) -> None:
+def _release(conn: sqlite3.Connection, c: ch.ReleaseReservations, p: _Pending) -> None:
     where = "prog_id = ? AND state = 'open'"
     args: tuple[Any, ...] = (c.prog_id,)
     if c.before is not None:
@@ -231,21 +235,25 @@ def _release(conn: sqlite3.Connection, c: ch.ReleaseReservations, at: str) -> No
     conn.execute(f"UPDATE reservations SET state = 'released' WHERE {where}", args)
 
 
-def _append_event(conn: sqlite3.Connection, c: ch.AppendEvent, at: str) -> None:
+def _append_event(conn: sqlite3.Connection, c: ch.AppendEvent, p: _Pending) -> None:
     """One event record; ``follows`` is the op's previous record (null for
     its first and for per-neuron records)."""
     follows = None
     if c.op_id is not None:
-        (follows,) = conn.execute(
-            "SELECT last_seq FROM operations WHERE id = ?", (c.op_id,)
-        ).fetchone()
+        if c.op_id in p.last_seq:
+            follows = p.last_seq[c.op_id]
+        else:
+            (follows,) = conn.execute(
+                "SELECT last_seq FROM operations WHERE id = ?", (c.op_id,)
+            ).fetchone()
     cur = conn.execute(
         "INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows, data)"
         f" VALUES ({NEXT_SEQ}, ?, ?, ?, ?, ?, ?, ?)",
-        (at, c.kind, c.neuron_id, c.op_id, c.attempt, follows, _enc(c.data)),
+        (p.at, c.kind, c.neuron_id, c.op_id, c.attempt, follows, _enc(c.data)),
     )
     if c.op_id is not None:
-        conn.execute("UPDATE operations SET last_seq = ? WHERE id = ?", (cur.lastrowid, c.op_id))
+        p.last_seq[c.op_id] = cur.lastrowid
+        p.ops.setdefault(c.op_id, {})["last_seq"] = cur.lastrowid
 
 
 _APPLY: dict[type, Any] = {

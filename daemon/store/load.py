@@ -225,25 +225,65 @@ def _view(
     )
 
 
+_N = (
+    "n.id, n.neuron, n.epoch, n.policy_version, n.placement_generation, n.placement,"
+    " n.placement_digest"
+)
+_O = (
+    "o.id, o.neuron_id, o.op, o.prog_id, o.act, o.args, o.state, o.attempts, o.cancelled,"
+    " o.result_epoch"
+)
+_P = (
+    "p.id, p.neuron_id, p.prog, p.state, p.state_version, p.step_limit, p.steps_used,"
+    " p.steps_reserved, p.exhausted, p.grant_acts, p.grant_enabled, p.reservation_seq"
+)
+# the neuron, its op and the op's prog in one statement (the hot path's first read)
+_NEURON_OP_PROG = (
+    f"SELECT {_N}, {_O}, {_P} FROM neurons n"
+    " LEFT JOIN operations o ON o.neuron_id = n.id AND o.op = ?"
+    " LEFT JOIN progs p ON p.id = o.prog_id WHERE n.neuron = ?"
+)
+_OP_NEURON_PROG = (
+    f"SELECT {_N}, {_O}, {_P} FROM operations o JOIN neurons n ON n.id = o.neuron_id"
+    " JOIN progs p ON p.id = o.prog_id WHERE o.id = ?"
+)
+
+
+def _joined(conn: sqlite3.Connection, row: Any, name: str, next_attempt: bool) -> OpView:
+    n = _neuron(None if row is None else row[0:7])
+    if n is None:
+        return OpView(neuron=None, name=name, op=None, prog=None)
+    op = None if row[7] is None else _op(row[7:17])
+    if op is None:
+        return _view(conn, n, name, None, next_attempt)
+    attempts, outcomes = _attempts(
+        conn.execute(_ATTEMPT + " WHERE a.op_id = ? ORDER BY a.attempt", (op.id,)).fetchall()
+    )
+    return OpView(
+        neuron=n,
+        name=name,
+        op=op,
+        prog=_prog(row[17:29]),
+        attempts=attempts,
+        outcomes=outcomes,
+        next_attempt_id=next_id(conn, "attempts") if next_attempt else 0,
+    )
+
+
 def op_view(
     conn: sqlite3.Connection, neuron_name: str, op: str, *, next_attempt: bool = False
 ) -> OpView:
     """The op ``op`` of the neuron ``neuron_name``, with what decisions about it read."""
-    n = neuron(conn, neuron_name)
-    row = (
-        None
-        if n is None
-        else conn.execute(_OP + " WHERE neuron_id = ? AND op = ?", (n.id, op)).fetchone()
-    )
-    return _view(conn, n, op, _op(row), next_attempt)
+    row = conn.execute(_NEURON_OP_PROG, (op, neuron_name)).fetchone()
+    return _joined(conn, row, op, next_attempt)
 
 
 def op_view_by_id(conn: sqlite3.Connection, op_id: int) -> OpView:
     """The op with row id ``op_id`` (an attempt's op); ``op`` None once pruned."""
-    o = _op(conn.execute(_OP + " WHERE id = ?", (op_id,)).fetchone())
-    if o is None:
+    row = conn.execute(_OP_NEURON_PROG, (op_id,)).fetchone()
+    if row is None:
         return OpView(neuron=None, name="", op=None, prog=None)
-    return _view(conn, _neuron_by_id(conn, o.neuron_id), o.op, o, False)
+    return _joined(conn, row, row[9], False)
 
 
 def op_id_of_attempt(conn: sqlite3.Connection, attempt_id: int) -> int | None:
