@@ -10,7 +10,6 @@ unit decides.
 
 from __future__ import annotations
 
-import collections
 import importlib.metadata
 import os
 import secrets
@@ -55,7 +54,7 @@ from .guard import GuardTable
 from .handlers import METHODS
 from .recovery import Recovery
 from .server import Connection, Server, bind_unix
-from .tokens import DispatchToken, TokenRegistry
+from .tokens import DispatchToken, Tokens
 from .workers import Dispatch, WorkerPool
 
 __all__ = ["Daemon", "VERSION"]
@@ -78,9 +77,11 @@ class Daemon:
         self.lock = OwnerLock(config.database)
         self.db_path = self.lock.database
         self.guards = GuardTable()
-        self.tokens = TokenRegistry()
-        self.expiry: collections.deque[tuple[float, bytes]] = collections.deque()
-        self.expiry_wake = trio.Event()
+        self.tokens = Tokens(
+            ttl_s=config.token_ttl_s,
+            void=self.void,
+            attempt_state=lambda attempt_id: self.reads.attempt_state(attempt_id),
+        )
         self.recovered = trio.Event()
         self._dispatch_scopes: set[trio.CancelScope] = set()
         self.stopping = False
@@ -213,7 +214,7 @@ class Daemon:
                     async with trio.open_nursery() as services:
                         accepting = trio.CancelScope()
                         services.start_soon(self._accept, accepting, listener, requests, conns)
-                        services.start_soon(self._expire_tokens)
+                        services.start_soon(self.tokens.run)
                         await self.recovery.at_start()
                         self.recovered.set()
                         services.start_soon(self.recovery.background_receipts)
@@ -245,8 +246,6 @@ class Daemon:
                         self.recovery.stop()
                         queued = self.pool.begin_stop()
                         tokens = self.tokens.void_all("shutdown")
-                        for _handle, token in tokens:
-                            token.void_done = trio.Event()
                         await self._void_shutdown(queued, tokens)
                         services.cancel_scope.cancel()
                     lsock.close()
@@ -285,10 +284,7 @@ class Daemon:
             except WarddError as err:
                 log.error("void_failed", reason="shutdown", error=err.message)
                 ok = False
-        for handle, t in tokens:
-            t.void_ok = ok
-            t.void_done.set()
-            self.tokens.void_written(handle)
+        self.tokens.voids_written(tokens, ok)
         for d in queued:
             if ok or d.ref is None:
                 d.reply(None, _units.shutdown_void())
@@ -435,14 +431,6 @@ class Daemon:
             return False
         return True
 
-    async def void_token(self, handle: bytes, token: DispatchToken) -> None:
-        """Void a token's attempt; an ``execute`` of it waits for this."""
-        assert token.void_reason is not None
-        token.void_done = done = trio.Event()
-        token.void_ok = await self.void(token.ref.attempt_id, token.void_reason)
-        done.set()
-        self.tokens.void_written(handle)
-
     async def _refuse_dispatch(self, d: Dispatch) -> None:
         """An accepted dispatch that will never be claimed (shutdown)."""
         if d.ref is not None and not await self.void(d.ref.attempt_id, "shutdown"):
@@ -455,19 +443,6 @@ class Daemon:
         if refs and self._background is not None:
             for ref in refs:
                 self._background.start_soon(self.void, ref.attempt_id, "token_dropped")
-
-    async def _expire_tokens(self) -> None:
-        while True:
-            if not self.expiry:
-                self.expiry_wake = trio.Event()
-                await self.expiry_wake.wait()
-                continue
-            deadline, handle = self.expiry[0]
-            await trio.sleep_until(deadline)
-            self.expiry.popleft()
-            token = self.tokens.expire(handle)
-            if token is not None:
-                await self.void_token(handle, token)
 
     # -- dispatch -------------------------------------------------------------------
 

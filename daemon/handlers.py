@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import attrs
 import structlog
-import trio
 
 from wardd.protocol import (
     ATTEMPT_LIST_STATES,
@@ -35,8 +34,6 @@ from wardd.protocol import (
     NotRunning,
     OpState,
     ProgState,
-    TokenInvalid,
-    TokenVoid,
     WarddError,
     canonical_digest,
 )
@@ -62,7 +59,6 @@ from ._records import wire_safe
 from ._schema import SCHEMA_VERSION
 from .descriptors import check_descriptor
 from .server import Connection
-from .tokens import DeadHandle
 from .workers import Dispatch
 
 if TYPE_CHECKING:
@@ -144,37 +140,13 @@ async def _prepare(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) 
     if conn.closed:  # the connection went away meanwhile: its token is dropped
         await d.void(ref.attempt_id, "token_dropped")
         raise Internal("the connection closed")
-    deadline = trio.current_time() + d.config.token_ttl_s
-    handle, _token = d.tokens.issue(conn.id, ref, deadline)
-    d.expiry.append((deadline, handle))
-    d.expiry_wake.set()
+    handle = d.tokens.issue(conn.id, ref)
     log.debug("prepared", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=ref.worker)
     return {"token": handle, "attempt": ref.public()}
 
 
 async def _execute(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
-    handle = p["token"]
-    token = d.tokens.lookup(handle, conn.id)
-    if isinstance(token, DeadHandle):
-        # used, or voided durably: the attempt's record says which
-        raise _dead_token(d.reads.attempt_state(token.attempt_id))
-    if token.void_reason is None and trio.current_time() >= token.deadline:
-        d.tokens.expire(handle)  # its timer has not fired yet
-        await d.void_token(handle, token)
-    if token.void_reason is None:
-        # contract §3.2.2: a token whose attempt a write already voided
-        # (a pause, an exhaustion, a revocation) is answered at once, never
-        # after waiting in a worker's queue; the claim checks again
-        record = d.reads.attempt_state(token.ref.attempt_id)
-        if record is None or record[0] == "void":
-            d.tokens.consume_void(handle, token)
-            raise _dead_token(record)
-    if token.void_reason is not None:
-        if token.void_done is not None:
-            await token.void_done.wait()  # reply only once the void is durable
-        if not token.void_ok:
-            raise Internal("the attempt could not be voided")
-    ref = d.tokens.consume(handle, token)
+    ref = await d.tokens.redeem(p["token"], conn.id)
     if ref.attempt_id is None or ref.worker is None or not d.pool.has(ref.worker):
         if ref.attempt_id is not None:
             await d.void(ref.attempt_id, "claim_failed")
@@ -334,15 +306,6 @@ async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) 
         "tokens": len(d.tokens),
         "recovering": not d.recovered.is_set(),
     }
-
-
-def _dead_token(record: tuple[str, str | None] | None) -> WarddError:
-    """The answer to a handle whose token is gone, from its attempt's record."""
-    if record is None:  # its op ended (the attempt was voided or ran) and was pruned
-        return TokenInvalid("the token's attempt no longer exists (its op was pruned)")
-    if record[0] == "void":
-        return TokenVoid("the token's attempt was voided", {"reason": record[1]})
-    return TokenInvalid("the token was already used")
 
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by Daemon.dispatch
