@@ -403,13 +403,25 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
     "abort": _signed(({"op": ident, "attempt": uint}, {}), _abort),
     # unsigned: the daemon, execute and the reads (contract §4)
     "status": Method(
-        NO_PARAMS, False, _status, served_while_stopping=True, waits_for_recovery=False
+        NO_PARAMS,
+        signed=False,
+        handler=_status,
+        served_while_stopping=True,
+        waits_for_recovery=False,
     ),
     "list_workers": Method(
-        NO_PARAMS, False, _list_workers, served_while_stopping=True, waits_for_recovery=False
+        NO_PARAMS,
+        signed=False,
+        handler=_list_workers,
+        served_while_stopping=True,
+        waits_for_recovery=False,
     ),
-    "execute": Method(
-        ({"token": byte_string}, {}), False, _execute, Guard.DISPATCH, served_while_stopping=True
+    "execute": Method(  # its token is void by then (token_void, shutdown)
+        ({"token": byte_string}, {}),
+        signed=False,
+        handler=_execute,
+        guard=Guard.DISPATCH,
+        served_while_stopping=True,
     ),
     "get_neuron": _read(({"neuron": neuron_id}, {}), lambda d, p: d.reads.get_neuron(p["neuron"])),
     "get_prog": _read(
