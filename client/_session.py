@@ -31,6 +31,8 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from wardd.protocol import Pager, PagingError
+
 from ._core import HelloResult
 from ._errors import ClientError, ConnectionClosed, RemoteProtocolError
 from ._neuron import Neuron
@@ -56,8 +58,6 @@ class _NoValue:
 
 NO_VALUE: Final = _NoValue()
 """Marks a reconcile outcome sent without a ``value`` key (unlike ``None``, a null value)."""
-
-_PAGE_LIMIT = 1000  # contract §4: reads return at most 1000 per page
 
 
 @attrs.frozen
@@ -109,20 +109,14 @@ class _Plans:
 
     def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[list[Any]]:
         """Every item of a paged read (contract §4: pass `next` back as `after`)."""
-        items: list[Any] = []
-        after: Any = None
-        while True:
-            page_params = dict(params, limit=_PAGE_LIMIT)
-            if after is not None:
-                page_params["after"] = after
-            page = yield _Call(method, page_params, False)
-            items.extend(page.get(key, []))
-            following = page.get("next")
-            if following is None:
-                return items
-            if following == after:
-                raise RemoteProtocolError(f"{method} returned the same page cursor twice")
-            after = following
+        pager = Pager(params, key)
+        while not pager.done:
+            page = yield _Call(method, pager.request(), False)
+            try:
+                pager.feed(page)
+            except PagingError as exc:
+                raise RemoteProtocolError(f"{method}: {exc}") from exc
+        return pager.items
 
     def operations(self, state: str | None, prog: str | None) -> Plan[list[dict[str, Any]]]:
         params: dict[str, Any] = {"neuron": self.neuron_id}

@@ -1,22 +1,21 @@
 """The daemon: wiring of store, writer, guards, workers, tokens and server.
 
-A request's way: bytes → :mod:`wardd.protocol` → :mod:`.server` → a handler
-here → a writer unit (:mod:`._units`, :mod:`._units_mgmt`) → for
-``execute``/``invoke`` the worker (:mod:`.workers`) → the adapter → the
-outcome unit. Handlers check params first (``bad_request``), then the
-signature (contract §4), then hand the decision to a unit.
+A request's way: bytes → :mod:`wardd.protocol` → :mod:`.server` →
+:meth:`Daemon.handle`, a lookup in the method table (:mod:`.handlers`) → a
+writer unit (:mod:`._units`, :mod:`._units_mgmt`) → for ``execute``/``invoke``
+the worker (:mod:`.workers`) → the adapter → the outcome unit. Params are
+checked first (``bad_request``), then the signature (contract §4), then a
+unit decides.
 """
 
 from __future__ import annotations
 
-import collections
 import importlib.metadata
 import os
 import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -25,14 +24,9 @@ import trio
 from wardd.adapters import Adapter, build_adapter, echo_adapter
 from wardd.protocol import (
     PROTOCOL_VERSION,
-    BadRequest,
     Internal,
-    NotAbortable,
-    NotRunning,
     Overloaded,
     Request,
-    TokenInvalid,
-    TokenVoid,
     Unauthenticated,
     UnknownMethod,
     UnknownNeuron,
@@ -43,17 +37,17 @@ from wardd.protocol import (
 )
 
 from . import _units
-from . import _units_mgmt as mgmt
 from ._activation import listen_fds
 from ._bridge import ThreadReply, wait_future
 from ._lock import OwnerLock
 from ._notify import Notifier, scrub_environment, watchdog_interval
-from ._params import SIGNED, UNSIGNED, check_params
-from ._records import now, wire_safe
+from ._params import check_params
+from ._records import now
 from ._signals import CAUGHT_SIGNALS, STOP_SIGNALS, EarlySignals, signal_name
 from .config import Config
-from .descriptors import build_descriptors, check_descriptor, device_id
+from .descriptors import build_descriptors, device_id
 from .guard import GuardTable
+from .handlers import METHODS
 from .recovery import Recovery
 from .server import Connection, Server, bind_unix
 from .store.boots import mark_clean_stop, record_boot
@@ -61,44 +55,34 @@ from .store.prune import Pruner
 from .store.reads import Reads
 from .store.schema import SCHEMA_VERSION, migrate
 from .store.writer import Writer, connect, connect_reader
-from .tokens import DeadHandle, DispatchToken, TokenRegistry
+from .tokens import DispatchToken, Tokens
 from .workers import Dispatch, WorkerPool
 
 __all__ = ["Daemon", "VERSION"]
 
 log = structlog.get_logger("wardd")
 VERSION = importlib.metadata.version("wardd")
-SignedHandler = Callable[[Connection, str, dict[str, Any]], Awaitable[Any]]
 EXIT_FAIL_STOP = 70
 STATUS_INTERVAL_S = 2.0  # how often STATUS= is refreshed (sent only when it changed)
-# reads and execute (its token is voided by then: token_void, shutdown)
-_SERVED_WHILE_STOPPING = frozenset(
-    {
-        "status",
-        "list_workers",
-        "execute",
-        "get_neuron",
-        "get_prog",
-        "get_operation",
-        "list_operations",
-        "history",
-        "list_attempts",
-    }
-)
 
 
 class Daemon:
+    reads: Reads  # set by open_store
+
     def __init__(self, config: Config) -> None:
         self.config = config
         self.boot = secrets.token_hex(16)
+        self.version = VERSION
         self.started_at = now()
-        self._t0 = time.monotonic()
+        self.t0 = time.monotonic()
         self.lock = OwnerLock(config.database)
         self.db_path = self.lock.database
         self.guards = GuardTable()
-        self.tokens = TokenRegistry()
-        self._expiry: collections.deque[tuple[float, bytes]] = collections.deque()
-        self._expiry_wake = trio.Event()
+        self.tokens = Tokens(
+            ttl_s=config.token_ttl_s,
+            void=self.void,
+            attempt_state=lambda attempt_id: self.reads.attempt_state(attempt_id),
+        )
         self.recovered = trio.Event()
         self._dispatch_scopes: set[trio.CancelScope] = set()
         self.stopping = False
@@ -109,10 +93,7 @@ class Daemon:
         self.adapters: dict[str, Adapter] = {"echo": echo_adapter()}
         for act in config.acts:
             self.adapters[act.tag] = build_adapter(act.tag, act.table, max_frame=config.max_frame)
-        self.act_bounds = {tag: a.max_arg_bytes for tag, a in self.adapters.items()}
-        self._signed: dict[str, SignedHandler] = {}
-        self._unsigned: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[Any]]] = {}
-        self._register_handlers()
+        self.act_bounds: dict[str, int] = {tag: a.max_arg_bytes for tag, a in self.adapters.items()}
 
     # -- start-up -----------------------------------------------------------------
 
@@ -229,7 +210,7 @@ class Daemon:
                     async with trio.open_nursery() as services:
                         accepting = trio.CancelScope()
                         services.start_soon(self._accept, accepting, listener, requests, conns)
-                        services.start_soon(self._expire_tokens)
+                        services.start_soon(self.tokens.run)
                         await self.recovery.at_start()
                         self.recovered.set()
                         services.start_soon(self.recovery.background_receipts)
@@ -261,8 +242,6 @@ class Daemon:
                         self.recovery.stop()
                         queued = self.pool.begin_stop()
                         tokens = self.tokens.void_all("shutdown")
-                        for _handle, token in tokens:
-                            token.void_done = trio.Event()
                         await self._void_shutdown(queued, tokens)
                         services.cancel_scope.cancel()
                     lsock.close()
@@ -301,10 +280,7 @@ class Daemon:
             except WarddError as err:
                 log.error("void_failed", reason="shutdown", error=err.message)
                 ok = False
-        for handle, t in tokens:
-            t.void_ok = ok
-            t.void_done.set()
-            self.tokens.void_written(handle)
+        self.tokens.voids_written(tokens, ok)
         for d in queued:
             if ok or d.ref is None:
                 d.reply(None, _units.shutdown_void())
@@ -431,7 +407,7 @@ class Daemon:
 
     # -- tokens ---------------------------------------------------------------------
 
-    async def _void(self, attempt_id: int, reason: str) -> bool:
+    async def void(self, attempt_id: int, reason: str) -> bool:
         """Durably void a prepared attempt; False if the write failed.
 
         contract §3.6: a void the daemon must write is critical: if it
@@ -446,17 +422,9 @@ class Daemon:
             return False
         return True
 
-    async def _void_token(self, handle: bytes, token: DispatchToken) -> None:
-        """Void a token's attempt; an ``execute`` of it waits for this."""
-        assert token.void_reason is not None
-        token.void_done = done = trio.Event()
-        token.void_ok = await self._void(token.ref.attempt_id, token.void_reason)
-        done.set()
-        self.tokens.void_written(handle)
-
     async def _refuse_dispatch(self, d: Dispatch) -> None:
         """An accepted dispatch that will never be claimed (shutdown)."""
-        if d.ref is not None and not await self._void(d.ref.attempt_id, "shutdown"):
+        if d.ref is not None and not await self.void(d.ref.attempt_id, "shutdown"):
             d.reply(None, Internal("the attempt could not be voided"))
             return
         d.reply(None, _units.shutdown_void())
@@ -465,20 +433,7 @@ class Daemon:
         refs = self.tokens.drop_connection(conn.id)
         if refs and self._background is not None:
             for ref in refs:
-                self._background.start_soon(self._void, ref.attempt_id, "token_dropped")
-
-    async def _expire_tokens(self) -> None:
-        while True:
-            if not self._expiry:
-                self._expiry_wake = trio.Event()
-                await self._expiry_wake.wait()
-                continue
-            deadline, handle = self._expiry[0]
-            await trio.sleep_until(deadline)
-            self._expiry.popleft()
-            token = self.tokens.expire(handle)
-            if token is not None:
-                await self._void_token(handle, token)
+                self._background.start_soon(self.void, ref.attempt_id, "token_dropped")
 
     # -- dispatch -------------------------------------------------------------------
 
@@ -492,23 +447,22 @@ class Daemon:
         }
 
     async def handle(self, conn: Connection, req: Request) -> Any:
+        """Serve one request by its entry in the method table (:mod:`.handlers`):
+        params (``bad_request``), then for a signed method network, signature
+        and registration (contract §4), then recovery, then the handler."""
         method, params = req.method, req.params
-        if self.stopping and method not in _SERVED_WHILE_STOPPING:
+        entry = METHODS.get(method)
+        if self.stopping and (entry is None or not entry.served_while_stopping):
             raise Overloaded("the daemon is shutting down", {"reason": "shutdown"})
-        if method in self._signed:
-            check_params(method, params, signed=True)
-            neuron = self._authenticate(method, params)
-            if method != "status":
-                await self.recovered.wait()
-            return await self._signed[method](conn, neuron, params)
-        if method in self._unsigned:
-            check_params(method, params, signed=False)
-            if method not in ("status", "list_workers"):
-                await self.recovered.wait()
-            return await self._unsigned[method](conn, params)
-        if method == "hello":
-            raise UnknownMethod("hello was already done on this connection")
-        raise UnknownMethod(f"no method {method!r}")
+        if entry is None:
+            if method == "hello":
+                raise UnknownMethod("hello was already done on this connection")
+            raise UnknownMethod(f"no method {method!r}")
+        check_params(entry.params, params, signed=entry.signed)
+        neuron = self._authenticate(method, params) if entry.signed else None
+        if entry.waits_for_recovery:
+            await self.recovered.wait()
+        return await entry.handler(self, conn, neuron, params)
 
     def _authenticate(self, method: str, params: dict[str, Any]) -> str:
         """contract §4: network, then signature against our network, then registration."""
@@ -525,21 +479,13 @@ class Daemon:
             raise UnknownNeuron("neuron is not registered")
         return str(neuron)
 
-    async def _exclusive(self, neuron: str, unit: _units.Unit) -> Any:
-        """Run a write holding the neuron's ward guard exclusively (contract §3.1)."""
-        await self.guards.acquire_exclusive_async(neuron)
-        try:
-            return await self.writer.run(unit)
-        finally:
-            self.guards.release_exclusive(neuron)
-
-    async def _dispatch(self, worker: str, d: Dispatch) -> Any:
+    async def dispatch(self, worker: str, d: Dispatch) -> Any:
         d.reply = reply = ThreadReply()
         if not self.pool.submit(worker, d):  # shutting down: never claimed
             await self._refuse_dispatch(d)
-        return await self._wait_call(reply)
+        return await self.wait_call(reply)
 
-    async def _wait_call(self, reply: ThreadReply) -> Any:
+    async def wait_call(self, reply: ThreadReply) -> Any:
         """Wait for a call's answer, shielded: the effect does not depend on
         the caller; only the shutdown drops the shield once its grace has
         passed (a dispatch's outcome, or an abort's)."""
@@ -551,296 +497,6 @@ class Daemon:
                 self._dispatch_scopes.discard(scope)
         return reply.result()
 
-    # -- handlers -------------------------------------------------------------------
-
-    def _register_handlers(self) -> None:
-        s, u = self._signed, self._unsigned
-        s["register_neuron"] = lambda c, n, p: self.writer.run(mgmt.register_neuron(n))
-        s["bind_placement"] = self._bind_placement
-        s["release_placement"] = lambda c, n, p: self._exclusive(
-            n, mgmt.bind_placement(n, p["expected_generation"], None, None)
-        )
-        s["advance_epoch"] = lambda c, n, p: self._exclusive(
-            n, mgmt.advance_epoch(n, p["expected_epoch"])
-        )
-        s["set_grant"] = lambda c, n, p: self._exclusive(
-            n, mgmt.set_grant(n, p["prog"], p["acts"], p["enabled"], p["expected_policy_version"])
-        )
-        s["create_prog"] = lambda c, n, p: self.writer.run(
-            mgmt.create_prog(n, p["prog"], p["step_limit"])
-        )
-        s["set_prog_state"] = lambda c, n, p: self._exclusive(
-            n,
-            mgmt.set_prog_state(
-                n, p["prog"], p["expected_state"], p["state"], p.get("expected_state_version")
-            ),
-        )
-        s["submit"] = lambda c, n, p: self.writer.run(
-            mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], self.act_bounds)
-        )
-        s["prepare"] = self._prepare
-        s["invoke"] = self._invoke
-        s["manual_take"] = self._manual_take
-        s["reconcile"] = self._reconcile
-        s["cancel"] = lambda c, n, p: self.writer.run(mgmt.cancel(n, p["op"]))
-        s["consume"] = lambda c, n, p: self.writer.run(mgmt.consume(n, p["op"]))
-        s["rebind"] = lambda c, n, p: self.writer.run(
-            mgmt.rebind(n, p["op"], p.get("expected_epoch"))
-        )
-        s["reserve_steps"] = lambda c, n, p: self.writer.run(
-            mgmt.reserve_steps(n, p["prog"], p["reservation"], p["steps"])
-        )
-        s["settle_steps"] = lambda c, n, p: self.writer.run(
-            mgmt.settle_steps(n, p["prog"], p["reservation"], p["steps"])
-        )
-        s["recover_reservations"] = lambda c, n, p: self.writer.run(
-            mgmt.recover_reservations(n, p["prog"], p.get("before"))
-        )
-        s["check_receipts"] = lambda c, n, p: self.recovery.check_receipts(n)
-        s["abort"] = self._abort
-        s["set_step_limit"] = lambda c, n, p: self.writer.run(
-            mgmt.set_step_limit(n, p["prog"], p["step_limit"], p["expected_state_version"])
-        )
-        u["status"] = self._status
-        u["list_workers"] = self._list_workers
-        u["execute"] = self._execute
-        r = self._read
-        u["get_neuron"] = r(lambda p: self.reads.get_neuron(p["neuron"]))
-        u["get_prog"] = r(lambda p: self.reads.get_prog(p["neuron"], p["prog"]))
-        u["get_operation"] = r(lambda p: self.reads.get_operation(p["neuron"], p["op"]))
-        u["list_operations"] = r(
-            lambda p: self.reads.list_operations(
-                p["neuron"], p.get("state"), p.get("prog"), p.get("after"), p.get("limit", 100)
-            )
-        )
-        u["history"] = r(
-            lambda p: self.reads.history(p["neuron"], p["op"], p.get("after"), p.get("limit", 100))
-        )
-        u["list_attempts"] = r(
-            lambda p: self.reads.list_attempts(p["state"], p.get("after"), p.get("limit", 100))
-        )
-        assert set(s) == set(SIGNED) and set(u) == set(UNSIGNED)
-
-    def _read(self, fn: Callable[[dict[str, Any]], Any]) -> Callable[..., Awaitable[Any]]:
-        async def handler(conn: Connection, params: dict[str, Any]) -> Any:
-            # one read transaction per read: a prune (or any write) that
-            # commits meanwhile is seen whole or not at all
-            with self.reads.snapshot():
-                return fn(params)
-
-        return handler
-
-    async def _bind_placement(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        admitted = check_descriptor(p["descriptor"], self.descriptors)
-        return await self._exclusive(
-            neuron,
-            mgmt.bind_placement(
-                neuron, p["expected_generation"], admitted, canonical_digest(admitted)
-            ),
-        )
-
-    async def _prepare(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        ref = await self.writer.run(_units.prepare(self.ctx, neuron, p))
-        if self.stopping:  # admitted before the shutdown began: never a live token
-            if not await self._void(ref.attempt_id, "shutdown"):
-                raise Internal("the attempt could not be voided")
-            raise _units.shutdown_void()
-        if conn.closed:  # the connection went away meanwhile: its token is dropped
-            await self._void(ref.attempt_id, "token_dropped")
-            raise Internal("the connection closed")
-        deadline = trio.current_time() + self.config.token_ttl_s
-        handle, _token = self.tokens.issue(conn.id, ref, deadline)
-        self._expiry.append((deadline, handle))
-        self._expiry_wake.set()
-        log.debug("prepared", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=ref.worker)
-        return {"token": handle, "attempt": ref.public()}
-
-    async def _execute(self, conn: Connection, p: dict[str, Any]) -> Any:
-        handle = p["token"]
-        token = self.tokens.lookup(handle, conn.id)
-        if isinstance(token, DeadHandle):
-            # used, or voided durably: the attempt's record says which
-            raise _dead_token(self.reads.attempt_state(token.attempt_id))
-        if token.void_reason is None and trio.current_time() >= token.deadline:
-            self.tokens.expire(handle)  # its timer has not fired yet
-            await self._void_token(handle, token)
-        if token.void_reason is None:
-            # contract §3.2.2: a token whose attempt a write already voided
-            # (a pause, an exhaustion, a revocation) is answered at once, never
-            # after waiting in a worker's queue; the claim checks again
-            record = self.reads.attempt_state(token.ref.attempt_id)
-            if record is None or record[0] == "void":
-                self.tokens.consume_void(handle, token)
-                raise _dead_token(record)
-        if token.void_reason is not None:
-            if token.void_done is not None:
-                await token.void_done.wait()  # reply only once the void is durable
-            if not token.void_ok:
-                raise Internal("the attempt could not be voided")
-        ref = self.tokens.consume(handle, token)
-        if ref.attempt_id is None or ref.worker is None or not self.pool.has(ref.worker):
-            if ref.attempt_id is not None:
-                await self._void(ref.attempt_id, "claim_failed")
-            raise Internal("the attempt names no worker of this daemon")
-
-        def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
-            return _units.claim(
-                ref,
-                worker=w,
-                boot=self.boot,
-                claim_info=info,
-                stopping=lambda: self.stopping,
-                on_claim=on_claim,
-            )
-
-        d = Dispatch(neuron=ref.neuron, reply=_unset, claim=claim, act=ref.act, ref=ref)
-        return await self._dispatch(ref.worker, d)
-
-    async def _invoke(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        # contract §3.2.5: prepare's checks on arrival, on a read, so that a
-        # refusal (attempt_busy for a running attempt, say) is answered at once
-        # and only a request that passes waits in its worker's queue; the
-        # claim unit checks again, under the guard
-        with self.reads.snapshot() as rconn:
-            worker, act = _units.invoke_precheck(rconn, self.ctx, neuron, p)
-        if not self.pool.has(worker):
-            raise Internal("the placement names no worker of this daemon")
-
-        def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
-            return _units.invoke_claim(
-                self.ctx,
-                neuron,
-                p,
-                worker=w,
-                claim_info=info,
-                stopping=lambda: self.stopping,
-                on_claim=on_claim,
-            )
-
-        # the op's act was read on arrival: its claim record is computed on
-        # the worker's thread, before the claim unit
-        d = Dispatch(neuron=neuron, reply=_unset, claim=claim, act=act)
-        return await self._dispatch(worker, d)
-
-    async def _manual_take(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        ref = await self.writer.run(_units.manual_take(self.ctx, neuron, p))
-        return {
-            "attempt": {
-                "op": ref.op,
-                "attempt": ref.attempt,
-                "kind": "manual",
-                "epoch": ref.epoch,
-                "policy_version": ref.policy_version,
-            }
-        }
-
-    async def _reconcile(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        await self.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
-        out = p["outcome"]
-        if wire_safe(out.get("value"))[1] is not None:
-            raise BadRequest("outcome.value nests too deep to be sent back", {"param": "outcome"})
-        return await self.writer.run(
-            mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
-        )
-
-    async def _abort(self, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        """contract §3.8: end a hung call. The checks run on a read (the
-        claim registered the call before a read can show it running); the
-        call's process group is killed, its outcome is recorded ``unknown``
-        with ``aborted: true`` by its own worker, and the reply leaves once
-        that is durable. It never waits for the ward guard."""
-        op, attempt = p["op"], p["attempt"]
-        with self.reads.snapshot() as rconn:
-            attempt_id, act = _units.abort_target(rconn, neuron, op, attempt)
-        if not getattr(self.adapters.get(act), "abortable", False):
-            raise NotAbortable(
-                f"act {act!r} runs in an adapter that cannot be stopped from outside"
-            )
-        reply = ThreadReply()
-        if not self.pool.abort(attempt_id, reply):
-            raise NotRunning("nothing to abort: the call ended before the abort")
-        log.warning("abort", neuron=neuron, op=op, attempt=attempt, act=act)
-        status = await self._wait_call(reply)
-        if status != "unknown":  # the call ended on its own before the kill reached it
-            raise NotRunning(f"nothing to abort: the call ended before the abort ({status})")
-        return {"op": op, "attempt": attempt, "status": "unknown"}
-
-    async def _list_workers(self, conn: Connection, p: dict[str, Any]) -> Any:
-        return {
-            "workers": [
-                {"worker": d["executor"]["worker"], "descriptor": d, "digest": g}
-                for d, g in zip(self.descriptors, self.digests, strict=True)
-            ]
-        }
-
-    async def _status(self, conn: Connection, p: dict[str, Any]) -> Any:
-        ops, unknown = self.reads.counts()
-        st = self.writer.stats
-        size = 0
-        for suffix in ("", "-wal"):
-            try:
-                size += os.stat(str(self.db_path) + suffix).st_size
-            except OSError:
-                pass
-        workers = []
-        for s, digest in zip(self.pool.states, self.digests, strict=True):
-            busy = s.busy
-            workers.append(
-                {
-                    "id": s.id,
-                    "digest": digest,
-                    "busy_op": None
-                    if busy is None
-                    else {"neuron": busy.neuron, "op": busy.op, "attempt": busy.attempt},
-                    "counts": self.pool.counts(s),
-                }
-            )
-        return {
-            "version": VERSION,
-            "protocol": PROTOCOL_VERSION,
-            "boot": self.boot,
-            "started_at": self.started_at,
-            "uptime": round(time.monotonic() - self._t0, 3),
-            "network": self.config.network,
-            "db": {
-                "path": str(self.db_path),
-                "schema_version": SCHEMA_VERSION,
-                "size": size,
-                **self.reads.retention(),  # pruned_ops, last_pruned_at (contract §3.9)
-            },
-            "workers": workers,
-            "operations": ops,
-            "unknown_attempts": unknown,
-            "receipts_pending": self.recovery.pending,
-            "previous_boot": self.previous_boot,
-            "recovery": {
-                "marked_unknown": self.recovery.marked,
-                "resolved_by_receipt": self.recovery.resolved_by_receipt,
-            },
-            "writer": {
-                "backlog": self.writer.backlog,
-                "batches": st.batches,
-                "mean_batch": round(st.units / st.batches, 2) if st.batches else 0,
-                "max_batch": st.max_batch,
-            },
-            "connections": len(self.server.connections),
-            "tokens": len(self.tokens),
-            "recovering": not self.recovered.is_set(),
-        }
-
-
-def _dead_token(record: tuple[str, str | None] | None) -> WarddError:
-    """The answer to a handle whose token is gone, from its attempt's record."""
-    if record is None:  # its op ended (the attempt was voided or ran) and was pruned
-        return TokenInvalid("the token's attempt no longer exists (its op was pruned)")
-    if record[0] == "void":
-        return TokenVoid("the token's attempt was voided", {"reason": record[1]})
-    return TokenInvalid("the token was already used")
-
 
 def _noop(conn: sqlite3.Connection) -> None:
     """The watchdog's probe unit: it writes nothing."""
-
-
-def _unset(result: Any, error: WarddError | None) -> None:  # replaced by _dispatch
-    raise AssertionError("reply callback not set")

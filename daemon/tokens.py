@@ -15,22 +15,33 @@ dead handle is recognised (the attempt's record then says ``token_void``
 and why, or that the token was used) without keeping a tombstone per token.
 A token whose void is still being written is kept until that void is
 durable, so that its ``execute`` answers only after it is.
+
+:class:`TokenRegistry` is the bookkeeping, with no clock and no I/O;
+:class:`Tokens` is its event-loop side: it gives each token its deadline
+from an injectable clock, runs the one expiry task, redeems a handle for
+``execute`` and has the daemon write each void (a function it is given).
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import attrs
+import trio
 
-from wardd.protocol import TokenInvalid, TokenVoid
+from wardd.protocol import Internal, TokenInvalid, TokenVoid, WarddError
 
 from ._units import AttemptRef
 
-__all__ = ["DeadHandle", "DispatchToken", "TokenRegistry"]
+__all__ = ["DeadHandle", "DispatchToken", "TokenRegistry", "Tokens"]
+
+#: An attempt's (state, void reason) by its row id, or None if it is gone (pruned).
+AttemptRecord = tuple[str, str | None]
 
 HANDLE_BYTES = 32
 _ID_BYTES = 8
@@ -45,7 +56,7 @@ class DispatchToken:
         self.ref = ref
         self.deadline = deadline
         self.void_reason: str | None = None
-        self.void_done: Any = None  # an event set once the void is durable
+        self.void_done: trio.Event | None = None  # set once the void is durable
         self.void_ok = False
         self._used = False
 
@@ -205,3 +216,126 @@ class TokenRegistry:
             handles.discard(handle)
             if not handles:
                 del self._by_conn[conn_id]
+
+
+class Tokens:
+    """The tokens on the event loop: deadlines, expiry, redemption, voids.
+
+    ``void(attempt_id, reason)`` writes a void durably and says whether it
+    could (the daemon fail-stops if not); ``attempt_state(attempt_id)`` reads
+    an attempt's record; ``clock()`` is the current time in the units of
+    ``ttl_s`` and must advance with trio's clock (the default is trio's).
+    """
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float,
+        void: Callable[[int, str], Awaitable[bool]],
+        attempt_state: Callable[[int], AttemptRecord | None],
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self.registry = TokenRegistry()
+        self._ttl_s = ttl_s
+        self._void = void
+        self._attempt_state = attempt_state
+        self._clock = clock
+        # one FIFO: the TTL is constant, so deadlines come in issue order
+        self._expiry: collections.deque[tuple[float, bytes]] = collections.deque()
+        self._wake = trio.Event()
+
+    def __len__(self) -> int:
+        """The number of live tokens."""
+        return len(self.registry)
+
+    def issue(self, conn_id: int, ref: AttemptRef) -> bytes:
+        """A new token for ``ref`` on ``conn_id``, expiring ``ttl_s`` from now; its handle."""
+        deadline = self._clock() + self._ttl_s
+        handle, _token = self.registry.issue(conn_id, ref, deadline)
+        self._expiry.append((deadline, handle))
+        self._wake.set()
+        return handle
+
+    async def run(self) -> None:
+        """Expire each token at its deadline and void its attempt (``token_expired``)."""
+        while True:
+            if not self._expiry:
+                self._wake = trio.Event()
+                await self._wake.wait()
+                continue
+            deadline, handle = self._expiry[0]
+            now = self._clock()
+            if now < deadline:
+                await trio.sleep(deadline - now)
+                continue
+            self._expiry.popleft()
+            token = self.registry.expire(handle)
+            if token is not None:  # not used, dropped or voided meanwhile
+                await self._void_token(handle, token)
+
+    async def redeem(self, handle: Any, conn_id: int) -> AttemptRef:
+        """Consume the token behind ``handle`` for ``execute`` (contract §3.2.2).
+
+        A dead handle is answered from its attempt's record; a token past its
+        deadline is expired here if its timer has not fired yet; a token
+        voided in memory is answered ``token_void`` only once its void is
+        durable (``internal`` if that write failed)."""
+        token = self.registry.lookup(handle, conn_id)
+        if isinstance(token, DeadHandle):
+            # used, or voided durably: the attempt's record says which
+            raise dead_token(self._attempt_state(token.attempt_id))
+        if token.void_reason is None and self._clock() >= token.deadline:
+            self.registry.expire(handle)  # its timer has not fired yet
+            await self._void_token(handle, token)
+        if token.void_reason is None:
+            # a token whose attempt a write already voided (a pause, an
+            # exhaustion, a revocation) is answered at once, never after
+            # waiting in a worker's queue; the claim checks again
+            record = self._attempt_state(token.ref.attempt_id)
+            if record is None or record[0] == "void":
+                self.registry.consume_void(handle, token)
+                raise dead_token(record)
+        if token.void_reason is not None:
+            if token.void_done is not None:
+                await token.void_done.wait()  # reply only once the void is durable
+            if not token.void_ok:
+                raise Internal("the attempt could not be voided")
+        return self.registry.consume(handle, token)
+
+    async def _void_token(self, handle: bytes, token: DispatchToken) -> None:
+        """Void a token's attempt; a redemption of it waits for this."""
+        assert token.void_reason is not None
+        token.void_done = done = trio.Event()
+        token.void_ok = await self._void(token.ref.attempt_id, token.void_reason)
+        done.set()
+        self.registry.void_written(handle)
+
+    def void_all(self, reason: str) -> list[tuple[bytes, DispatchToken]]:
+        """At shutdown: void every live token in memory; the caller writes
+        their voids and then calls :meth:`voids_written`."""
+        tokens = self.registry.void_all(reason)
+        for _handle, token in tokens:
+            token.void_done = trio.Event()
+        return tokens
+
+    def voids_written(self, tokens: list[tuple[bytes, DispatchToken]], ok: bool) -> None:
+        """The voids of :meth:`void_all` are durable (``ok``) or failed: answer
+        the redemptions waiting for them and forget the tokens."""
+        for handle, token in tokens:
+            token.void_ok = ok
+            if token.void_done is not None:
+                token.void_done.set()
+            self.registry.void_written(handle)
+
+    def drop_connection(self, conn_id: int) -> list[AttemptRef]:
+        """Forget a closed connection's live tokens; returns their attempts to void."""
+        return self.registry.drop_connection(conn_id)
+
+
+def dead_token(record: AttemptRecord | None) -> WarddError:
+    """The answer to a handle whose token is gone, from its attempt's record."""
+    if record is None:  # its op ended (the attempt was voided or ran) and was pruned
+        return TokenInvalid("the token's attempt no longer exists (its op was pruned)")
+    if record[0] == "void":
+        return TokenVoid("the token's attempt was voided", {"reason": record[1]})
+    return TokenInvalid("the token was already used")

@@ -341,18 +341,19 @@ wire_values = st.recursive(scalars, _containers, max_leaves=20)
 
 
 def _all_methods() -> list[str]:
-    from wardd.daemon._params import SIGNED, UNSIGNED
+    from wardd.daemon.handlers import METHODS
 
-    return sorted({*SIGNED, *UNSIGNED, "hello"})
+    return sorted({*METHODS, "hello"})
 
 
 def _all_param_names() -> list[str]:
-    from wardd.daemon._params import SIGNED, UNSIGNED
+    from wardd.daemon.handlers import METHODS
 
     names = {"neuron", "sig", "network", "protocol", "client"}
-    for req, opt in (*SIGNED.values(), *UNSIGNED.values()):
-        names.update(req)
-        names.update(opt)
+    for method in METHODS.values():
+        required, optional = method.params
+        names.update(required)
+        names.update(optional)
     return sorted(names)
 
 

@@ -33,6 +33,7 @@ import pytest
 
 from tests.daemon.harness import NETWORK, Actor, Background, Daemon, Env, code_of, wait_for
 from wardd.client import Client, Neuron, Session
+from wardd.protocol import Pager
 
 # -- replay ---------------------------------------------------------------------------------
 
@@ -416,23 +417,19 @@ def all_reads(client: Client, actor: Actor, audit: Audit) -> None:
         audit.add("get_prog", client.call("get_prog", {"neuron": nid, "prog": prog}))
     ops: list[str] = []
     for state in (None, "pending", "prepared", "running", "unknown", "retained", "consumed"):
-        params: dict[str, Any] = {"neuron": nid, "limit": 2}
+        params: dict[str, Any] = {"neuron": nid}
         if state:
             params["state"] = state
-        while True:
-            page = audit.add("list_operations", client.call("list_operations", params))
-            ops += [o["op"] for o in page["operations"]]
-            if "next" not in page:
-                break
-            params["after"] = page["next"]
+        pager = Pager(params, "operations", limit=2)  # small pages: every cursor is audited
+        while not pager.done:
+            page = client.call("list_operations", pager.request())
+            pager.feed(audit.add("list_operations", page))
+        ops += [o["op"] for o in pager.items]
     for op in sorted(set(ops)):
         audit.add("get_operation", client.call("get_operation", {"neuron": nid, "op": op}))
-        params = {"neuron": nid, "op": op, "limit": 3}
-        while True:
-            page = audit.add("history", client.call("history", params))
-            if "next" not in page:
-                break
-            params["after"] = page["next"]
+        pager = Pager({"neuron": nid, "op": op}, "records", limit=3)
+        while not pager.done:
+            pager.feed(audit.add("history", client.call("history", pager.request())))
     for state in ("unknown", "running", "prepared"):
         audit.add("list_attempts", client.call("list_attempts", {"state": state, "limit": 1000}))
 

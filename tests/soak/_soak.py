@@ -58,7 +58,7 @@ from tests.soak._invariants import (
     view_from_reads,
 )
 from wardd.client import Client, ClientError, Neuron
-from wardd.protocol import RebindRequired, TokenVoid, UnknownOperation, WarddError
+from wardd.protocol import Pager, RebindRequired, TokenVoid, UnknownOperation, WarddError
 
 PROGS = ("pa", "pb")
 #: act -> weight in the workload
@@ -371,14 +371,10 @@ class Cluster:
         self, c: Client, method: str, params: dict[str, Any], key: str
     ) -> list[dict[str, Any]]:
         """Every entry of a paged read, following ``next``."""
-        out: list[dict[str, Any]] = []
-        params = {**params, "limit": 1000}
-        while True:
-            page = self.request(c, method, params)
-            out += page[key]
-            if "next" not in page:
-                return out
-            params["after"] = page["next"]
+        pager = Pager(params, key)
+        while not pager.done:
+            pager.feed(self.request(c, method, pager.request()))
+        return pager.items
 
     def check_touched(self, c: Client, boot: str, *, every: bool = False) -> None:
         """The per-op invariants through get_operation/history for the ops the last

@@ -868,6 +868,21 @@ class TestSession:
         assert [p.get("after") for _, p in fake.calls] == [None, "b"]
         assert all(p["state"] == "unknown" and "sig" not in p for _, p in fake.calls)
 
+    def test_a_paged_read_that_breaks_the_paging_rules_is_a_protocol_error(self) -> None:
+        """A repeated `next` cursor or a page that is not a map is a
+        RemoteProtocolError naming the method, never an endless loop or a crash."""
+        session = Session(  # type: ignore[arg-type]
+            FakeClient({"list_operations": lambda p: {"operations": [1], "next": "a"}}),
+            Neuron.generate(),
+        )
+        with pytest.raises(RemoteProtocolError, match="list_operations: .*cursor came twice"):
+            session.list_operations()
+        session = Session(  # type: ignore[arg-type]
+            FakeClient({"list_attempts": lambda p: ["not", "a", "map"]}), Neuron.generate()
+        )
+        with pytest.raises(RemoteProtocolError, match="list_attempts: a page is not a map"):
+            session.list_attempts("unknown")
+
     def test_an_explicit_network_is_sent_and_signed(self) -> None:
         """Session(network=...) signs for that network and names it in params."""
         neuron = Neuron.generate()

@@ -1,0 +1,454 @@
+"""The method table: one entry per wire method (contract §4), and the handlers.
+
+Each entry says everything the daemon needs to serve its method: the params
+spec (checked first, ``bad_request``), whether it is signed (then the
+network, the signature and the registration are checked next, in that
+order), how it takes the neuron's ward guard, whether it is served while
+the daemon stops (contract §3.6: reads and ``execute``, whose token is void
+by then), whether it waits for the start-up recovery (all but ``status``
+and ``list_workers``), and its handler. :meth:`Daemon.handle
+<wardd.daemon.app.Daemon.handle>` is a lookup in :data:`METHODS`.
+
+A handler is ``async (daemon, connection, neuron, params) -> result``; the
+neuron is the verified signer for a signed method and ``None`` otherwise.
+The decision itself is a writer unit (:mod:`._units`, :mod:`._units_mgmt`).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+
+import attrs
+import structlog
+
+from wardd.protocol import (
+    ATTEMPT_LIST_STATES,
+    PROTOCOL_VERSION,
+    BadRequest,
+    Internal,
+    NotAbortable,
+    NotRunning,
+    OpState,
+    ProgState,
+    WarddError,
+    canonical_digest,
+)
+
+from . import _units
+from . import _units_mgmt as mgmt
+from ._bridge import ThreadReply
+from ._params import (
+    NO_PARAMS,
+    PAGE,
+    Spec,
+    act_list,
+    boolean,
+    byte_string,
+    descriptor,
+    ident,
+    neuron_id,
+    one_of,
+    outcome,
+    uint,
+)
+from ._records import wire_safe
+from .descriptors import check_descriptor
+from .server import Connection
+from .store.schema import SCHEMA_VERSION
+from .workers import Dispatch
+
+if TYPE_CHECKING:
+    from .app import Daemon
+
+__all__ = ["METHODS", "Guard", "Method"]
+
+log = structlog.get_logger("wardd")
+N = TypeVar("N", str, None)  # the neuron a handler gets: the signer, or None (unsigned)
+Handler = Callable[["Daemon", Connection, N, dict[str, Any]], Awaitable[Any]]
+UnitBuilder = Callable[["Daemon", str, dict[str, Any]], _units.Unit]
+
+
+class Guard(enum.Enum):
+    """How a method takes the neuron's ward guard (contract §3.1, §3.2)."""
+
+    NONE = "none"  # never waits for the guard
+    EXCLUSIVE = "exclusive"  # its unit runs holding the guard exclusively
+    DISPATCH = "dispatch"  # a worker holds it shared around the claim and the call
+
+
+@attrs.frozen
+class Method(Generic[N]):
+    """One wire method: its params, its checks and its handler."""
+
+    params: Spec
+    signed: bool
+    handler: Handler[N]
+    guard: Guard = Guard.NONE
+    served_while_stopping: bool = False
+    waits_for_recovery: bool = True
+
+
+def _signed(params: Spec, handler: Handler[str], guard: Guard = Guard.NONE) -> Method[str]:
+    return Method(params, signed=True, handler=handler, guard=guard)
+
+
+def _write(params: Spec, build: UnitBuilder, guard: Guard = Guard.NONE) -> Method[str]:
+    """A signed write that is one writer unit, run with the guard ``guard`` says."""
+
+    async def handler(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        unit = build(d, neuron, p)  # its checks (a descriptor's, say) come before the guard
+        if guard is Guard.EXCLUSIVE:
+            return await _exclusive(d, neuron, unit)
+        return await d.writer.run(unit)
+
+    return _signed(params, handler, guard)
+
+
+def _read(params: Spec, fn: Callable[[Daemon, dict[str, Any]], Any]) -> Method[None]:
+    """An unsigned read, in one read transaction: a prune (or any write)
+    that commits meanwhile is seen whole or not at all."""
+
+    async def handler(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+        with d.reads.snapshot():
+            return fn(d, p)
+
+    return Method(params, signed=False, handler=handler, served_while_stopping=True)
+
+
+async def _exclusive(d: Daemon, neuron: str, unit: _units.Unit) -> Any:
+    """Run a write holding the neuron's ward guard exclusively (contract §3.1)."""
+    await d.guards.acquire_exclusive_async(neuron)
+    try:
+        return await d.writer.run(unit)
+    finally:
+        d.guards.release_exclusive(neuron)
+
+
+# -- the handlers that are more than one unit -------------------------------------
+
+
+async def _prepare(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    ref = await d.writer.run(_units.prepare(d.ctx, neuron, p))
+    if d.stopping:  # admitted before the shutdown began: never a live token
+        if not await d.void(ref.attempt_id, "shutdown"):
+            raise Internal("the attempt could not be voided")
+        raise _units.shutdown_void()
+    if conn.closed:  # the connection went away meanwhile: its token is dropped
+        await d.void(ref.attempt_id, "token_dropped")
+        raise Internal("the connection closed")
+    handle = d.tokens.issue(conn.id, ref)
+    log.debug("prepared", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=ref.worker)
+    return {"token": handle, "attempt": ref.public()}
+
+
+async def _execute(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+    ref = await d.tokens.redeem(p["token"], conn.id)
+    if ref.attempt_id is None or ref.worker is None or not d.pool.has(ref.worker):
+        if ref.attempt_id is not None:
+            await d.void(ref.attempt_id, "claim_failed")
+        raise Internal("the attempt names no worker of this daemon")
+
+    def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
+        return _units.claim(
+            ref,
+            worker=w,
+            boot=d.boot,
+            claim_info=info,
+            stopping=lambda: d.stopping,
+            on_claim=on_claim,
+        )
+
+    dispatch = Dispatch(neuron=ref.neuron, reply=_unset, claim=claim, act=ref.act, ref=ref)
+    return await d.dispatch(ref.worker, dispatch)
+
+
+async def _invoke(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    # contract §3.2.5: prepare's checks on arrival, on a read, so that a
+    # refusal (attempt_busy for a running attempt, say) is answered at once
+    # and only a request that passes waits in its worker's queue; the
+    # claim unit checks again, under the guard
+    with d.reads.snapshot() as rconn:
+        worker, act = _units.invoke_precheck(rconn, d.ctx, neuron, p)
+    if not d.pool.has(worker):
+        raise Internal("the placement names no worker of this daemon")
+
+    def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
+        return _units.invoke_claim(
+            d.ctx,
+            neuron,
+            p,
+            worker=w,
+            claim_info=info,
+            stopping=lambda: d.stopping,
+            on_claim=on_claim,
+        )
+
+    # the op's act was read on arrival: its claim record is computed on the
+    # worker's thread, before the claim unit (invoke and execute claim alike)
+    dispatch = Dispatch(neuron=neuron, reply=_unset, claim=claim, act=act)
+    return await d.dispatch(worker, dispatch)
+
+
+async def _manual_take(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    ref = await d.writer.run(_units.manual_take(d.ctx, neuron, p))
+    return {
+        "attempt": {
+            "op": ref.op,
+            "attempt": ref.attempt,
+            "kind": "manual",
+            "epoch": ref.epoch,
+            "policy_version": ref.policy_version,
+        }
+    }
+
+
+async def _reconcile(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    await d.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
+    out = p["outcome"]
+    if wire_safe(out.get("value"))[1] is not None:
+        raise BadRequest("outcome.value nests too deep to be sent back", {"param": "outcome"})
+    return await d.writer.run(
+        mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
+    )
+
+
+async def _check_receipts(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    return await d.recovery.check_receipts(neuron)
+
+
+async def _abort(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    """contract §3.8: end a hung call. The checks run on a read (the
+    claim registered the call before a read can show it running); the
+    call's process group is killed, its outcome is recorded ``unknown``
+    with ``aborted: true`` by its own worker, and the reply leaves once
+    that is durable. It never waits for the ward guard."""
+    op, attempt = p["op"], p["attempt"]
+    with d.reads.snapshot() as rconn:
+        attempt_id, act = _units.abort_target(rconn, neuron, op, attempt)
+    if not getattr(d.adapters.get(act), "abortable", False):
+        raise NotAbortable(f"act {act!r} runs in an adapter that cannot be stopped from outside")
+    reply = ThreadReply()
+    if not d.pool.abort(attempt_id, reply):
+        raise NotRunning("nothing to abort: the call ended before the abort")
+    log.warning("abort", neuron=neuron, op=op, attempt=attempt, act=act)
+    status = await d.wait_call(reply)
+    if status != "unknown":  # the call ended on its own before the kill reached it
+        raise NotRunning(f"nothing to abort: the call ended before the abort ({status})")
+    return {"op": op, "attempt": attempt, "status": "unknown"}
+
+
+def _bind_placement(d: Daemon, neuron: str, p: dict[str, Any]) -> _units.Unit:
+    admitted = check_descriptor(p["descriptor"], d.descriptors)
+    return mgmt.bind_placement(
+        neuron, p["expected_generation"], admitted, canonical_digest(admitted)
+    )
+
+
+async def _list_workers(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+    return {
+        "workers": [
+            {"worker": desc["executor"]["worker"], "descriptor": desc, "digest": g}
+            for desc, g in zip(d.descriptors, d.digests, strict=True)
+        ]
+    }
+
+
+async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+    ops, unknown = d.reads.counts()
+    st = d.writer.stats
+    size = 0
+    for suffix in ("", "-wal"):
+        try:
+            size += os.stat(str(d.db_path) + suffix).st_size
+        except OSError:
+            pass
+    workers = []
+    for s, digest in zip(d.pool.states, d.digests, strict=True):
+        busy = s.busy
+        workers.append(
+            {
+                "id": s.id,
+                "digest": digest,
+                "busy_op": None
+                if busy is None
+                else {"neuron": busy.neuron, "op": busy.op, "attempt": busy.attempt},
+                "counts": d.pool.counts(s),
+            }
+        )
+    return {
+        "version": d.version,
+        "protocol": PROTOCOL_VERSION,
+        "boot": d.boot,
+        "started_at": d.started_at,
+        "uptime": round(time.monotonic() - d.t0, 3),
+        "network": d.config.network,
+        "db": {
+            "path": str(d.db_path),
+            "schema_version": SCHEMA_VERSION,
+            "size": size,
+            **d.reads.retention(),  # pruned_ops, last_pruned_at (contract §3.9)
+        },
+        "workers": workers,
+        "operations": ops,
+        "unknown_attempts": unknown,
+        "receipts_pending": d.recovery.pending,
+        "previous_boot": d.previous_boot,
+        "recovery": {
+            "marked_unknown": d.recovery.marked,
+            "resolved_by_receipt": d.recovery.resolved_by_receipt,
+        },
+        "writer": {
+            "backlog": d.writer.backlog,
+            "batches": st.batches,
+            "mean_batch": round(st.units / st.batches, 2) if st.batches else 0,
+            "max_batch": st.max_batch,
+        },
+        "connections": len(d.server.connections),
+        "tokens": len(d.tokens),
+        "recovering": not d.recovered.is_set(),
+    }
+
+
+def _unset(result: Any, error: WarddError | None) -> None:  # replaced by Daemon.dispatch
+    raise AssertionError("reply callback not set")
+
+
+# -- the table ----------------------------------------------------------------------
+
+_PREPARE: Spec = (
+    {"op": ident, "expected_attempt": uint, "placement_generation": uint},
+    {"expected_epoch": uint},
+)
+_OP: Spec = ({"op": ident}, {})
+_STEPS: Spec = ({"prog": ident, "reservation": ident, "steps": uint}, {})
+_EXCL = Guard.EXCLUSIVE
+
+#: Every method but ``hello`` (which the server answers), by name.
+METHODS: Final[Mapping[str, Method[Any]]] = {
+    # the neuron root (contract §3.1)
+    "register_neuron": _write(NO_PARAMS, lambda d, n, p: mgmt.register_neuron(n)),
+    "bind_placement": _write(
+        ({"expected_generation": uint, "descriptor": descriptor}, {}), _bind_placement, _EXCL
+    ),
+    "release_placement": _write(
+        ({"expected_generation": uint}, {}),
+        lambda d, n, p: mgmt.bind_placement(n, p["expected_generation"], None, None),
+        _EXCL,
+    ),
+    "advance_epoch": _write(
+        ({"expected_epoch": uint}, {}),
+        lambda d, n, p: mgmt.advance_epoch(n, p["expected_epoch"]),
+        _EXCL,
+    ),
+    "set_grant": _write(
+        (
+            {"prog": ident, "acts": act_list, "enabled": boolean, "expected_policy_version": uint},
+            {},
+        ),
+        lambda d, n, p: mgmt.set_grant(
+            n, p["prog"], p["acts"], p["enabled"], p["expected_policy_version"]
+        ),
+        _EXCL,
+    ),
+    # progs (contract §3.4)
+    "create_prog": _write(
+        ({"prog": ident, "step_limit": uint}, {}),
+        lambda d, n, p: mgmt.create_prog(n, p["prog"], p["step_limit"]),
+    ),
+    "set_prog_state": _write(
+        (
+            {"prog": ident, "expected_state": one_of(*ProgState), "state": one_of(*ProgState)},
+            {"expected_state_version": uint},
+        ),
+        lambda d, n, p: mgmt.set_prog_state(
+            n, p["prog"], p["expected_state"], p["state"], p.get("expected_state_version")
+        ),
+        _EXCL,
+    ),
+    "set_step_limit": _write(
+        ({"prog": ident, "step_limit": uint, "expected_state_version": uint}, {}),
+        lambda d, n, p: mgmt.set_step_limit(
+            n, p["prog"], p["step_limit"], p["expected_state_version"]
+        ),
+    ),
+    "reserve_steps": _write(
+        _STEPS,
+        lambda d, n, p: mgmt.reserve_steps(n, p["prog"], p["reservation"], p["steps"]),
+    ),
+    "settle_steps": _write(
+        _STEPS,
+        lambda d, n, p: mgmt.settle_steps(n, p["prog"], p["reservation"], p["steps"]),
+    ),
+    "recover_reservations": _write(
+        ({"prog": ident}, {"before": uint}),
+        lambda d, n, p: mgmt.recover_reservations(n, p["prog"], p.get("before")),
+    ),
+    # ops and attempts (contract §3.2, §3.3)
+    "submit": _write(
+        ({"prog": ident, "op": ident, "act": ident, "args": byte_string}, {}),
+        lambda d, n, p: mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], d.act_bounds),
+    ),
+    "prepare": _signed(_PREPARE, _prepare),
+    "invoke": _signed(_PREPARE, _invoke, Guard.DISPATCH),
+    "manual_take": _signed(
+        ({"op": ident, "expected_attempt": uint}, {"expected_epoch": uint}), _manual_take
+    ),
+    "reconcile": _signed(({"op": ident, "attempt": uint, "outcome": outcome}, {}), _reconcile),
+    "cancel": _write(_OP, lambda d, n, p: mgmt.cancel(n, p["op"])),
+    "consume": _write(_OP, lambda d, n, p: mgmt.consume(n, p["op"])),
+    "rebind": _write(
+        ({"op": ident}, {"expected_epoch": uint}),
+        lambda d, n, p: mgmt.rebind(n, p["op"], p.get("expected_epoch")),
+    ),
+    "check_receipts": _signed(NO_PARAMS, _check_receipts),
+    "abort": _signed(({"op": ident, "attempt": uint}, {}), _abort),
+    # unsigned: the daemon, execute and the reads (contract §4)
+    "status": Method(
+        NO_PARAMS,
+        signed=False,
+        handler=_status,
+        served_while_stopping=True,
+        waits_for_recovery=False,
+    ),
+    "list_workers": Method(
+        NO_PARAMS,
+        signed=False,
+        handler=_list_workers,
+        served_while_stopping=True,
+        waits_for_recovery=False,
+    ),
+    "execute": Method(  # its token is void by then (token_void, shutdown)
+        ({"token": byte_string}, {}),
+        signed=False,
+        handler=_execute,
+        guard=Guard.DISPATCH,
+        served_while_stopping=True,
+    ),
+    "get_neuron": _read(({"neuron": neuron_id}, {}), lambda d, p: d.reads.get_neuron(p["neuron"])),
+    "get_prog": _read(
+        ({"neuron": neuron_id, "prog": ident}, {}),
+        lambda d, p: d.reads.get_prog(p["neuron"], p["prog"]),
+    ),
+    "get_operation": _read(
+        ({"neuron": neuron_id, "op": ident}, {}),
+        lambda d, p: d.reads.get_operation(p["neuron"], p["op"]),
+    ),
+    "list_operations": _read(
+        ({"neuron": neuron_id}, {"state": one_of(*OpState), "prog": ident, **PAGE}),
+        lambda d, p: d.reads.list_operations(
+            p["neuron"], p.get("state"), p.get("prog"), p.get("after"), p.get("limit", 100)
+        ),
+    ),
+    "history": _read(
+        ({"neuron": neuron_id, "op": ident}, PAGE),
+        lambda d, p: d.reads.history(p["neuron"], p["op"], p.get("after"), p.get("limit", 100)),
+    ),
+    "list_attempts": _read(
+        ({"state": one_of(*ATTEMPT_LIST_STATES)}, PAGE),
+        lambda d, p: d.reads.list_attempts(p["state"], p.get("after"), p.get("limit", 100)),
+    ),
+}
