@@ -61,10 +61,7 @@ from wardd.protocol import (
 
 A = AttemptState
 ACT = "echo"
-NAMES = ("op-a", "op-b", "op-c")
-#: a disruptive rule (restart, revoke, pause, new epoch, exhaustion, cancel)
-#: acts only when this draws True, so that ops live long enough to go far
-RARE = st.sampled_from([False, False, False, False, False, True])
+NAMES = ("op-a", "op-b", "op-c", "op-d")
 #: which attempt of an op a rule names: mostly the latest
 PICK = st.sampled_from([-1, -1, -1, 0, 1, 2])
 OPEN = frozenset({A.PREPARED, A.RUNNING, A.UNKNOWN})
@@ -326,7 +323,7 @@ def _attempt_pick(records: Records, name: str, index: int) -> Attempt | None:
 
 
 class CoreMachine(RuleBasedStateMachine):
-    """One neuron, one prog, three op ids; every rule is one core decision."""
+    """One neuron, one prog, four op ids; every rule is one core decision."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -335,10 +332,10 @@ class CoreMachine(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
-        """Two ops exist from the start (the third is left to ``submit``)."""
+        """Three ops exist from the start (the fourth is left to ``submit``)."""
         self.r = Records()
         self.tokens = []
-        for name in NAMES[:2]:
+        for name in NAMES[:3]:
             self.submit(name, b"x")
 
     def decide(self, rule: str, call: Any, *, internal_ok: bool = False) -> Any:
@@ -366,7 +363,7 @@ class CoreMachine(RuleBasedStateMachine):
             lambda: submit(r.prog_view(), r.op_view(name), name, ACT, args, {ACT: 8}, next(r.ids)),
         )
 
-    @rule(name=st.sampled_from(NAMES), off=st.sampled_from([0, 0, 0, 0, 0, 0, -1, 1]))
+    @rule(name=st.sampled_from(NAMES), off=st.sampled_from([0, 0, 0, 0, 0, 0, 0, 0, 0, 1]))
     def prepare(self, name: str, off: int) -> None:
         r = self.r
         view = r.op_view(name)
@@ -391,10 +388,12 @@ class CoreMachine(RuleBasedStateMachine):
             "placement_generation": r.neuron.placement_generation,
             "expected_epoch": r.neuron.epoch,
         }
-        self.decide(
+        got = self.decide(
             "invoke",
             lambda: invoke_claim(r.ctx(), view, p, worker="w0", claim_info=None, stopping=False),
         )
+        if isinstance(got, ch.Decision):
+            self.check_claimed(got.reply)
 
     @rule(name=st.sampled_from(NAMES))
     def manual(self, name: str) -> None:
@@ -412,12 +411,36 @@ class CoreMachine(RuleBasedStateMachine):
         if not keep or stopping:
             self.tokens.remove(ref)
         r = self.r
-        self.decide(
+        before = r.attempts.get((ref.op_id, ref.attempt))
+        got = self.decide(
             "claim",
             lambda: claim(
                 r.op_view(ref.op), ref, worker="w0", boot=r.boot, claim_info=None, stopping=stopping
             ),
         )
+        if isinstance(got, ch.Decision) and got.refusal is None:
+            assert before is not None and before.state == A.PREPARED and not stopping
+            self.check_claimed(got.reply)
+        elif isinstance(got, ch.Decision):  # token_void: nothing runs; a prepared one is void now
+            assert got.refusal is not None and got.refusal.code == "token_void"
+            assert before is not None
+            after = r.attempts[(ref.op_id, ref.attempt)]
+            assert after.state == (A.VOID if before.state == A.PREPARED else before.state)
+
+    def check_claimed(self, ref: AttemptRef) -> None:
+        """contract §3.2.2: the claim ran the attempt in the context it was
+        prepared in, which is still the current one."""
+        r = self.r
+        a = r.attempts[(ref.op_id, ref.attempt)]
+        assert a.state == A.RUNNING and (ref.op_id, ref.attempt) in r.claims
+        assert not r.ops[ref.op_id].cancelled
+        assert r.prog.grant is not None and r.prog.grant.allows(ref.act)
+        assert (a.epoch, a.placement_generation, a.digest) == (
+            r.neuron.epoch,
+            r.neuron.placement_generation,
+            r.neuron.placement_digest,
+        )
+        assert r.prog.state == ProgState.ACTIVE and not r.prog.exhausted
 
     @rule(
         name=st.sampled_from(NAMES),
@@ -454,12 +477,37 @@ class CoreMachine(RuleBasedStateMachine):
         got = self.decide("void", lambda: void(r.op_view(name), a.id, reason))
         assert got.reply == (a.state == A.PREPARED)
 
-    @rule(go=RARE)
-    def restart(self, go: bool) -> None:
+    # -- disruptions: one rule, so that together they are as likely as one op rule ---------
+
+    @rule(
+        what=st.sampled_from(
+            ["restart", "release", "exhaust", "epoch", "revoke", "pause", "cancel"]
+        ),
+        name=st.sampled_from(NAMES),
+        enabled=st.booleans(),
+    )
+    def disrupt(self, what: str, name: str, enabled: bool) -> None:
+        """Something that ends or stales attempts: a crash and restart, a
+        released placement, an exhausted budget, a new epoch, a revoked grant,
+        a pause, a cancel."""
+        if what == "restart":
+            self.restart()
+        elif what == "release":
+            self.release()
+        elif what == "exhaust":
+            self.exhaust_via_settle()
+        elif what == "epoch":
+            self.advance_epoch()
+        elif what == "revoke":
+            self.set_grant(enabled=enabled, granted=not enabled)
+        elif what == "pause":
+            self.pause_or_resume()
+        else:
+            self.decide("cancel", lambda: cancel(self.r.op_view(name)))
+
+    def restart(self) -> None:
         """A new boot: tokens are gone, every open prepared or running attempt
         of the earlier boot becomes unknown (contract §3.6)."""
-        if not go:
-            return
         r = self.r
         self.tokens = []
         r.boot = f"boot-{next(r.ids)}"
@@ -474,6 +522,15 @@ class CoreMachine(RuleBasedStateMachine):
                         v, a, claimed=c, orphan_killed=False
                     )[0],
                 )
+
+    def release(self) -> None:
+        """release_placement: prepare is placement_unbound until a bind."""
+        r = self.r
+        got = self.decide(
+            "release",
+            lambda: bind_placement(r.prog_view(), r.neuron.placement_generation, None, None),
+        )
+        assert isinstance(got, ch.Decision) and r.neuron.placement is None
 
     @precondition(lambda self: self.r.neuron.placement_digest != _digest(self.r.boot))
     @rule()
@@ -532,7 +589,7 @@ class CoreMachine(RuleBasedStateMachine):
         name=st.sampled_from(NAMES),
         index=st.sampled_from([-1, -1, -1, 0, 1, 2, 7]),
         status=st.sampled_from([A.SUCCEEDED, A.FAILED, A.NOT_EXECUTED]),
-        value=st.sampled_from([None, 1, "v"]),
+        value=st.sampled_from([None, 1, True, "v", "rv"]),
     )
     def reconcile(self, name: str, index: int, status: AttemptState, value: Any) -> None:
         """Reconcile an attempt of the op (index 7: one it does not have)."""
@@ -540,27 +597,39 @@ class CoreMachine(RuleBasedStateMachine):
         picked = _attempt_pick(r, name, index)
         number = 7 if index == 7 or picked is None else picked.attempt
         before = r.attempts.get((picked.op_id, number)) if picked else None
+        recorded = r.outcomes.get((picked.op_id, number)) if picked else None
         got = self.decide("reconcile", lambda: reconcile(r.op_view(name), number, status, value))
         op_id = r.names.get(name)
         a = None if op_id is None else r.attempts.get((op_id, number))
         if isinstance(got, ch.Decision) and not got.reply.get("already"):
             assert before is not None and before.attempt == number
             assert before.state == A.UNKNOWN and a is not None and a.state == status
+        if before is not None and before.ever_unknown and recorded is not None:
+            # resolved already: the same outcome is `already`, another `conflict`
+            same = recorded.status == status and (
+                type(recorded.value) is type(value) and recorded.value == value
+            )
+            if isinstance(got, ch.Decision):
+                assert same and got.reply.get("already"), (recorded, status, value)
+            else:
+                assert got.code in ("conflict", "grant_disabled"), got
+                assert got.code == "grant_disabled" or not same
         if a is not None and not a.ever_unknown:
             assert isinstance(got, WarddError) and got.code in (
                 "not_reconcilable",
                 "grant_disabled",
             ), got
 
-    @rule(go=st.sampled_from([False, False, True]), name=st.sampled_from(NAMES))
-    def cancel(self, go: bool, name: str) -> None:
-        if not go:
-            return
-        self.decide("cancel", lambda: cancel(self.r.op_view(name)))
-
     @rule(name=st.sampled_from(NAMES))
     def consume(self, name: str) -> None:
-        self.decide("consume", lambda: consume(self.r.op_view(name)))
+        r = self.r
+        before = r.op_view(name)
+        got = self.decide("consume", lambda: consume(r.op_view(name)))
+        if isinstance(got, ch.Decision):
+            assert before.op is not None and before.op.state == OpState.RETAINED
+            result = got.reply["result"]
+            assert result["status"] == "succeeded" and result["epoch"] == r.neuron.epoch
+            assert before.latest is not None and result["attempt"] == before.latest.attempt
 
     @rule(name=st.sampled_from(NAMES), stale=st.booleans())
     def rebind(self, name: str, stale: bool) -> None:
@@ -569,13 +638,12 @@ class CoreMachine(RuleBasedStateMachine):
 
     # -- the prog and the neuron -----------------------------------------------------------
 
-    @rule(go=RARE)
-    def exhaust_via_settle(self, go: bool) -> None:
+    def exhaust_via_settle(self) -> None:
         """Reserve what is left of the budget and settle it all: the settle
         exhausts the prog and ends its open ops (contract §3.4)."""
         r = self.r
         steps = r.prog.step_limit - r.prog.steps_used - r.prog.steps_reserved
-        if not go or steps <= 0 or r.prog.exhausted or not r.prog.grant_enabled:
+        if steps <= 0 or r.prog.exhausted or not r.prog.grant_enabled:
             return
         res = f"r{r.prog.reservation_seq}"
         self.decide("reserve", lambda: reserve_steps(r.prog_view(), res, steps))
@@ -600,32 +668,33 @@ class CoreMachine(RuleBasedStateMachine):
             lambda: set_step_limit(r.prog_view(), r.prog.step_limit + 10, r.prog.state_version),
         )
 
-    @rule(go=RARE)
-    def advance_epoch(self, go: bool) -> None:
+    def advance_epoch(self) -> None:
         """A new epoch voids every prepared attempt (contract §3.1)."""
-        if not go:
-            return
         r = self.r
         self.decide("advance_epoch", lambda: advance_epoch(r.prog_view(), r.neuron.epoch))
         assert not r.prepared_pairs()
 
-    @rule(go=RARE, enabled=st.booleans(), granted=st.booleans())
-    def set_grant(self, go: bool, enabled: bool, granted: bool) -> None:
+    @precondition(lambda self: not (self.r.prog.grant and self.r.prog.grant.allows(ACT)))
+    @rule()
+    def regrant(self) -> None:
+        self.set_grant(enabled=True, granted=True)
+
+    def set_grant(self, enabled: bool, granted: bool) -> None:
         r = self.r
-        if not go and r.prog.grant is not None and r.prog.grant.allows(ACT):
-            return  # a revocation is rare; a re-grant is not
         acts = [ACT] if granted else ["other"]
         self.decide(
             "set_grant",
             lambda: set_grant(r.prog_view(), acts, enabled, r.neuron.policy_version),
         )
 
-    @rule(go=RARE)
-    def pause_or_resume(self, go: bool) -> None:
+    @precondition(lambda self: self.r.prog.state == ProgState.PAUSED)
+    @rule()
+    def resume(self) -> None:
+        self.pause_or_resume()
+
+    def pause_or_resume(self) -> None:
         r = self.r
         now = r.prog.state
-        if not go and now == ProgState.ACTIVE:
-            return  # a pause is rare; a resume is not
         to = ProgState.PAUSED if now == ProgState.ACTIVE else ProgState.ACTIVE
         self.decide(
             "set_prog_state",
@@ -664,6 +733,30 @@ class CoreMachine(RuleBasedStateMachine):
                 assert latest is not None and latest.state == A.SUCCEEDED
 
     @invariant()
+    def a_prepared_attempt_is_bound_to_the_current_context(self) -> None:
+        """Every change of epoch, placement, grant, prog state or budget, a
+        cancel and a restart void or mark a prepared attempt (contract §3.1,
+        §3.4, §3.6): one still prepared can be claimed."""
+        r = self.r
+        for op, a in r.prepared_pairs():
+            assert not op.terminal and a.boot == r.boot
+            assert (a.epoch, a.placement_generation, a.digest) == (
+                r.neuron.epoch,
+                r.neuron.placement_generation,
+                r.neuron.placement_digest,
+            )
+            assert r.prog.grant is not None and r.prog.grant.allows(op.act)
+            assert r.prog.state == ProgState.ACTIVE and not r.prog.exhausted
+
+    @invariant()
+    def a_result_is_held_only_by_a_retained_op(self) -> None:
+        for op in self.r.ops.values():
+            if op.state == OpState.RETAINED:
+                assert op.result_epoch is not None
+            if op.cancelled:
+                assert op.result_epoch is None, op
+
+    @invariant()
     def no_attempt_follows_a_success(self) -> None:
         for op in self.r.ops.values():
             found = self.r.op_attempts(op.id)
@@ -679,15 +772,24 @@ class CoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def outcomes_match_their_attempts(self) -> None:
+        """One outcome per attempt, its state; an adapter's needs the claim."""
+        for key, a in self.r.attempts.items():
+            if a.state == A.RUNNING:
+                assert key in self.r.claims
         for key, out in self.r.outcomes.items():
             a = self.r.attempts[key]
             assert a.state == out.status
+            if out.source == "adapter":
+                assert key in self.r.claims
             if out.source in ("receipt", "reconcile"):
                 assert a.ever_unknown
 
 
-CoreMachine.TestCase.settings = settings(max_examples=400, stateful_step_count=50, deadline=None)
-TestCoreMachine = CoreMachine.TestCase
+class TestCoreDecisionsKeepTheStateRules(CoreMachine.TestCase):
+    """Any sequence of core decisions keeps the op-state table, one open
+    attempt per op, and an unknown attempt left only by receipt or reconcile."""
+
+    settings = settings(max_examples=400, stateful_step_count=50, deadline=None)
 
 
 # -- move_attempt refuses every move that is not in the table ---------------------------------
