@@ -14,7 +14,13 @@ from typing import Any
 import attrs
 import pytest
 
-from wardd.daemon.core.attempts import manual_take, prepare, prepare_checks
+from wardd.daemon.core.attempts import (
+    invoke_claim,
+    invoke_precheck,
+    manual_take,
+    prepare,
+    prepare_checks,
+)
 from wardd.daemon.core.records import (
     Attempt,
     AttemptKind,
@@ -166,6 +172,7 @@ def build(w: World) -> tuple[BootContext, OpView, dict[str, Any]]:
 
 
 Break = Callable[[World], None]
+Row = tuple[int, str, str, Break]
 
 
 def _set(**fields: Any) -> Break:
@@ -192,7 +199,7 @@ def _add_open(state: AttemptState) -> Break:
 # `unsupported_guarantee`) cannot fail in the core: bind_placement admits
 # only a descriptor this daemon advertised (contract §3.1), so a placement
 # of this boot has a supported profile.
-GUARDED: list[tuple[float, str, str, Break]] = [
+GUARDED: list[Row] = [
     (0, "neuron-unregistered", "unknown_neuron", _set(neuron=False)),
     (2, "op-absent", "unknown_operation", _set(op="absent")),
     (3, "op-cancelled", "terminal", _set(cancelled=True)),
@@ -220,17 +227,16 @@ GUARDED: list[tuple[float, str, str, Break]] = [
 
 # manual_take (contract §3.5): prepare's checks without those of the
 # placement and descriptor; the act's configured bound stands in for the
-# descriptor's (an act not configured is `act_not_accepted`).
-MANUAL: list[tuple[float, str, str, Break]] = [row for row in GUARDED if not 9 <= row[0] <= 13]
+# descriptor's, and an act the daemon no longer has (its config changed
+# since the submit) is `act_not_accepted` where check 13 stands.
+MANUAL: list[Row] = [row for row in GUARDED if not 9 <= row[0] <= 13]
 MANUAL.insert(
     [r[0] for r in MANUAL].index(14),
     (13, "act-not-configured", "act_not_accepted", _set(act_configured=False)),
 )
 
 
-def _world(
-    table: list[tuple[float, str, str, Break]], index: int, base: World, *, own: bool = True
-) -> World:
+def _world(table: list[Row], index: int, base: World, *, own: bool = True) -> World:
     """``base`` with every row at a later position than row ``index`` broken,
     and (``own``) row ``index`` itself."""
     w = attrs.evolve(base)
@@ -245,7 +251,7 @@ def _world(
     return w
 
 
-def _next_code(table: list[tuple[float, str, str, Break]], index: int) -> str | None:
+def _next_code(table: list[Row], index: int) -> str | None:
     """The code of the first check after row ``index``'s position (None: none left)."""
     return next((code for pos, _i, code, _b in table if pos > table[index][0]), None)
 
@@ -264,19 +270,31 @@ def test_a_request_that_passes_every_check_prepares_the_next_attempt():
     ref = prepare(ctx, view, params).reply
     assert isinstance(ref, AttemptRef)
     assert (ref.attempt, ref.epoch, ref.placement_generation, ref.digest) == (3, 3, 5, DIGEST)
+    assert invoke_precheck(ctx, view, params) == ("w0", ACT)
+    assert isinstance(_invoke(ctx, view, params).reply, AttemptRef)
     params.pop("expected_epoch")
     assert _code(lambda: prepare_checks(ctx, view, params)) is None  # "when given"
 
 
+def _invoke(ctx: BootContext, view: OpView, params: dict[str, Any]) -> Any:
+    return invoke_claim(ctx, view, params, worker="w0", claim_info=None, stopping=False)
+
+
+#: prepare, and invoke both on arrival and in its claim unit (contract §3.2.5:
+#: it fails with prepare's codes)
+GUARDED_METHODS = {"prepare": prepare, "invoke_precheck": invoke_precheck, "invoke": _invoke}
+
+
+@pytest.mark.parametrize("method", list(GUARDED_METHODS))
 @pytest.mark.parametrize("index", range(len(GUARDED)), ids=[r[1] for r in GUARDED])
-def test_prepare_answers_the_first_failing_check_in_contract_order(index):
-    """prepare answers the code of the first check that fails, however many later ones fail too."""
-    w = _world(GUARDED, index, World())
-    ctx, view, params = build(w)
-    assert _code(lambda: prepare(ctx, view, params)) == GUARDED[index][2]
+def test_prepare_answers_the_first_failing_check_in_contract_order(index, method):
+    """prepare (and invoke) answer the first failing check's code, however many later ones fail."""
+    call = GUARDED_METHODS[method]
+    ctx, view, params = build(_world(GUARDED, index, World()))
+    assert _code(lambda: call(ctx, view, params)) == GUARDED[index][2]
     # the later checks really fail: with this row passing, the next one answers
     ctx, view, params = build(_world(GUARDED, index, World(), own=False))
-    assert _code(lambda: prepare(ctx, view, params)) == _next_code(GUARDED, index)
+    assert _code(lambda: call(ctx, view, params)) == _next_code(GUARDED, index)
 
 
 @pytest.mark.parametrize("index", range(len(MANUAL)), ids=[r[1] for r in MANUAL])
