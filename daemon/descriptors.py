@@ -20,11 +20,11 @@ from typing import Any
 from wardd.protocol import (
     BadRequest,
     PlacementStale,
-    UnsupportedGuarantee,
-    UnsupportedProfile,
     canonical_digest,
     is_uint,
 )
+
+from .core.lookup import profile_refusal
 
 __all__ = ["build_descriptors", "check_descriptor", "device_id", "machine_abi"]
 
@@ -161,19 +161,13 @@ def check_descriptor(d: Any, advertised: list[dict[str, Any]]) -> dict[str, Any]
     if not well_formed(d):
         raise BadRequest("descriptor is not a well-formed v1 worker descriptor")
     ours = advertised[0]
-    ex, our_ex = d["executor"], ours["executor"]
-    for field in ("machine", "environment", "proof", "network"):
-        if d[field] != ours[field]:
-            raise UnsupportedProfile(f"descriptor names another {field} than this daemon's")
-    for field in ("backend", "warrior", "device"):
-        if ex[field] != our_ex[field]:
-            raise UnsupportedProfile(f"descriptor names another executor {field}")
-    if any(v is not None for v in d["limits"].values()):
-        raise UnsupportedGuarantee("hard cpu/time/memory limits are not offered")
+    refusal = profile_refusal(d, ours)
+    if refusal is not None:
+        raise refusal
     digest = canonical_digest(d)
     for adv in advertised:
         if canonical_digest(adv) == digest:
             return adv
-    if ex["boot"] != our_ex["boot"]:
+    if d["executor"]["boot"] != ours["executor"]["boot"]:
         raise PlacementStale("descriptor names an earlier boot of this daemon")
     raise PlacementStale("descriptor differs from every descriptor this daemon advertises now")

@@ -39,7 +39,7 @@ from wardd.protocol import (
 )
 
 from .changes import AppendEvent, Change, Decision, NewAttempt, NewClaim, NewOutcome, SetAttempt
-from .lookup import managed_op, require_op
+from .lookup import managed_op, profile_refusal, require_op
 from .records import Attempt, AttemptKind, AttemptRef, BootContext, Neuron, Op, OpView, Prog
 from .states import change_op, move_attempt
 
@@ -120,6 +120,11 @@ def prepare_checks(
             raise PlacementStale("the placement names an earlier boot; bind this boot's descriptor")
         if n.placement_digest not in ctx.advertised:
             raise PlacementStale("the placement is not a descriptor this daemon advertises")
+        # check 12: a placement this boot admitted always passes (bind checked
+        # it); kept so that the order of contract §3.2.1 is whole here
+        refusal = profile_refusal(descriptor, ctx.advertised[str(n.placement_digest)])
+        if refusal is not None:
+            raise refusal
         if op.act not in descriptor["acts"]:
             raise ActNotAccepted(f"act {op.act!r} is not accepted by the placement")
         bound = descriptor["act_bounds"][op.act]

@@ -1,15 +1,29 @@
 """The first checks of every request: is the neuron registered, does the
-op or prog exist (or was the op pruned), does the prog hold an enabled grant.
+op or prog exist (or was the op pruned), does the prog hold an enabled
+grant; and whether a descriptor's profile is one this daemon supports.
 """
 
 from __future__ import annotations
 
-from wardd.protocol import GrantDisabled, Terminal, UnknownNeuron, UnknownOperation, UnknownProg
+from collections.abc import Mapping
+from typing import Any
+
+from wardd.protocol import (
+    GrantDisabled,
+    Terminal,
+    UnknownNeuron,
+    UnknownOperation,
+    UnknownProg,
+    UnsupportedGuarantee,
+    UnsupportedProfile,
+    WarddError,
+)
 
 from .records import Neuron, Op, OpView, Prog, ProgView, Tombstone
 
 __all__ = [
     "managed_op",
+    "profile_refusal",
     "pruned_terminal",
     "require_enabled_grant",
     "require_neuron",
@@ -71,3 +85,18 @@ def managed_op(view: OpView) -> tuple[Neuron, Op, Prog]:
         assert view.tombstone is not None
         raise pruned_terminal(view.tombstone)
     return n, view.op, view.prog
+
+
+def profile_refusal(d: Mapping[str, Any], ours: Mapping[str, Any]) -> WarddError | None:
+    """contract §3.1, §3.2.1 check 12: a descriptor's profile is supported when
+    it names this daemon's machine, environment, proof, network and executor
+    (``unsupported_profile``) and no hard limit (``unsupported_guarantee``)."""
+    for field in ("machine", "environment", "proof", "network"):
+        if d[field] != ours[field]:
+            return UnsupportedProfile(f"descriptor names another {field} than this daemon's")
+    for field in ("backend", "warrior", "device"):
+        if d["executor"][field] != ours["executor"][field]:
+            return UnsupportedProfile(f"descriptor names another executor {field}")
+    if any(v is not None for v in d["limits"].values()):
+        return UnsupportedGuarantee("hard cpu/time/memory limits are not offered")
+    return None

@@ -8,6 +8,7 @@ and handed to the pure core (no daemon, no database).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,7 @@ class World:
     generation_current: bool = True
     placement_boot: str = BOOT
     advertised: bool = True
+    profile: str = "ours"  # ours | other_machine | other_backend | limited
     descriptor_accepts: bool = True
     act_configured: bool = True
     args_len: int = BOUND  # at the bound: passes
@@ -92,15 +94,33 @@ def _attempt(number: int, state: AttemptState) -> Attempt:
 def build(w: World) -> tuple[BootContext, OpView, dict[str, Any]]:
     """The records and params of ``w`` (a real descriptor's shape, reduced to
     the fields prepare reads)."""
-    descriptor = {
-        "executor": {"boot": w.placement_boot, "worker": "w0"},
+    ours = {
+        "machine": "x86_64-linux",
+        "environment": "cpython",
+        "proof": "none",
+        "network": "testnet",
+        "limits": {"cpu_s": None, "time_s": None, "memory_bytes": None},
+        "executor": {
+            "backend": "wardd",
+            "warrior": "wardd 0",
+            "device": "dev",
+            "boot": w.placement_boot,
+            "worker": "w0",
+        },
         "acts": [ACT] if w.descriptor_accepts else ["other"],
         "act_bounds": {ACT: BOUND} if w.descriptor_accepts else {"other": BOUND},
     }
+    descriptor = copy.deepcopy(ours)
+    if w.profile == "other_machine":
+        descriptor["machine"] = "aarch64-linux"
+    elif w.profile == "other_backend":
+        descriptor["executor"]["backend"] = "another"
+    elif w.profile == "limited":
+        descriptor["limits"]["cpu_s"] = 10
     ctx = BootContext(
         boot=BOOT,
         network="testnet",
-        advertised={DIGEST: descriptor} if w.advertised else {"e" * 64: descriptor},
+        advertised={DIGEST: ours} if w.advertised else {"e" * 64: ours},
         act_bounds={ACT: BOUND} if w.act_configured else {"other": BOUND},
     )
     neuron = Neuron(
@@ -196,9 +216,9 @@ def _add_open(state: AttemptState) -> Break:
 # (a request of an unregistered neuron is `unknown_neuron`, contract §4).
 # Position 1 (params well formed, `bad_request`) is the protocol layer's:
 # the core is handed well-formed params. Position 12 (`unsupported_profile`,
-# `unsupported_guarantee`) cannot fail in the core: bind_placement admits
-# only a descriptor this daemon advertised (contract §3.1), so a placement
-# of this boot has a supported profile.
+# `unsupported_guarantee`) cannot fail through the daemon (bind_placement
+# admits only a descriptor this daemon advertised, contract §3.1); the core
+# checks it all the same, so the records below make it fail directly.
 GUARDED: list[Row] = [
     (0, "neuron-unregistered", "unknown_neuron", _set(neuron=False)),
     (2, "op-absent", "unknown_operation", _set(op="absent")),
@@ -216,6 +236,9 @@ GUARDED: list[Row] = [
     (10, "generation-old", "generation_mismatch", _set(generation_current=False)),
     (11, "placement-earlier-boot", "placement_stale", _set(placement_boot=OLD_BOOT)),
     (11, "placement-not-advertised", "placement_stale", _set(advertised=False)),
+    (12, "profile-other-machine", "unsupported_profile", _set(profile="other_machine")),
+    (12, "profile-other-backend", "unsupported_profile", _set(profile="other_backend")),
+    (12, "profile-hard-limit", "unsupported_guarantee", _set(profile="limited")),
     (13, "act-not-in-descriptor", "act_not_accepted", _set(descriptor_accepts=False)),
     (14, "args-over-bound", "args_too_large", _set(args_len=BOUND + 1)),
     (15, "expected-attempt-wrong", "attempt_mismatch", _set(expected_attempt_right=False)),

@@ -101,8 +101,20 @@ def contract_op_state(op: Op, latest: AttemptState | None) -> OpState:
 
 
 def _descriptor(boot: str) -> dict[str, Any]:
+    """A descriptor this daemon advertises in boot ``boot`` (its profile supported)."""
     return {
-        "executor": {"boot": boot, "worker": "w0"},
+        "machine": "x86_64-linux",
+        "environment": "cpython",
+        "proof": "none",
+        "network": "testnet",
+        "limits": {"cpu_s": None, "time_s": None, "memory_bytes": None},
+        "executor": {
+            "backend": "wardd",
+            "warrior": "wardd 0",
+            "device": "dev",
+            "boot": boot,
+            "worker": "w0",
+        },
         "acts": [ACT],
         "act_bounds": {ACT: 8},
     }
