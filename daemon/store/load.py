@@ -60,10 +60,21 @@ def next_id(conn: sqlite3.Connection, table: str) -> int:
     return int(value)
 
 
-_NEURON = (
-    "SELECT id, neuron, epoch, policy_version, placement_generation, placement,"
-    " placement_digest FROM neurons"
+def _columns(alias: str, names: str) -> str:
+    return ", ".join(f"{alias}.{name}" for name in names.split())
+
+
+# each record's columns, in the order its builder reads them
+_N = _columns("n", "id neuron epoch policy_version placement_generation placement placement_digest")
+_O = _columns("o", "id neuron_id op prog_id act args state attempts cancelled result_epoch")
+_P = _columns(
+    "p",
+    "id neuron_id prog state state_version step_limit steps_used steps_reserved exhausted"
+    " grant_acts grant_enabled reservation_seq",
 )
+_NEURON = f"SELECT {_N} FROM neurons n"
+_PROG = f"SELECT {_P} FROM progs p"
+_OP = f"SELECT {_O} FROM operations o"
 
 
 def _neuron(row: Any) -> Neuron | None:
@@ -81,17 +92,7 @@ def _neuron(row: Any) -> Neuron | None:
 
 
 def neuron(conn: sqlite3.Connection, name: str) -> Neuron | None:
-    return _neuron(conn.execute(_NEURON + " WHERE neuron = ?", (name,)).fetchone())
-
-
-def _neuron_by_id(conn: sqlite3.Connection, neuron_id: int) -> Neuron | None:
-    return _neuron(conn.execute(_NEURON + " WHERE id = ?", (neuron_id,)).fetchone())
-
-
-_PROG = (
-    "SELECT id, neuron_id, prog, state, state_version, step_limit, steps_used,"
-    " steps_reserved, exhausted, grant_acts, grant_enabled, reservation_seq FROM progs"
-)
+    return _neuron(conn.execute(_NEURON + " WHERE n.neuron = ?", (name,)).fetchone())
 
 
 def _prog(row: Any) -> Prog | None:
@@ -111,12 +112,6 @@ def _prog(row: Any) -> Prog | None:
         grant=grant,
         reservation_seq=row[11],
     )
-
-
-_OP = (
-    "SELECT id, neuron_id, op, prog_id, act, args, state, attempts, cancelled, result_epoch"
-    " FROM operations"
-)
 
 
 def _op(row: Any) -> Op | None:
@@ -199,44 +194,15 @@ def _tombstone(conn: sqlite3.Connection, neuron_id: int, op: str) -> Tombstone |
     )
 
 
-def _view(
-    conn: sqlite3.Connection, n: Neuron | None, name: str, op: Op | None, next_attempt: bool
-) -> OpView:
-    if n is None:
-        return OpView(neuron=None, name=name, op=None, prog=None)
-    if op is None:
-        tomb = _tombstone(conn, n.id, name)
-        prog = None
-        if tomb is not None:
-            prog = _prog(conn.execute(_PROG + " WHERE id = ?", (tomb.prog_id,)).fetchone())
-        return OpView(neuron=n, name=name, op=None, prog=prog, tombstone=tomb)
-    prog = _prog(conn.execute(_PROG + " WHERE id = ?", (op.prog_id,)).fetchone())
-    attempts, outcomes = _attempts(
-        conn.execute(_ATTEMPT + " WHERE a.op_id = ? ORDER BY a.attempt", (op.id,)).fetchall()
-    )
-    return OpView(
-        neuron=n,
-        name=name,
-        op=op,
-        prog=prog,
-        attempts=attempts,
-        outcomes=outcomes,
-        next_attempt_id=next_id(conn, "attempts") if next_attempt else 0,
-    )
+def _pruned_view(conn: sqlite3.Connection, n: Neuron, name: str) -> OpView:
+    """No op ``name`` of ``n``: its tombstone (and prog) if it was pruned."""
+    tomb = _tombstone(conn, n.id, name)
+    prog = None
+    if tomb is not None:
+        prog = _prog(conn.execute(_PROG + " WHERE p.id = ?", (tomb.prog_id,)).fetchone())
+    return OpView(neuron=n, name=name, op=None, prog=prog, tombstone=tomb)
 
 
-_N = (
-    "n.id, n.neuron, n.epoch, n.policy_version, n.placement_generation, n.placement,"
-    " n.placement_digest"
-)
-_O = (
-    "o.id, o.neuron_id, o.op, o.prog_id, o.act, o.args, o.state, o.attempts, o.cancelled,"
-    " o.result_epoch"
-)
-_P = (
-    "p.id, p.neuron_id, p.prog, p.state, p.state_version, p.step_limit, p.steps_used,"
-    " p.steps_reserved, p.exhausted, p.grant_acts, p.grant_enabled, p.reservation_seq"
-)
 # the neuron, its op and the op's prog in one statement (the hot path's first read)
 _NEURON_OP_PROG = (
     f"SELECT {_N}, {_O}, {_P} FROM neurons n"
@@ -255,7 +221,7 @@ def _joined(conn: sqlite3.Connection, row: Any, name: str, next_attempt: bool) -
         return OpView(neuron=None, name=name, op=None, prog=None)
     op = None if row[7] is None else _op(row[7:17])
     if op is None:
-        return _view(conn, n, name, None, next_attempt)
+        return _pruned_view(conn, n, name)
     attempts, outcomes = _attempts(
         conn.execute(_ATTEMPT + " WHERE a.op_id = ? ORDER BY a.attempt", (op.id,)).fetchall()
     )
@@ -302,7 +268,7 @@ def _prepared(
     attempts, _ = _attempts(rows)
     out = []
     for a in attempts:
-        o = _op(conn.execute(_OP + " WHERE id = ?", (a.op_id,)).fetchone())
+        o = _op(conn.execute(_OP + " WHERE o.id = ?", (a.op_id,)).fetchone())
         assert o is not None
         out.append((o, a))
     return tuple(out)
@@ -324,7 +290,9 @@ def prog_view(
     n = neuron(conn, neuron_name)
     if n is None:
         return ProgView(neuron=None, name=prog, prog=None)
-    p = _prog(conn.execute(_PROG + " WHERE neuron_id = ? AND prog = ?", (n.id, prog)).fetchone())
+    p = _prog(
+        conn.execute(_PROG + " WHERE p.neuron_id = ? AND p.prog = ?", (n.id, prog)).fetchone()
+    )
     pairs: tuple[tuple[Op, Attempt], ...] = ()
     if prepared == "neuron":
         pairs = _prepared(conn, "o.neuron_id = ?", (n.id,))
@@ -368,7 +336,7 @@ def open_ops_of_prog(
     """The prog's ops not consumed or cancelled, each with its latest attempt."""
     out = []
     for row in conn.execute(
-        _OP + " WHERE prog_id = ? AND state NOT IN ('consumed', 'cancelled') ORDER BY id",
+        _OP + " WHERE o.prog_id = ? AND o.state NOT IN ('consumed', 'cancelled') ORDER BY o.id",
         (prog_id,),
     ).fetchall():
         o = _op(row)
@@ -380,10 +348,6 @@ def open_ops_of_prog(
         )
         out.append((o, attempts[0] if attempts else None))
     return tuple(out)
-
-
-def prog_by_id(conn: sqlite3.Connection, prog_id: int) -> Prog | None:
-    return _prog(conn.execute(_PROG + " WHERE id = ?", (prog_id,)).fetchone())
 
 
 def open_reservations(conn: sqlite3.Connection, prog_id: int) -> tuple[tuple[int, int], ...]:
