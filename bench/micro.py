@@ -5,6 +5,8 @@
 
 Sections (docs/performance.md, "Where the time goes"):
 
+- ``trio``: the steps of a reply on the event loop (schedule point, cancel
+  scopes, lock, ``send_all``);
 - ``decode``: `decode_item` of typical request bodies (a signed ``invoke``,
   ``status``, a ``submit`` with 60 KiB of args) and of a hostile 1 MiB body
   of tiny items, against the pure-Python reference decoder and against a
@@ -271,7 +273,91 @@ def bench_log() -> None:
     show("info line (timestamp, JSON, one write to /dev/null)", i1)
 
 
-SECTIONS = {"decode": bench_decode, "wire": bench_wire, "verify": bench_verify, "log": bench_log}
+def bench_trio() -> None:
+    print("\n== trio: what the server's per-request steps cost on the event loop")
+    n = 20000
+
+    async def measure(step: Callable[[], Any]) -> float:
+        t = time.thread_time()
+        for _ in range(n):
+            await step()
+        return (time.thread_time() - t) / n
+
+    async def nothing() -> None:
+        return None
+
+    async def checkpoint() -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def two_scopes() -> None:
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            pass
+
+    async def one_scope() -> None:
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + 5):
+            pass
+
+    lock = trio.Lock()
+
+    async def locked() -> None:
+        async with lock:
+            pass
+
+    a, b = trio.socket.socketpair()
+    sink = b.detach()
+
+    async def send_all_small() -> None:
+        await stream.send_all(b"x" * 120)
+
+    def drain() -> None:
+        import socket as stdlib_socket
+
+        s = stdlib_socket.socket(fileno=sink)
+        s.setblocking(False)
+        try:
+            while s.recv(1 << 20):
+                pass
+        except BlockingIOError:
+            pass
+        finally:
+            s.detach()
+
+    async def send_all_then_drain() -> None:
+        await send_all_small()
+        if stream_count[0] % 50 == 0:
+            drain()
+        stream_count[0] += 1
+
+    stream = trio.SocketStream(a)
+    stream_count = [1]
+
+    async def main() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for label, step in (
+            ("an await that does not yield", nothing),
+            ("a schedule point (trio.lowlevel.checkpoint)", checkpoint),
+            ("CancelScope(shield) + move_on_after, as server._run", two_scopes),
+            ("one CancelScope(shield, deadline)", one_scope),
+            ("async with trio.Lock() (uncontended)", locked),
+            ("SocketStream.send_all of 120 bytes", send_all_then_drain),
+        ):
+            out[label] = [await measure(step) for _ in range(REPS)]
+        return out
+
+    for label, samples in trio.run(main).items():
+        show(label, samples)
+    drain()
+    os.close(sink)
+    a.detach()
+
+
+SECTIONS = {
+    "trio": bench_trio,
+    "decode": bench_decode,
+    "wire": bench_wire,
+    "verify": bench_verify,
+    "log": bench_log,
+}
 
 
 def main(argv: list[str]) -> int:
