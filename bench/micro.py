@@ -28,6 +28,7 @@ of one run only.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -128,6 +129,11 @@ def bench_wire() -> None:
     show("FrameDecoder.feed + next_body (one whole frame)", per_call(feed_next, 20000))
     item = decode_item(body)
     show("parse_request", per_call(lambda: parse_request(item), 20000))
+    from wardd.daemon._params import check_params
+
+    params = item["params"]
+    show("check_params of the signed invoke (daemon/_params.py)",
+         per_call(lambda: check_params("invoke", params, signed=True), 20000))
     reply = {"id": 17, "result": {"op": "op-000123", "attempt": 1, "status": "succeeded",
                                   "result": {"echo": b"x" * 32}}}
     show("encode_reply of an invoke reply", per_call(lambda: encode_reply(reply, 1 << 20), 20000))
@@ -212,37 +218,66 @@ def bench_verify() -> None:
                         ("a pure-Python loop", lambda: sum(range(1000)))):
         show(f"wake-up delay past a 1 ms sleep, beside {label}", wake_delays(body), "ms", 1e3)
 
-    # 16 concurrent requests on one trio loop: inline, or on a thread beside the loop
+    # 16 concurrent requests on one trio loop: inline; each on a thread beside
+    # the loop; or batched, one thread call for every check waiting at that moment
     tasks, per_task = 16, 150
+    args = (neuron, sig, "bench", "invoke", params)
 
-    async def run(offload: bool) -> tuple[float, float]:
+    async def run(how: str) -> tuple[float, float]:
         limiter = trio.CapacityLimiter(2)
+        send, receive = trio.open_memory_channel[tuple[Any, list[bool]]](math.inf)
+
+        async def batcher() -> None:
+            async with receive:
+                async for first in receive:
+                    batch = [first]
+                    while True:
+                        try:
+                            batch.append(receive.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+
+                    def check_all(batch: list[tuple[Any, list[bool]]] = batch) -> None:
+                        for _event, box in batch:
+                            box.append(verify(*args))
+
+                    await trio.to_thread.run_sync(check_all, limiter=limiter)
+                    for event, _box in batch:
+                        event.set()
 
         async def client() -> None:
             for _ in range(per_task):
-                if offload:
-                    ok = await trio.to_thread.run_sync(
-                        verify, neuron, sig, "bench", "invoke", params, limiter=limiter)
+                if how == "thread":
+                    ok = await trio.to_thread.run_sync(verify, *args, limiter=limiter)
+                elif how == "batch":
+                    event, box = trio.Event(), []
+                    send.send_nowait((event, box))
+                    await event.wait()
+                    ok = box[0]
                 else:
-                    ok = verify(neuron, sig, "bench", "invoke", params)
+                    ok = verify(*args)
                     await trio.lowlevel.checkpoint()
                 assert ok
 
         c0, t0 = time.thread_time(), time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(tasks):
-                nursery.start_soon(client)
+        async with trio.open_nursery() as outer:
+            outer.start_soon(batcher)
+            async with trio.open_nursery() as nursery:
+                for _ in range(tasks):
+                    nursery.start_soon(client)
+            await send.aclose()
         return time.thread_time() - c0, time.perf_counter() - t0
 
-    for offload in (False, True):
+    for how, label in (("inline", "inline on the loop"),
+                       ("thread", "each on a thread (to_thread, 2 at once)"),
+                       ("batch", "batched: one to_thread call per batch")):
         loop_cpu, wall = [], []
         for _ in range(REPS):
-            c, w = trio.run(run, offload)
+            c, w = trio.run(run, how)
             loop_cpu.append(c / (tasks * per_task))
             wall.append(w / (tasks * per_task))
-        how = "on a thread (to_thread, 2 at once)" if offload else "inline on the loop"
-        show(f"16 tasks, verify {how}: loop CPU per request", loop_cpu)
-        show(f"16 tasks, verify {how}: wall per request", wall)
+        show(f"16 tasks, verify {label}: loop CPU per request", loop_cpu)
+        show(f"16 tasks, verify {label}: wall per request", wall)
 
 
 def bench_log() -> None:
