@@ -112,6 +112,12 @@ def bench_decode() -> None:
              "ms", 1e3)
     show("hostile 1 MiB array of tiny ints: bare cbor2.loads",
          per_call(lambda: cbor2.loads(body), 3), "ms", 1e3)
+    # why the server decodes large bodies on a thread with the reference decoder
+    show("wake-up delay past a 1 ms sleep, beside decode_item of it",
+         wake_delays(lambda: decode_item(body)), "ms", 1e3)
+    if reference is not None:
+        show("wake-up delay past a 1 ms sleep, beside the reference",
+             wake_delays(lambda: reference(body)), "ms", 1e3)
 
 
 def bench_wire() -> None:
