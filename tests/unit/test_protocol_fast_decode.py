@@ -10,8 +10,7 @@ import cbor2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from wardd.protocol import BadFrame, _cbor, decode_item, encode_item
-from wardd.protocol._cbor import reference_decode
+from wardd.protocol import BadFrame, _cbor, decode_item, encode_item, reference_decode
 
 SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 
