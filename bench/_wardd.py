@@ -30,13 +30,16 @@ class Daemon:
     """One daemon on one temp dir; restartable (a new boot each start)."""
 
     def __init__(self, root: Path, *, workers: int = 2, database: Path | None = None,
-                 log_to: str = "file", **top: Any) -> None:
+                 log_to: str = "file", command: list[str] | None = None,
+                 **top: Any) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.socket = root / "s.sock"
         self.database = database or root / "wardd.db"
         self.config = root / "wardd.toml"
         self.log_to = log_to
+        # what runs ``wardd`` (its arguments follow): cpu_profile.py puts cProfile in front
+        self.command = command or [sys.executable, "-m", "wardd.daemon.cli"]
         settings = {"network": NETWORK, "socket": str(self.socket),
                     "database": str(self.database), "workers": workers,
                     "shutdown_grace_s": 5, **top}
@@ -66,7 +69,7 @@ class Daemon:
         try:
             t0 = time.perf_counter()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "wardd.daemon.cli", "run", "--config", str(self.config)],
+                [*self.command, "run", "--config", str(self.config)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True)
             while True:

@@ -6,7 +6,9 @@ both clients drive the same code:
 - framing: `FrameDecoder` (``feed`` bytes, ``next_item`` until `NEED_DATA`)
   and `encode_frame`;
 - strict CBOR: `decode_item` (exactly one well-formed item, else `BadFrame`),
-  `encode_item`, `canonical_digest`, `check_value`;
+  `reference_decode` (the same answers by the pure-Python decoder alone,
+  which hands the GIL over while it works), `encode_item`,
+  `canonical_digest`, `check_value`;
 - messages: `parse_request`, `parse_reply`, `Request`, `Response`,
   `ErrorReply`;
 - the one error table: `ERRORS`, `WarddError` and one subclass per code,
@@ -19,7 +21,7 @@ both clients drive the same code:
 
 from __future__ import annotations
 
-from ._cbor import canonical_digest, check_value, decode_item, encode_item
+from ._cbor import canonical_digest, check_value, decode_item, encode_item, reference_decode
 from ._constants import (
     DEFAULT_MAX_FRAME,
     MAX_DEPTH,
@@ -189,6 +191,7 @@ __all__ = [
     "neuron_id",
     "parse_reply",
     "parse_request",
+    "reference_decode",
     "sign",
     "signing_input",
     "verify",

@@ -34,6 +34,20 @@ strings, arrays and maps are well-formed and accepted. Arrays decode to
 `list` and maps to `dict`, except as map keys, where they become `tuple` and
 `cbor2.frozendict` so they can be hashed.
 
+`reference_decode` is that decoder: the definition of what is accepted and
+the source of every `BadFrame` message. `decode_item` first tries a fast
+path, cbor2's compiled decoder with its strict options (definite lengths
+only, no duplicate keys, text or byte string keys only, one nesting level
+less than `max_depth` since cbor2 counts a scalar inside the deepest
+container as one more level), every tag refused by hooks, the position
+after the item checked, then a walk of the value that refuses anything but
+plain wire types (simple values other than false/true/null come back as
+cbor2 objects; NaN floats are left to the reference so their bits are the
+reference's). Whenever the fast path refuses or is unsure, the body goes
+to `reference_decode`, which gives the answer: the fast path only ever
+returns a value the reference returns too (equal, same types, same key
+order), so every error, message included, is the reference's.
+
 `encode_item` is ``cbor2.dumps`` behind a check that the value stays inside
 what `decode_item` accepts (so the daemon never sends a frame its own
 clients refuse); ``canonical=True`` gives RFC 8949 §4.2.1 core deterministic
@@ -43,16 +57,23 @@ encoding, which `canonical_digest` hashes.
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import struct
-from typing import Any
+from typing import Any, NoReturn
 
 import cbor2
 
 from ._constants import MAX_DEPTH
 from ._errors import BadFrame
 
-__all__ = ["canonical_digest", "check_value", "decode_item", "encode_item"]
+__all__ = [
+    "canonical_digest",
+    "check_value",
+    "decode_item",
+    "encode_item",
+    "reference_decode",
+]
 
 _U16 = struct.Struct(">H").unpack_from
 _U32 = struct.Struct(">I").unpack_from
@@ -86,8 +107,121 @@ def decode_item(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
     Raises `BadFrame` for anything else (see the module docstring for the
     rules). `max_depth` bounds container nesting; the top-level item is at
-    depth 1.
+    depth 1. Same answers as `reference_decode`, faster.
     """
+    data = bytes(body)
+    if max_depth >= 1 and _FAST_PATH:
+        value = _fast_decode(data, max_depth)
+        if value is not _UNSURE:
+            return value
+    return reference_decode(data, max_depth=max_depth)
+
+
+# -- the fast path ------------------------------------------------------------------------
+
+_UNSURE: Any = object()
+# Types a value from the fast path may hold; any other (CBORSimpleValue,
+# undefined, CBORTag, a tag's Python object) sends the body to the reference.
+_PLAIN_LEAVES = frozenset({str, bytes, int, float, bool, type(None)})
+_SCALARS_NOT_FLOAT = _PLAIN_LEAVES - {float}
+_WALKED = _PLAIN_LEAVES | {dict, list}
+
+
+def _refuse_tag(*_args: Any) -> NoReturn:
+    raise ValueError("wardd allows no CBOR tag")
+
+
+class _EveryTag(dict):  # type: ignore[type-arg]
+    """cbor2's ``semantic_decoders``, answering every tag number with a refusal
+    (cbor2 decodes some tags, such as bignums and 55799, to plain values
+    before ``tag_hook`` would see them). The known numbers are also real
+    keys, in case a cbor2 version copies the mapping."""
+
+    def __getitem__(self, key: Any) -> Any:
+        return _refuse_tag
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return _refuse_tag
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+_EVERY_TAG = _EveryTag(
+    dict.fromkeys(
+        (0, 1, 2, 3, 4, 5, 24, 25, 28, 29, 30, 35, 36, 37, 100, 256, 258, 260, 261, 1004, 55799),
+        _refuse_tag,
+    )
+)
+
+
+def _fast_decode(data: bytes, max_depth: int) -> Any:
+    """The value of `data` by cbor2's decoder, or `_UNSURE` (then the reference decides)."""
+    stream = io.BytesIO(data)
+    try:
+        value = cbor2.CBORDecoder(
+            stream,
+            max_depth=max_depth - 1,
+            allow_indefinite=False,
+            allow_duplicate_keys=False,
+            strict_hashable_types=True,
+            semantic_decoders=_EVERY_TAG,
+            tag_hook=_refuse_tag,
+        ).decode()
+    except Exception:  # noqa: BLE001 - any refusal or failure: the reference decides
+        return _UNSURE
+    if stream.tell() != len(data):  # trailing bytes
+        return _UNSURE
+    kind = type(value)
+    if kind is dict or kind is list:
+        return value if _plain(value) else _UNSURE
+    if kind in _PLAIN_LEAVES and not (kind is float and value != value):
+        return value
+    return _UNSURE
+
+
+def _plain(container: Any) -> bool:
+    """True if a decoded container holds only wire types (and no NaN)."""
+    values = container.values() if type(container) is dict else container
+    kinds = set(map(type, values))  # one pass in C: large arrays of scalars stay cheap
+    if kinds <= _SCALARS_NOT_FLOAT:
+        return True
+    if not kinds <= _WALKED:
+        return False
+    for value in values:
+        kind = type(value)
+        if kind is float:
+            if value != value:
+                return False
+        elif (kind is dict or kind is list) and not _plain(value):
+            return False
+    return True
+
+
+def _fast_path_is_sound() -> bool:
+    """Whether this cbor2 refuses, with our options, what the reference refuses
+    and cbor2 alone would turn into plain values (checked once, at import)."""
+    tricky = (
+        "c24101",  # bignum 1
+        "c34100",  # negative bignum -1
+        "d9d9f701",  # self-described CBOR
+        "d81c01",  # shareable
+        "d90100816161",  # string reference namespace
+        "d901008263616263d81900",  # string reference
+        "c101",  # epoch datetime
+        "d9fffff6",  # an unassigned tag
+        "f7",  # undefined
+        "e0",  # simple value 0
+        "0102",  # trailing bytes
+        "a201000100",  # duplicate key
+        "9f01ff",  # indefinite array
+    )
+    return all(_fast_decode(bytes.fromhex(h), MAX_DEPTH) is _UNSURE for h in tricky)
+
+
+def reference_decode(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """`decode_item` by the pure-Python decoder alone: the definition of what is
+    accepted, and the source of every `BadFrame` message."""
     data = bytes(body)
     if not data:
         raise BadFrame("empty frame body")
@@ -100,6 +234,11 @@ def decode_item(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     if pos != len(data):
         raise BadFrame(f"{len(data) - pos} trailing bytes after the CBOR item")
     return value
+
+
+# Checked last: it calls _fast_decode (above) and needs MAX_DEPTH.
+_FAST_PATH = True
+_FAST_PATH = _fast_path_is_sound()
 
 
 def _item(data: bytes, pos: int, depth: int) -> tuple[Any, int]:

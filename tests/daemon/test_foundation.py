@@ -14,7 +14,7 @@ import sys
 import cbor2
 import pytest
 
-from tests.daemon.harness import NETWORK, Env, spawn_activated
+from tests.daemon.harness import NETWORK, Actor, Env, spawn_activated
 
 
 def raw(path, timeout=10.0):
@@ -97,6 +97,30 @@ class TestHelloAndStatus:
         assert by_id[7]["result"]["boot"] == daemon.boot
         assert by_id[8]["result"]["workers"]
         assert by_id[9]["error"]["code"] == "unknown_method"
+
+
+class TestReplies:
+    def test_replies_larger_than_the_socket_buffer_arrive_whole(self, daemon):
+        """Pipelined replies that fill the socket (large ones, small ones between
+        them) each arrive as one whole frame, one per request, none cut or mixed."""
+        actor = Actor(daemon)
+        args = bytes(range(256)) * 240  # 60 KiB, 40 times: many socket buffers' worth
+        actor.submit("big", args=args)
+        get = {"neuron": actor.id, "op": "big"}
+        requests = []
+        for i in range(1, 81):
+            requests.append(req(i, "get_operation", get) if i % 2 else req(i, "status"))
+        with raw(daemon.env.socket, timeout=30) as s:
+            s.sendall(HELLO + b"".join(requests))  # all sent before any reply is read
+            frames, _ = read_frames(s, limit=81)
+        assert sorted(f["id"] for f in frames) == list(range(81))
+        for f in frames:
+            if f["id"] % 2 and "result" in f:
+                assert f["result"]["args"] == args
+            elif f["id"] % 2:
+                assert f["error"]["code"] == "overloaded"
+            elif f["id"]:
+                assert f["result"]["boot"] == daemon.boot
 
 
 BAD_FRAMES = {

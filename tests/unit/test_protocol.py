@@ -93,7 +93,8 @@ class TestPublicApi:
         others = {
             "PROTOCOL_VERSION", "SIGNING_DOMAIN", "DEFAULT_MAX_FRAME", "MIN_MAX_FRAME",
             "MAX_MAX_FRAME", "MAX_DEPTH", "NEED_DATA", "NeedData", "FrameDecoder",
-            "encode_frame", "decode_item", "encode_item", "canonical_digest", "check_value",
+            "encode_frame", "decode_item", "reference_decode", "encode_item", "canonical_digest",
+            "check_value",
             "Request", "Response", "ErrorReply", "parse_request", "parse_reply",
             "ERRORS", "TOKEN_VOID_REASONS", "WarddError", "Conflict", "error_for",
             "signing_input", "sign", "verify", "neuron_id",
