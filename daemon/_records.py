@@ -3,7 +3,7 @@ columns, and whether a value can be sent back on the wire."""
 
 from __future__ import annotations
 
-import datetime
+import time
 from typing import Any
 
 import cbor2
@@ -33,9 +33,18 @@ def wire_safe(value: Any) -> tuple[Any, str | None]:
 
 
 def now() -> str:
-    """RFC 3339 UTC with milliseconds."""
-    t = datetime.datetime.now(datetime.UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    """RFC 3339 UTC with milliseconds (the second's text is made once per second)."""
+    t = time.time()
+    second = int(t)
+    global _second, _second_text
+    if second != _second:
+        _second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second = second
+    return f"{_second_text}.{int((t - second) * 1000):03d}Z"
+
+
+_second = -1
+_second_text = ""
 
 
 def enc(value: Any) -> bytes:

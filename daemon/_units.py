@@ -141,7 +141,7 @@ def outcome(
     assert source == "adapter"
 
     def unit(conn: sqlite3.Connection) -> Any:
-        view = load.op_view_by_id(conn, ref.op_id)
+        view = load.op_attempts(conn, ref.op_id)
         decision = core.outcome(
             view, ref.attempt_id, AttemptState(status), value, error, aborted=aborted
         )
@@ -158,7 +158,7 @@ def void_many(attempt_ids: list[int], reason: str) -> Unit:
         for attempt_id in attempt_ids:
             op_id = load.op_id_of_attempt(conn, attempt_id)
             if op_id is not None:  # one decision per op: each sees the last one's writes
-                view = load.op_view_by_id(conn, op_id)
+                view = load.op_attempts(conn, op_id)
                 count += apply(conn, core.void(view, attempt_id, reason))
         return count
 

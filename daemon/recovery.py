@@ -110,7 +110,7 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: boo
         op_id = load.op_id_of_attempt(conn, c.attempt_id)
         if op_id is None:
             return False
-        view = load.op_view_by_id(conn, op_id)
+        view = load.op_attempts(conn, op_id)
         decision = core.receipt(
             view, c.attempt_id, receipt.answer, value, why, receipt.detail, applies=applies
         )

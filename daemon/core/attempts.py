@@ -288,7 +288,7 @@ def _claim_changes(
         "placement_generation": ref.placement_generation,
         "digest": ref.digest,
     }
-    more, _op, _moved = move_attempt(op, attempt, A.RUNNING, "claimed", data)
+    more, _op = move_attempt(op, attempt, A.RUNNING, "claimed", data)
     return changes + more
 
 
@@ -400,7 +400,7 @@ def outcome_changes(
         data: dict[str, Any] = {"status": "unknown", "error": error}
         if aborted:
             evidence["aborted"] = data["aborted"] = True
-        changes, _op, _a = move_attempt(op, attempt, A.UNKNOWN, "outcome", data, evidence=evidence)
+        changes, _op = move_attempt(op, attempt, A.UNKNOWN, "outcome", data, evidence=evidence)
         return changes
     out: list[Change] = [
         NewOutcome(attempt.id, op.id, attempt.attempt, status, value, error, source)
@@ -408,7 +408,7 @@ def outcome_changes(
     data = {"status": status.value, "source": source}
     if error is not None:
         data["error"] = error
-    moved, op, _a = move_attempt(op, attempt, status, _SOURCE_KIND[source], data)
+    moved, op = move_attempt(op, attempt, status, _SOURCE_KIND[source], data)
     out += moved
     if status == A.SUCCEEDED and not op.cancelled:
         more, op = change_op(op, status, result_epoch=attempt.epoch)
@@ -439,7 +439,7 @@ def outcome(
 def _void_changes(view: OpView, attempt: Attempt, reason: str) -> list[Change]:
     if attempt.state != A.PREPARED or view.op is None:
         return []
-    changes, _op, _a = move_attempt(
+    changes, _op = move_attempt(
         view.op, attempt, A.VOID, "voided", {"reason": reason}, reason=reason
     )
     return changes
@@ -457,9 +457,7 @@ def void_prepared(pairs: tuple[tuple[Op, Attempt], ...], reason: str) -> tuple[l
     """Void every prepared attempt in ``pairs`` (each its op's latest)."""
     changes: list[Change] = []
     for op, attempt in pairs:
-        more, _op, _a = move_attempt(
-            op, attempt, A.VOID, "voided", {"reason": reason}, reason=reason
-        )
+        more, _op = move_attempt(op, attempt, A.VOID, "voided", {"reason": reason}, reason=reason)
         changes += more
     return changes, len(pairs)
 
@@ -476,7 +474,7 @@ def mark_unknown(
     if orphan_killed:  # its program outlived that boot and was killed now
         evidence["orphan_killed"] = True
     assert view.op is not None
-    changes, _op, _a = move_attempt(
+    changes, _op = move_attempt(
         view.op, attempt, A.UNKNOWN, "marked_unknown", evidence, evidence=evidence
     )
     return Decision(tuple(changes)), evidence
@@ -519,11 +517,10 @@ def receipt(
         # the same hint again (check_receipts polled): nothing new to record,
         # so a poller never grows an unknown attempt's history
         return Decision((), False)
-    assert view.op is not None and view.neuron is not None
+    op = view.op
+    assert op is not None
     changes: list[Change] = [
-        SetAttempt(view.op.id, attempt.attempt, evidence=evidence),
-        AppendEvent(
-            "receipt", view.neuron.id, op_id=view.op.id, attempt=attempt.attempt, data=data
-        ),
+        SetAttempt(op.id, attempt.attempt, evidence=evidence),
+        AppendEvent("receipt", op.neuron_id, op_id=op.id, attempt=attempt.attempt, data=data),
     ]
     return Decision(tuple(changes), False)

@@ -90,14 +90,12 @@ def cancel_changes(op: Op, latest: Attempt | None, reason: str) -> list[Change]:
     ``cancelled`` or ``budget_exhausted``."""
     changes: list[Change] = []
     was = op.state
+    latest_state = None if latest is None else latest.state
     if latest is not None and latest.state == A.PREPARED:
-        more, op, latest = move_attempt(
-            op, latest, A.VOID, "voided", {"reason": reason}, reason=reason
-        )
+        more, op = move_attempt(op, latest, A.VOID, "voided", {"reason": reason}, reason=reason)
         changes += more
-    more, op = change_op(
-        op, None if latest is None else latest.state, cancelled=True, result_epoch=None
-    )
+        latest_state = A.VOID
+    more, op = change_op(op, latest_state, cancelled=True, result_epoch=None)
     # the cancellation's record comes before the state it projects
     changes.append(
         AppendEvent("cancelled", op.neuron_id, op_id=op.id, data={"reason": reason, "was": was})

@@ -58,22 +58,36 @@ def op_state(cancelled: bool, consumed: bool, latest: AttemptState | None) -> Op
     return OpState(latest.value)  # prepared, running, unknown
 
 
-def _with_state(
-    old: Op, new: Op, latest: AttemptState | None, *, latest_known: bool = False
-) -> tuple[list[Change], Op]:
-    fields: dict[str, Any] = {
-        k: getattr(new, k)
-        for k in ("cancelled", "consumed", "result_epoch", "attempts")
-        if getattr(new, k) != getattr(old, k)
-    }
-    if latest_known:
-        state = op_state(new.cancelled, new.consumed, latest)
-    else:
-        state = new.state
-    if state != old.state:
-        fields["state"] = state
-    new = attrs.evolve(new, state=state)
-    return ([SetOp(old.id, fields)] if fields else []), new
+def _replace(record: Any, changes: Mapping[str, Any]) -> Any:
+    """A copy of a frozen record with ``changes`` (``attrs.evolve`` without
+    its per-call introspection: these copies are on every dispatch's path)."""
+    cls = type(record)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(a.name for a in attrs.fields(cls))
+    new = object.__new__(cls)
+    for name in names:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(record, name))
+    return new
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def change_op(op: Op, latest: AttemptState | None, **fields: Any) -> tuple[list[Change], Op]:
+    """Change an op's own fields (cancelled, consumed, result_epoch,
+    attempts) and the state that follows from them and its latest attempt's
+    state ``latest`` (contract §3.3). Returns the change (if any) and the op
+    as it then is."""
+    changed = {k: v for k, v in fields.items() if getattr(op, k) != v}
+    state = op_state(
+        changed.get("cancelled", op.cancelled), changed.get("consumed", op.consumed), latest
+    )
+    if state != op.state:
+        changed["state"] = state
+    if not changed:
+        return [], op
+    return [SetOp(op.id, changed)], _replace(op, changed)
 
 
 def move_attempt(
@@ -85,10 +99,11 @@ def move_attempt(
     *,
     reason: str | None = None,
     evidence: Mapping[str, Any] | None = None,
-) -> tuple[list[Change], Op, Attempt]:
+) -> tuple[list[Change], Op]:
     """The one way an attempt changes state: the new state (with its void
     reason or evidence), the event record of the move, and the op state that
-    follows (contract §2: states evolve only by appending records).
+    follows (contract §2: states evolve only by appending records). Returns
+    the changes and the op as it then is (the attempt is then in ``to``).
 
     Refuses (``internal``, nothing written) a move that is not in the table,
     or that would not be the op's latest attempt's."""
@@ -100,18 +115,5 @@ def move_attempt(
         SetAttempt(op.id, attempt.attempt, state=to, reason=reason, evidence=evidence),
         AppendEvent(kind, op.neuron_id, op_id=op.id, attempt=attempt.attempt, data=data),
     ]
-    more, new_op = _with_state(op, op, to, latest_known=True)
-    moved = attrs.evolve(
-        attempt,
-        state=to,
-        reason=reason if reason is not None else attempt.reason,
-        evidence=evidence if evidence is not None else attempt.evidence,
-        ever_unknown=attempt.ever_unknown or to == A.UNKNOWN,
-    )
-    return changes + more, new_op, moved
-
-
-def change_op(op: Op, latest: AttemptState | None, **fields: Any) -> tuple[list[Change], Op]:
-    """Change an op's own fields (cancelled, consumed, result_epoch,
-    attempts) and the state that follows from them and its latest attempt."""
-    return _with_state(op, attrs.evolve(op, **fields), latest, latest_known=True)
+    more, new_op = change_op(op, to)
+    return changes + more, new_op

@@ -51,6 +51,11 @@ _NEXT_ID = {
 }
 
 
+_ATTEMPT_STATE = {s.value: s for s in AttemptState}
+_OP_STATE = {s.value: s for s in OpState}
+_PROG_STATE = {s.value: s for s in ProgState}
+
+
 def _dec(blob: bytes | None) -> Any:
     return None if blob is None else cbor2.loads(blob)
 
@@ -103,7 +108,7 @@ def _prog(row: Any) -> Prog | None:
         id=row[0],
         neuron_id=row[1],
         prog=row[2],
-        state=ProgState(row[3]),
+        state=_PROG_STATE[row[3]],
         state_version=row[4],
         step_limit=row[5],
         steps_used=row[6],
@@ -117,7 +122,7 @@ def _prog(row: Any) -> Prog | None:
 def _op(row: Any) -> Op | None:
     if row is None:
         return None
-    state = OpState(row[6])
+    state = _OP_STATE[row[6]]
     return Op(
         id=row[0],
         neuron_id=row[1],
@@ -147,12 +152,12 @@ def _attempts(rows: list[Any]) -> tuple[tuple[Attempt, ...], dict[int, Outcome]]
     attempts = []
     outcomes: dict[int, Outcome] = {}
     for r in rows:
-        state = AttemptState(r[10])
+        state = _ATTEMPT_STATE[r[10]]
         source = r[16]
         if source is not None:
             outcomes[r[2]] = Outcome(
                 attempt_id=r[0],
-                status=AttemptState(r[13]),
+                status=_ATTEMPT_STATE[r[13]],
                 value=_dec(r[14]),
                 error=r[15],
                 source=source,
@@ -250,6 +255,19 @@ def op_view_by_id(conn: sqlite3.Connection, op_id: int) -> OpView:
     if row is None:
         return OpView(neuron=None, name="", op=None, prog=None)
     return _joined(conn, row, row[9], False)
+
+
+def op_attempts(conn: sqlite3.Connection, op_id: int) -> OpView:
+    """The op with row id ``op_id`` and its attempts only (neuron and prog
+    not loaded: None), for the decisions that read nothing else: an
+    outcome and a void."""
+    o = _op(conn.execute(_OP + " WHERE o.id = ?", (op_id,)).fetchone())
+    if o is None:
+        return OpView(neuron=None, name="", op=None, prog=None)
+    attempts, outcomes = _attempts(
+        conn.execute(_ATTEMPT + " WHERE a.op_id = ? ORDER BY a.attempt", (op_id,)).fetchall()
+    )
+    return OpView(neuron=None, name=o.op, op=o, prog=None, attempts=attempts, outcomes=outcomes)
 
 
 def op_id_of_attempt(conn: sqlite3.Connection, attempt_id: int) -> int | None:
