@@ -45,7 +45,7 @@ Unit = Callable[[sqlite3.Connection], Any]
 def prepare(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
     def unit(conn: sqlite3.Connection) -> Any:
         view = load.op_view(conn, neuron, params["op"], next_attempt=True)
-        return apply(conn, core.prepare(ctx, view, params))
+        return apply(conn, core.prepare(ctx, view, params), view.op)
 
     return unit
 
@@ -53,7 +53,7 @@ def prepare(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
 def manual_take(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
     def unit(conn: sqlite3.Connection) -> Any:
         view = load.op_view(conn, neuron, params["op"], next_attempt=True)
-        return apply(conn, core.manual_take(ctx, view, params))
+        return apply(conn, core.manual_take(ctx, view, params), view.op)
 
     return unit
 
@@ -76,7 +76,7 @@ def claim(
         decision = core.claim(
             view, ref, worker=worker, boot=boot, claim_info=claim_info, stopping=stopping()
         )
-        return _claimed(conn, decision, on_claim)
+        return _claimed(conn, decision, view.op, on_claim)
 
     return unit
 
@@ -101,15 +101,18 @@ def invoke_claim(
         decision = core.invoke_claim(
             ctx, view, params, worker=worker, claim_info=claim_info, stopping=stopping()
         )
-        return _claimed(conn, decision, on_claim)
+        return _claimed(conn, decision, view.op, on_claim)
 
     return unit
 
 
 def _claimed(
-    conn: sqlite3.Connection, decision: Any, on_claim: Callable[[AttemptRef], None]
+    conn: sqlite3.Connection,
+    decision: Any,
+    loaded: Any,
+    on_claim: Callable[[AttemptRef], None],
 ) -> Any:
-    reply = apply(conn, decision)
+    reply = apply(conn, decision, loaded)
     if isinstance(reply, AttemptRef):
         on_claim(reply)
     return reply
@@ -145,7 +148,7 @@ def outcome(
         decision = core.outcome(
             view, ref.attempt_id, AttemptState(status), value, error, aborted=aborted
         )
-        return apply(conn, decision)
+        return apply(conn, decision, view.op)
 
     return unit
 
@@ -159,7 +162,7 @@ def void_many(attempt_ids: list[int], reason: str) -> Unit:
             op_id = load.op_id_of_attempt(conn, attempt_id)
             if op_id is not None:  # one decision per op: each sees the last one's writes
                 view = load.op_attempts(conn, op_id)
-                count += apply(conn, core.void(view, attempt_id, reason))
+                count += apply(conn, core.void(view, attempt_id, reason), view.op)
         return count
 
     return unit

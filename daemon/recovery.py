@@ -77,23 +77,15 @@ def mark_unknown(
 
     def unit(conn: sqlite3.Connection) -> list[int]:
         marked = []
-        for attempt_id, op_id, claimed in load.attempt_ids_open_before(conn, boot):
-            view = load.op_view_by_id(conn, op_id)
-            attempt = next(a for a in view.attempts if a.id == attempt_id)
+        for neuron, op, attempt, claimed in load.open_before(conn, boot):
             decision, evidence = core.mark_unknown(
-                view, attempt, claimed=claimed, orphan_killed=attempt_id in orphans
+                op, attempt, claimed=claimed, orphan_killed=attempt.id in orphans
             )
             apply(conn, decision)
-            marked.append(attempt_id)
+            marked.append(attempt.id)
             if marks is not None:
-                assert view.neuron is not None
                 marks.append(
-                    {
-                        "neuron": view.neuron.neuron,
-                        "op": view.name,
-                        "attempt": attempt.attempt,
-                        **evidence,
-                    }
+                    {"neuron": neuron, "op": op.op, "attempt": attempt.attempt, **evidence}
                 )
         return marked
 

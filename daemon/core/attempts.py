@@ -466,16 +466,15 @@ def void_prepared(pairs: tuple[tuple[Op, Attempt], ...], reason: str) -> tuple[l
 
 
 def mark_unknown(
-    view: OpView, attempt: Attempt, *, claimed: bool, orphan_killed: bool
+    op: Op, attempt: Attempt, *, claimed: bool, orphan_killed: bool
 ) -> tuple[Decision, dict[str, Any]]:
-    """An earlier boot's open attempt becomes unknown (contract §3.6);
-    returns the decision and the attempt's evidence."""
+    """An earlier boot's open attempt (its op's latest) becomes unknown
+    (contract §3.6); returns the decision and the attempt's evidence."""
     evidence: dict[str, Any] = {"claimed": claimed, "boot": attempt.boot}
     if orphan_killed:  # its program outlived that boot and was killed now
         evidence["orphan_killed"] = True
-    assert view.op is not None
     changes, _op = move_attempt(
-        view.op, attempt, A.UNKNOWN, "marked_unknown", evidence, evidence=evidence
+        op, attempt, A.UNKNOWN, "marked_unknown", evidence, evidence=evidence
     )
     return Decision(tuple(changes)), evidence
 

@@ -101,6 +101,9 @@ class Op:
     cancelled: bool
     consumed: bool
     result_epoch: int | None
+    # the seq of the op's latest record: the store links the next one to it
+    # (contract §2 ``follows``); no decision reads it
+    last_seq: int | None = None
 
     @property
     def terminal(self) -> bool:

@@ -17,6 +17,7 @@ from wardd.protocol import ClaimConflict
 
 from .._records import now
 from ..core import changes as ch
+from ..core.records import Op
 
 __all__ = ["apply"]
 
@@ -94,9 +95,15 @@ class _Pending:
             _set(conn, "operations", _OP_COLUMNS, op_id, fields)
 
 
-def apply(conn: sqlite3.Connection, decision: ch.Decision) -> Any:
-    """Write ``decision.changes`` in order; return ``decision.reply``."""
+def apply(conn: sqlite3.Connection, decision: ch.Decision, loaded: Op | None = None) -> Any:
+    """Write ``decision.changes`` in order; return ``decision.reply``.
+
+    ``loaded``: the op the decision was made on, loaded in this same unit
+    (so its ``last_seq`` is the stored one): its next record is linked to
+    it without reading it again."""
     pending = _Pending(now())
+    if loaded is not None:
+        pending.last_seq[loaded.id] = loaded.last_seq
     for c in decision.changes:
         _APPLY[type(c)](conn, c, pending)
     pending.flush(conn)

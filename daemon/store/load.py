@@ -28,11 +28,13 @@ from ..core.records import (
 )
 
 __all__ = [
-    "attempt_ids_open_before",
     "neuron",
+    "op_attempts",
+    "op_id_of_attempt",
     "next_id",
     "op_view",
     "op_view_by_id",
+    "open_before",
     "open_ops_of_prog",
     "open_reservations",
     "prog_view",
@@ -71,7 +73,9 @@ def _columns(alias: str, names: str) -> str:
 
 # each record's columns, in the order its builder reads them
 _N = _columns("n", "id neuron epoch policy_version placement_generation placement placement_digest")
-_O = _columns("o", "id neuron_id op prog_id act args state attempts cancelled result_epoch")
+_O = _columns(
+    "o", "id neuron_id op prog_id act args state attempts cancelled result_epoch last_seq"
+)
 _P = _columns(
     "p",
     "id neuron_id prog state state_version step_limit steps_used steps_reserved exhausted"
@@ -137,14 +141,17 @@ def _op(row: Any) -> Op | None:
         # for another release): consumed is terminal, so the state says it
         consumed=state == OpState.CONSUMED,
         result_epoch=row[9],
+        last_seq=row[10],
     )
 
 
-_ATTEMPT = (
-    "SELECT a.id, a.op_id, a.attempt, a.kind, a.epoch, a.policy_version,"
+_ATTEMPT_COLUMNS = (
+    "a.id, a.op_id, a.attempt, a.kind, a.epoch, a.policy_version,"
     " a.placement_generation, a.digest, a.worker, a.boot, a.state, a.reason, a.evidence,"
     " oc.status, oc.value, oc.error, oc.source"
-    " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
+)
+_ATTEMPT = (
+    f"SELECT {_ATTEMPT_COLUMNS} FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
 )
 
 
@@ -214,6 +221,10 @@ _NEURON_OP_PROG = (
     " LEFT JOIN operations o ON o.neuron_id = n.id AND o.op = ?"
     " LEFT JOIN progs p ON p.id = o.prog_id WHERE n.neuron = ?"
 )
+# the same, and the id the next new attempt gets (a decision that creates one)
+_NEURON_OP_PROG_NEXT = _NEURON_OP_PROG.replace(
+    f"{_P} FROM", f"{_P}, ({_NEXT_ID['attempts']}) FROM", 1
+)
 _OP_NEURON_PROG = (
     f"SELECT {_N}, {_O}, {_P} FROM operations o JOIN neurons n ON n.id = o.neuron_id"
     " JOIN progs p ON p.id = o.prog_id WHERE o.id = ?"
@@ -224,7 +235,7 @@ def _joined(conn: sqlite3.Connection, row: Any, name: str, next_attempt: bool) -
     n = _neuron(None if row is None else row[0:7])
     if n is None:
         return OpView(neuron=None, name=name, op=None, prog=None)
-    op = None if row[7] is None else _op(row[7:17])
+    op = None if row[7] is None else _op(row[7:18])
     if op is None:
         return _pruned_view(conn, n, name)
     attempts, outcomes = _attempts(
@@ -234,10 +245,10 @@ def _joined(conn: sqlite3.Connection, row: Any, name: str, next_attempt: bool) -
         neuron=n,
         name=name,
         op=op,
-        prog=_prog(row[17:29]),
+        prog=_prog(row[18:30]),
         attempts=attempts,
         outcomes=outcomes,
-        next_attempt_id=next_id(conn, "attempts") if next_attempt else 0,
+        next_attempt_id=row[30] if next_attempt else 0,
     )
 
 
@@ -245,7 +256,8 @@ def op_view(
     conn: sqlite3.Connection, neuron_name: str, op: str, *, next_attempt: bool = False
 ) -> OpView:
     """The op ``op`` of the neuron ``neuron_name``, with what decisions about it read."""
-    row = conn.execute(_NEURON_OP_PROG, (op, neuron_name)).fetchone()
+    sql = _NEURON_OP_PROG_NEXT if next_attempt else _NEURON_OP_PROG
+    row = conn.execute(sql, (op, neuron_name)).fetchone()
     return _joined(conn, row, op, next_attempt)
 
 
@@ -379,15 +391,22 @@ def open_reservations(conn: sqlite3.Connection, prog_id: int) -> tuple[tuple[int
     )
 
 
-def attempt_ids_open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[int, int, bool]]:
-    """(attempt id, op id, claimed) of every attempt an earlier boot left
-    prepared or running (contract §3.6)."""
-    return [
-        (int(r[0]), int(r[1]), bool(r[2]))
-        for r in conn.execute(
-            "SELECT a.id, a.op_id, EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
-            " FROM attempts a WHERE a.state IN ('prepared', 'running') AND a.boot != ?"
-            " ORDER BY a.id",
-            (boot,),
-        ).fetchall()
-    ]
+def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Attempt, bool]]:
+    """Every attempt an earlier boot left prepared or running (contract
+    §3.6), with its neuron's id text, its op and whether it was claimed, in
+    one statement (a start after a crash may find thousands)."""
+    rows = conn.execute(
+        f"SELECT n.neuron, {_O}, {_ATTEMPT_COLUMNS},"
+        " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
+        " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
+        " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
+        " WHERE a.state IN ('prepared', 'running') AND a.boot != ? ORDER BY a.id",
+        (boot,),
+    ).fetchall()
+    out = []
+    for r in rows:
+        op = _op(r[1:12])
+        (attempt,), _ = _attempts([r[12:29]])
+        assert op is not None
+        out.append((str(r[0]), op, attempt, bool(r[29])))
+    return out

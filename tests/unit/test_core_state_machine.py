@@ -533,7 +533,7 @@ class CoreMachine(RuleBasedStateMachine):
                 self.decide(
                     "mark_unknown",
                     lambda v=view, a=a, c=claimed: mark_unknown(
-                        v, a, claimed=c, orphan_killed=False
+                        v.op, a, claimed=c, orphan_killed=False
                     )[0],
                 )
 
