@@ -17,10 +17,15 @@ __all__ = ["dec", "enc", "now", "wire_safe"]
 REPLY_NESTING = 8
 
 
+_ALWAYS_WIRE = frozenset({bytes, bool, type(None)})
+
+
 def wire_safe(value: Any) -> tuple[Any, str | None]:
     """``(value, None)`` if ``value`` can be sent in every reply that embeds
     it; else a placeholder and why (the daemon never stores what it could
     not send back)."""
+    if type(value) in _ALWAYS_WIRE:  # what most acts return: nothing to check
+        return value, None
     probe: Any = value
     for _ in range(REPLY_NESTING):
         probe = [probe]

@@ -1,14 +1,16 @@
 """The writer thread: the only connection that writes, with group commit.
 
 Every write of the daemon is a *unit*: a function ``unit(conn) -> value``
-run inside its own SAVEPOINT of a batch transaction. The writer drains its
+run inside its own SAVEPOINT of a batch transaction (a batch of one unit
+needs none: its transaction is the unit's). The writer drains its
 queue, runs every queued unit in one ``BEGIN IMMEDIATE … COMMIT`` (group
 commit: one fsync for the batch), and only after the COMMIT
 resolves each unit's future (contract §3.2.3: every write replies only after
 its records are committed).
 
-A unit refuses by *raising* a :class:`WarddError` (its savepoint is rolled
-back: a refused request changes nothing) or by *returning* one (its writes
+A unit refuses by *raising* a :class:`WarddError` (its savepoint, or the
+transaction of a batch of one, is rolled back: a refused request changes
+nothing) or by *returning* one (its writes
 are kept and the error is then raised to the caller: ``token_void`` durably
 voids its attempt). Any other exception rolls the unit back and becomes
 ``internal``.
@@ -163,15 +165,19 @@ class Writer:
             log.critical("writer_failed", error=repr(exc), exc_info=True)
             self._fail_batch(batch, exc, fatal=True)
 
-    def _rollback_unit(self) -> bool:
-        """Undo one unit; False if SQLite already rolled the whole
+    def _rollback_unit(self, whole: bool) -> bool:
+        """Undo one unit (``whole``: the unit is the batch's only one, and its
+        transaction is undone); False if SQLite already rolled the whole
         transaction back (SQLITE_FULL, IOERR, NOMEM do that)."""
         conn = self._conn
         if not conn.in_transaction:
             return False
         try:
-            conn.execute("ROLLBACK TO unit")
-            conn.execute("RELEASE unit")
+            if whole:
+                conn.execute("ROLLBACK")
+            else:
+                conn.execute("ROLLBACK TO unit")
+                conn.execute("RELEASE unit")
         except sqlite3.Error:
             return False
         return True
@@ -184,35 +190,41 @@ class Writer:
         except sqlite3.Error as exc:
             self._fail_batch(batch, exc)
             return
+        # a batch of one unit needs no savepoint: undoing the unit is undoing
+        # the transaction (two statements fewer per write when not batched)
+        alone = len(batch) == 1
         for job in batch:
             if self.fatal is not None:
                 results.append((False, _stopped()))
                 continue
-            conn.execute("SAVEPOINT unit")
+            if not alone:
+                conn.execute("SAVEPOINT unit")
             try:
                 value = job.unit(conn)
             except WarddError as err:
-                if not self._rollback_unit():
+                if not self._rollback_unit(alone):
                     self._fail_batch(batch, err)
                     return
                 results.append((False, err))
                 continue
             except Exception as exc:  # noqa: BLE001 - a bug or an I/O error in one unit
                 log.error("unit_failed", error=repr(exc), critical=job.critical, exc_info=True)
-                if not self._rollback_unit():
+                if not self._rollback_unit(alone):
                     self._fail_batch(batch, exc)
                     return
                 if job.critical:  # an outcome that cannot be stored: fail-stop
                     self._go_fatal(f"an outcome could not be stored: {exc!r}")
                 results.append((False, Internal("a write failed", {"reason": "unit_failed"})))
                 continue
-            conn.execute("RELEASE unit")
+            if not alone:
+                conn.execute("RELEASE unit")
             results.append((True, value))
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._fail_batch(batch, exc)
-            return
+        if conn.in_transaction:  # not when the only unit was undone with it
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._fail_batch(batch, exc)
+                return
         n = len(batch)
         with self._lock:
             self._backlog -= n

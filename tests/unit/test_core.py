@@ -246,6 +246,44 @@ class TestWriter:
         rows = sqlite3.connect(tmp_path / "t.db").execute("SELECT x FROM t ORDER BY x").fetchall()
         assert rows == [(1,), (3,), (3,)]
 
+    def test_a_unit_alone_in_its_batch_is_undone_whole_or_kept_whole(self, tmp_path):
+        """A unit that is its batch's only one (no savepoint) changes nothing
+        when it raises, keeps its writes when it returns a refusal, and the
+        writer goes on after either."""
+        w = Writer(_db(tmp_path), on_fatal=lambda why: None)
+        w.start()
+        try:
+
+            def refuse(conn):
+                conn.execute("INSERT INTO t VALUES (1)")
+                raise BadRequest("no")
+
+            def crash(conn):
+                conn.execute("INSERT INTO t VALUES (2)")
+                raise RuntimeError("a bug")
+
+            def keep_and_refuse(conn):
+                conn.execute("INSERT INTO t VALUES (3)")
+                return TokenVoid("kept", {"reason": "revoked"})
+
+            def ok(conn):
+                conn.execute("INSERT INTO t VALUES (4)")
+                return "ok"
+
+            # w.call waits for each, so every batch holds one unit
+            with pytest.raises(BadRequest):
+                w.call(refuse)
+            with pytest.raises(Internal):
+                w.call(crash)
+            with pytest.raises(TokenVoid):
+                w.call(keep_and_refuse)
+            assert w.call(ok) == "ok"
+            assert w.stats.max_batch == 1
+        finally:
+            w.stop()
+        rows = sqlite3.connect(tmp_path / "t.db").execute("SELECT x FROM t ORDER BY x").fetchall()
+        assert rows == [(3,), (4,)]
+
     def test_units_queued_together_share_one_commit(self, tmp_path):
         w = Writer(_db(tmp_path), on_fatal=lambda why: None)
         gate = threading.Event()
