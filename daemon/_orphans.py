@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterable
 
-__all__ = ["ENV_KEY", "find_orphans", "kill_groups"]
+__all__ = ["ENV_KEY", "find_orphans", "kill_groups", "wait_gone"]
 
 ENV_KEY = b"WARDD_IDEMPOTENCY_KEY="
 _ENVIRON_MAX = 1 << 20  # an environment larger than this is not one of ours
@@ -80,3 +81,24 @@ def kill_groups(pids: Iterable[int]) -> list[int]:
             continue
         killed.append(pgid)
     return killed
+
+
+def _gone(pid: int, proc: str = "/proc") -> bool:
+    """The process has exited (a zombie waiting to be reaped has: it can do nothing)."""
+    try:
+        with open(f"{proc}/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def wait_gone(pids: Iterable[int], timeout_s: float) -> list[int]:
+    """Wait until every pid has exited, at most ``timeout_s``; the ones still
+    there. A SIGKILL is delivered asynchronously: a process can still be
+    running for a moment after ``killpg`` returns."""
+    left = [p for p in pids if not _gone(p)]
+    deadline = time.monotonic() + timeout_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.005)
+        left = [p for p in left if not _gone(p)]
+    return left

@@ -48,7 +48,7 @@ from wardd.adapters import Adapter, Receipt, as_receipt, has_receipt
 from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
-from ._orphans import find_orphans, kill_groups
+from ._orphans import find_orphans, kill_groups, wait_gone
 from ._records import wire_safe
 from .core import attempts as core
 from .store import load
@@ -60,6 +60,7 @@ __all__ = ["Recovery"]
 
 log = structlog.get_logger("wardd.recovery")
 RECEIPT_CONCURRENCY = 4
+ORPHAN_EXIT_WAIT_S = 5.0  # a SIGKILLed group is gone well within this
 
 
 def mark_unknown(
@@ -185,6 +186,8 @@ class Recovery:
             groups = kill_groups(pids)
             if groups:
                 had.add(call.attempt_id)
+                # killed means gone before anything is marked or served
+                left = await trio.to_thread.run_sync(wait_gone, pids, ORPHAN_EXIT_WAIT_S)
                 log.warning(
                     "orphan_killed",
                     neuron=call.neuron,
@@ -192,6 +195,7 @@ class Recovery:
                     attempt=call.attempt,
                     pids=pids,
                     groups=groups,
+                    **({"still_exiting": left} if left else {}),
                 )
         return had
 

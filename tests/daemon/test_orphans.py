@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
+import subprocess
 
 from tests.daemon.harness import Actor, Background, Env, wait_for
-from wardd.daemon._orphans import find_orphans, kill_groups
+from wardd.daemon._orphans import find_orphans, kill_groups, wait_gone
 
 
 def alive(pid: int) -> bool:
@@ -81,3 +83,17 @@ class TestFindOrphans:
     def test_never_kills_the_daemons_own_group(self):
         """kill_groups skips the caller's own process group."""
         assert kill_groups([os.getpid()]) == []
+
+
+class TestWaitGone:
+    def test_a_killed_process_counts_as_gone_only_once_it_has_exited(self):
+        """wait_gone answers the pids still running: a live one after its
+        timeout, none once SIGKILL has taken effect (an unreaped zombie is gone)."""
+        child = subprocess.Popen(["sleep", "1000"])
+        try:
+            assert wait_gone([child.pid], 0.05) == [child.pid]
+            os.kill(child.pid, signal.SIGKILL)
+            assert wait_gone([child.pid], 10.0) == []
+        finally:
+            child.kill()
+            child.wait()
