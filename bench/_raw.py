@@ -6,6 +6,9 @@
   commits (the attempt+claim unit, then the outcome unit: ``_units.invoke_claim``
   and ``workers.WorkerPool._accept``), so the raw sequential dispatch bound is
   ``commits/s ÷ 2``, and a full submit+invoke cycle ``commits/s ÷ 3``.
+- ``cycle_loop``: the reference loop of issue 15's table, ``commits`` (4)
+  such commits per cycle, timed per cycle: the figure a submit+invoke cycle
+  (sequential, or 16 clients together) is divided by.
 - ``group_loop``: the same with ``rows`` rows per commit (what group commit
   can reach when the disk, not the CPU, is the limit).
 - ``fsync_loop``: raw ``write(4 KiB) + fsync`` on a plain file, in place and
@@ -46,6 +49,29 @@ def commit_loop(path: Path, seconds: float, *, pages: int = 1) -> tuple[float, l
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT INTO t(at, data) VALUES (?, ?)", (now, row))
             conn.execute("COMMIT")
+            t = time.perf_counter()
+            lat.append(t - now)
+            now = t
+        return len(lat) / (now - t0), lat
+    finally:
+        conn.close()
+
+
+def cycle_loop(path: Path, seconds: float, *,
+               commits: int = 4) -> tuple[float, list[float]]:
+    """Cycles of ``commits`` FULL WAL commits (one row each, one after the
+    other on one connection) for ``seconds``: (cycles/s, cycle latencies)."""
+    conn = _connect(path)
+    try:
+        lat: list[float] = []
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        now = t0
+        while now < end:
+            for _ in range(commits):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("INSERT INTO t(at, data) VALUES (?, ?)", (now, ROW))
+                conn.execute("COMMIT")
             t = time.perf_counter()
             lat.append(t - now)
             now = t
