@@ -650,6 +650,8 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
     roles = ", ".join(f"{r} {f(med(f'seq.cpu_us.{r}'))} µs"
                       for r in ("event loop", "writer", "workers", "other"))
     rows["cpu"] = dict(value=None if cpu is None else cpu / 1000, paired=None,
+                       threads_us={r: med(f"seq.cpu_us.{r}")
+                                   for r in ("event loop", "writer", "workers", "other")},
                        compared="daemon user+sys CPU over the sequential invoke loop ÷ invokes",
                        detail=f"{roles} (medians per thread; total {f(cpu)} µs)")
     # engine floor ÷ raw dispatch bound
@@ -688,7 +690,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
                  " faster) ÷ raw 4-commit loop cycles/s (one connection)",
         detail=f"workers={best}: {f(conc_cyc)}/s; raw loop"
                f" {f(med(f'conc.w{best}.paired_raw4'))} cycles/s in the paired samples,"
-               f" {f(raw4)} in section 1 (ratio of medians {f(div(conc_cyc, raw4))}×)")
+               f" {f(raw4)} in section 1 (ratio of medians {f(div(conc_cyc, raw4))}×); {others}")
     x, paired = pick(med(f"conc.w{best}.dbos_ratio"), div(conc_cyc, dbos_steps))
     rows["conc_dbos"] = dict(
         value=x, paired=paired, workers=best,
@@ -697,7 +699,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
         detail=f"workers={best}: {f(conc_cyc)}/s vs"
                f" {f(med(f'conc.w{best}.paired_dbos_steps'))} steps/s in the paired"
                f" repetitions (ratio of medians over all DBOS repetitions"
-               f" {f(div(conc_cyc, dbos_steps))}×); {others}")
+               f" {f(div(conc_cyc, dbos_steps))}×)")
     for w in WORKER_COUNTS:
         p99 = _num(v.get(f"conc.w{w}.cycle_status_p99_ms"))
         inv = _num(v.get(f"conc.w{w}.status_p99_ms"))
