@@ -92,9 +92,10 @@ def timed_calls(client: Client, method: str,
 
 
 def sequential(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
-               workers: int = 2) -> dict[str, Any]:
-    """One repetition: submit n ops, then invoke them (timed), then n full
-    submit+invoke cycles (timed)."""
+               workers: int = 2, before_cycles: Any = None) -> dict[str, Any]:
+    """One repetition: submit n ops, then invoke them (timed), then n/2 full
+    submit+invoke cycles (timed). ``before_cycles()``, if given, runs right
+    before the cycles (a paired raw sample); its result is kept as ``paired``."""
     ops = [f"s{rep}-{i}" for i in range(n)]
     subs = [actor.submit_params(op) for op in ops]
     submit_rate = submit_all(client, subs)
@@ -108,10 +109,10 @@ def sequential(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
     # the full cycle: a fresh op submitted and invoked, both timed
     cyc_ops = [f"c{rep}-{i}" for i in range(n // 2)]
     pairs = [(actor.submit_params(op), actor.invoke_params(op)) for op in cyc_ops]
+    paired = before_cycles() if before_cycles is not None else None
     cyc_rate, cyc_lat = _cycles(client, pairs)
     return {"submit_rate": submit_rate, "rate": rate, "lat": lat, "cpu_per_invoke": cpu,
-            "threads": threads,
-            "cycle_rate": cyc_rate, "cycle_lat": cyc_lat}
+            "threads": threads, "cycle_rate": cyc_rate, "cycle_lat": cyc_lat, "paired": paired}
 
 
 def status_latencies(client: Client, n: int) -> list[float]:
@@ -224,7 +225,7 @@ def _loaded(d: Daemon, admin: Client, fns: list[Any], count: int,
 
 
 def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_client: int,
-               probe_interval: float, rep: int) -> dict[str, Any]:
+               probe_interval: float, rep: int, before_cycles: Any = None) -> dict[str, Any]:
     """One repetition on a fresh daemon: ``clients`` threads, each with its
     own connection, over ``neurons`` neurons bound round-robin to the
     workers. Ops are submitted first (concurrently: that is group commit on
@@ -234,7 +235,9 @@ def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_clie
     ``per_client`` full submit+invoke cycles of fresh ops (issue 15's
     "16 concurrent clients over 4 neurons"). A prober process calls
     ``status`` every ``probe_interval`` seconds during each of the two
-    timed phases, whose latencies are kept apart."""
+    timed phases, whose latencies are kept apart. ``before_cycles()``, if
+    given, runs right before the cycles (a paired raw sample, the daemon
+    idle); its result is kept as ``paired``."""
     d = Daemon(root / f"conc-w{workers}-{rep}", workers=workers)
     conns: list[Client] = []
     try:
@@ -271,6 +274,7 @@ def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_clie
         pairs = [[(actors[j % neurons].submit_params(f"q{j}-{i}"),
                    actors[j % neurons].invoke_params(f"q{j}-{i}")) for i in range(per_client)]
                  for j in range(clients)]
+        paired = before_cycles() if before_cycles is not None else None
         cyc = _loaded(d, admin, [lambda j=j: _cycles(cl[j], pairs[j]) for j in range(clients)],
                       total, probe_interval)
         after = admin.call("status")
@@ -280,7 +284,7 @@ def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_clie
                 "cpu_per_invoke": inv["cpu_per_call"], "cpu_share": inv["cpu_share"],
                 "client_cpu_share": inv["client_cpu_share"], "batches": inv["batches"],
                 "mean_batch": inv["mean_batch"], "max_batch": inv["max_batch"],
-                "status_lat": inv["status_lat"], "cycle": cyc,
+                "status_lat": inv["status_lat"], "cycle": cyc, "paired": paired,
                 "per_worker": counts, "rss_mib": rss}
     finally:
         for c in conns:

@@ -116,17 +116,23 @@ EXTRA_TARGETS: list[tuple[str, str, str, float, str]] = [
 
 # -- paired samples ---------------------------------------------------------------------
 
-def paired_raw(tmp: Path, seconds: float) -> dict[str, float]:
-    """Raw samples taken right before a repetition: the raw sequential
-    dispatch bound (1-row FULL commits/s ÷ 2) and issue 15's raw loop of 4
-    FULL commits per cycle (cycles/s), ``seconds`` each. These machines are
-    noisy; a ratio of two figures measured seconds apart is steadier than a
-    ratio of medians taken minutes apart."""
+def paired_bound(tmp: Path, seconds: float) -> float:
+    """A raw 1-row FULL-commit sample taken right before a repetition: the
+    raw sequential dispatch bound (commits/s ÷ 2) at that moment. These
+    machines are noisy; a ratio of two figures measured seconds apart is
+    steadier than a ratio of medians taken minutes apart."""
     rate, _ = _raw.commit_loop(_raw.fresh_db(tmp, "paired.db"), seconds)
+    _raw.fresh_db(tmp, "paired.db")
+    return rate / 2
+
+
+def paired_raw4(tmp: Path, seconds: float) -> float:
+    """Issue 15's raw loop of 4 FULL commits per cycle, sampled right before
+    the submit+invoke cycles it is divided into: cycles/s."""
     cycles, _ = _raw.cycle_loop(_raw.fresh_db(tmp, "paired.db"), seconds,
                                 commits=RAW_CYCLE_COMMITS)
     _raw.fresh_db(tmp, "paired.db")
-    return {"dispatch_bound": rate / 2, "raw4": cycles}
+    return cycles
 
 
 class PeerBox:
@@ -253,11 +259,12 @@ def bench_sequential(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         out = []
         dbos_reps: list[dict[str, Any]] = []
         for rep in range(cfg["reps"]):
-            raw = paired_raw(tmp, cfg["raw_s"] / 2)
-            o = _dispatch.sequential(d, actor, c, n, rep)
-            o["ratio"] = o["rate"] / raw["dispatch_bound"]
-            o["raw4_ratio"] = o["cycle_rate"] / raw["raw4"]
-            o["raw"] = raw
+            bound = paired_bound(tmp, cfg["raw_s"] / 2)
+            o = _dispatch.sequential(d, actor, c, n, rep,
+                                     before_cycles=lambda: paired_raw4(tmp, cfg["raw_s"] / 2))
+            o["ratio"] = o["rate"] / bound
+            o["raw4"] = o["paired"]
+            o["raw4_ratio"] = o["cycle_rate"] / o["raw4"]
             dr = box.rep(cfg["dbos_steps"], cfg["dbos_wf"]) if rep < cfg["dbos_reps"] else None
             if dr is not None:
                 o["dbos_ratio"] = o["rate"] / dr["steps"]
@@ -292,9 +299,9 @@ def bench_sequential(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     r = R.stat("seq.ratio", [o["ratio"] for o in out], "×")
     print(f"   ÷ raw dispatch bound sampled just before each repetition: {r}")
     r = R.stat("seq.raw4_ratio", [o["raw4_ratio"] for o in out], "×")
-    p4 = R.stat("seq.paired_raw4", [o["raw"]["raw4"] for o in out], " cycles/s")
-    print(f"   submit+invoke cycle ÷ raw {RAW_CYCLE_COMMITS}-commit loop sampled just before each"
-          f" repetition: {r}\n      (the paired samples: {p4})")
+    p4 = R.stat("seq.paired_raw4", [o["raw4"] for o in out], " cycles/s")
+    print(f"   submit+invoke cycle ÷ raw {RAW_CYCLE_COMMITS}-commit loop sampled right before the"
+          f" cycles: {r}\n      (the paired samples: {p4})")
     if any("dbos_ratio" in o for o in out):
         r = R.stat("seq.dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
         rc = R.stat("seq.dbos_cycle_ratio",
@@ -315,13 +322,14 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     for w in WORKER_COUNTS:
         out = []
         for rep in range(cfg["conc_reps"]):
-            raw = paired_raw(tmp, cfg["raw_s"] / 2)
+            bound = paired_bound(tmp, cfg["raw_s"] / 2)
             o = _dispatch.concurrent(
                 tmp, workers=w, clients=CLIENTS, neurons=NEURONS, per_client=cfg["conc_per"],
-                probe_interval=PROBE_INTERVAL, rep=rep)
-            o["ratio"] = o["rate"] / raw["dispatch_bound"]
-            o["raw4_ratio"] = o["cycle"]["rate"] / raw["raw4"]
-            o["raw"] = raw
+                probe_interval=PROBE_INTERVAL, rep=rep,
+                before_cycles=lambda: paired_raw4(tmp, cfg["raw_s"] / 2))
+            o["ratio"] = o["rate"] / bound
+            o["raw4"] = o["paired"]
+            o["raw4_ratio"] = o["cycle"]["rate"] / o["raw4"]
             dr = box.rep(cfg["dbos_steps"], 0)
             if dr is not None:
                 o["dbos_ratio"] = o["cycle"]["rate"] / dr["steps"]
@@ -373,9 +381,9 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
               f" p99 {fmt_ms(percentile(cslat, 99))}  ({len(cslat)} calls from a separate"
               " process)")
         r = R.stat(f"conc.w{w}.raw4_ratio", [o["raw4_ratio"] for o in out], "×")
-        p4 = R.stat(f"conc.w{w}.paired_raw4", [o["raw"]["raw4"] for o in out], " cycles/s")
-        print(f"      ÷ raw {RAW_CYCLE_COMMITS}-commit loop (one connection) sampled just before"
-              f" each repetition: {r}\n         (the paired samples: {p4})")
+        p4 = R.stat(f"conc.w{w}.paired_raw4", [o["raw4"] for o in out], " cycles/s")
+        print(f"      ÷ raw {RAW_CYCLE_COMMITS}-commit loop (one connection) sampled right before"
+              f" the cycles: {r}\n         (the paired samples: {p4})")
         if any("dbos_ratio" in o for o in out):
             r = R.stat(f"conc.w{w}.dbos_ratio",
                        [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
@@ -591,10 +599,13 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
     """Issue 15's table from this run's figures: one row per target, with its
     value, the target and the verdict, printed and kept for ``--json``.
 
-    How each value is computed (every ratio is the median of per-repetition
-    ratios whose two figures were measured seconds apart, "paired"; the plain
-    ratio of medians is printed beside it, and used only when the pairing is
-    missing, e.g. a section run alone):
+    How each value is computed. Every ratio is "paired": the median of
+    per-repetition ratios whose two figures were measured seconds apart (a
+    raw 1-row sample right before each engine floor or wardd repetition, the
+    raw 4-commit loop right before each repetition's submit+invoke cycles,
+    the DBOS repetition right after each wardd one); the plain ratio of
+    medians is printed beside it, and used only when the pairing is missing
+    (a section run alone), which the row then says:
 
     - cpu: the daemon's user+sys CPU (all its threads, from /proc) over the
       sequential invoke-only loop (ops pre-submitted), ÷ invokes; per thread
@@ -665,7 +676,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
         detail=f"{f(eng)}/s vs {f(bound)}/s in section 1 (ratio of medians"
                f" {f(div(eng, bound))}×); ÷ the page-matched bound ({f(pages)} pages per"
                f" commit, {f(pm / 2 if pm else None)}/s in section 1):"
-               f" {f(med('engine.ratio_page_matched'))}× paired")
+               f" {f(med('engine.ratio_page_matched'))}× paired" if eng else "")
     # sequential submit+invoke
     x, paired = pick(med("seq.raw4_ratio"), div(seq_cyc, raw4))
     rows["seq_raw4"] = dict(
@@ -734,8 +745,9 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
             verdict = "n/a" if ok is None else "HOLDS" if ok else "MISSED"
             sign = "≥" if cmp == ">=" else "≤"
             shown = "n/a" if x is None else f"{fmt_rate(x)}{unit}"
-            how = {True: ", paired", False: ", ratio of medians (no pairing)"}.get(row["paired"],
-                                                                                   "")
+            how = "" if x is None else {True: ", paired",
+                                        False: ", ratio of medians (no pairing)"}.get(
+                                            row["paired"], "")
             print(f"   [{verdict:6}] {figure}: {shown}{how} (target {sign} {fmt_rate(thr)}{unit})")
             if row["detail"]:
                 print(f"            {row['detail']}")
