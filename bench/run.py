@@ -1,7 +1,7 @@
 """wardd benchmarks: dispatch cost against the disk's own limit and against DBOS.
 
-    make bench                          # the default run (~2.5 min on 2 cores, more if loaded)
-    make bench BENCH_ARGS=--quick       # ~35 s, fewer and smaller samples
+    make bench                          # the default run (~5 min on 2 cores, 7 if loaded)
+    make bench BENCH_ARGS=--quick       # ~2.5 min, fewer and smaller samples
     make bench BENCH_ARGS=--full        # more repetitions, DBOS in both journal modes
     .venv/bin/python bench/run.py --json out.json --only raw,sequential
 
@@ -69,7 +69,7 @@ from _wardd import Actor, Daemon  # noqa: E402
 
 SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "rss", "retention")
 
-# name -> settings; "default" keeps the whole run under ~5 minutes on 2 cores
+# name -> settings; "default" took 401 s on 2 cores under a load average of 2.4
 MODES: dict[str, dict[str, Any]] = {
     "quick": dict(reps=3, raw_s=0.5, engine_n=300, seq_n=300, conc_reps=2, conc_per=40,
                   dbos_reps=3, dbos_steps=300, dbos_wf=100, rec_records=200_000,
