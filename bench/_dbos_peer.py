@@ -6,7 +6,8 @@ Run by ``_dbos.py`` with the bench's own DBOS venv (never the project's):
     python _dbos_peer.py DIR serve JOURNAL
 
 The second form launches DBOS once, prints ``ready`` and then runs one
-repetition per ``rep STEPS WORKFLOWS`` line on stdin (one JSON line each),
+repetition per ``rep STEPS WORKFLOWS`` line on stdin (one JSON line each;
+WORKFLOWS may be 0, then only steps are timed),
 until ``quit``: the bench then interleaves the peer's repetitions with
 wardd's, so that both are measured under the same conditions.
 
@@ -76,7 +77,7 @@ def main() -> int:
             t = time.perf_counter()
             for _ in range(workflows):
                 one()
-            wf_rates.append(workflows / (time.perf_counter() - t))
+            wf_rates.append(workflows / (time.perf_counter() - t) if workflows else 0.0)
 
         if serve:
             print("ready", flush=True)

@@ -2,8 +2,10 @@
 
 Every ``invoke`` needs a fresh op (``submit``, its own commit): ops are
 submitted and every request is signed *before* the timed part, so the
-timed part measures ``invoke`` alone (a full submit+invoke cycle is timed
-separately). Clients are the project's blocking ``wardd.client.Client``.
+timed part measures ``invoke`` alone. The full submit+invoke cycle (issue
+15's figure: it is divided by a raw loop of 4 commits per cycle) is timed
+separately, its requests signed beforehand too. Clients are the project's
+blocking ``wardd.client.Client``.
 """
 
 from __future__ import annotations
@@ -90,9 +92,10 @@ def timed_calls(client: Client, method: str,
 
 
 def sequential(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
-               workers: int = 2) -> dict[str, Any]:
-    """One repetition: submit n ops, then invoke them (timed), then n full
-    submit+invoke cycles (timed)."""
+               workers: int = 2, before_cycles: Any = None) -> dict[str, Any]:
+    """One repetition: submit n ops, then invoke them (timed), then n/2 full
+    submit+invoke cycles (timed). ``before_cycles()``, if given, runs right
+    before the cycles (a paired raw sample); its result is kept as ``paired``."""
     ops = [f"s{rep}-{i}" for i in range(n)]
     subs = [actor.submit_params(op) for op in ops]
     submit_rate = submit_all(client, subs)
@@ -106,17 +109,10 @@ def sequential(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
     # the full cycle: a fresh op submitted and invoked, both timed
     cyc_ops = [f"c{rep}-{i}" for i in range(n // 2)]
     pairs = [(actor.submit_params(op), actor.invoke_params(op)) for op in cyc_ops]
-    cyc_lat: list[float] = []
-    t0 = time.perf_counter()
-    for sp, ip in pairs:
-        t = time.perf_counter()
-        client.call("submit", sp)
-        client.call("invoke", ip)
-        cyc_lat.append(time.perf_counter() - t)
-    cyc_rate = len(pairs) / (time.perf_counter() - t0)
+    paired = before_cycles() if before_cycles is not None else None
+    cyc_rate, cyc_lat = _cycles(client, pairs)
     return {"submit_rate": submit_rate, "rate": rate, "lat": lat, "cpu_per_invoke": cpu,
-            "threads": threads,
-            "cycle_rate": cyc_rate, "cycle_lat": cyc_lat}
+            "threads": threads, "cycle_rate": cyc_rate, "cycle_lat": cyc_lat, "paired": paired}
 
 
 def status_latencies(client: Client, n: int) -> list[float]:
@@ -183,18 +179,67 @@ def _parallel(fns: list[Any]) -> list[Any]:
     return out
 
 
+def _cycles(client: Client, pairs: list[tuple[dict[str, Any], dict[str, Any]]]
+            ) -> tuple[float, list[float]]:
+    """Full cycles on one connection, each a pre-signed ``submit`` then the
+    ``invoke`` of that op: (cycles/s, cycle latencies)."""
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    for sp, ip in pairs:
+        t = time.perf_counter()
+        client.call("submit", sp)
+        r = client.call("invoke", ip)
+        lat.append(time.perf_counter() - t)
+        if r["status"] != "succeeded":
+            raise RuntimeError(f"invoke did not succeed: {r}")
+    return len(pairs) / (time.perf_counter() - t0), lat
+
+
+def _loaded(d: Daemon, admin: Client, fns: list[Any], count: int,
+            probe_interval: float) -> dict[str, Any]:
+    """Run ``fns`` (one per client thread, ``count`` calls or cycles in all)
+    while a prober process calls ``status``; the rate, the daemon's CPU and
+    the writer's batches over that phase alone."""
+    before = admin.call("status")["writer"]
+    prober = Prober(d.socket, probe_interval)
+    try:
+        prober.go()
+        c0 = cpu_s(d.pid)
+        self0 = _self_cpu()
+        t0 = time.perf_counter()
+        results = _parallel(fns)
+        elapsed = time.perf_counter() - t0
+        cpu = cpu_s(d.pid) - c0
+        self_cpu = _self_cpu() - self0
+        probe = prober.stop()
+    finally:
+        prober.kill()
+    w = admin.call("status")["writer"]
+    units = w["mean_batch"] * w["batches"] - before["mean_batch"] * before["batches"]
+    batches = w["batches"] - before["batches"]
+    return {"rate": count / elapsed, "lat": [x for _, ls in results for x in ls],
+            "cpu_per_call": cpu / count, "cpu_share": cpu / elapsed,
+            "client_cpu_share": self_cpu / elapsed, "batches": batches,
+            "mean_batch": units / batches if batches else 0.0, "max_batch": w["max_batch"],
+            "status_lat": probe["latencies"]}
+
+
 def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_client: int,
-               probe_interval: float, rep: int) -> dict[str, Any]:
+               probe_interval: float, rep: int, before_cycles: Any = None) -> dict[str, Any]:
     """One repetition on a fresh daemon: ``clients`` threads, each with its
     own connection, over ``neurons`` neurons bound round-robin to the
     workers. Ops are submitted first (concurrently: that is group commit on
     the writer alone), then the daemon is restarted so that its writer
     statistics cover the timed invokes only (the neurons rebind to the new
-    boot), then every client invokes its ops while a prober process calls
-    ``status`` every ``probe_interval`` seconds."""
+    boot), then every client invokes its ops; then every client runs
+    ``per_client`` full submit+invoke cycles of fresh ops (issue 15's
+    "16 concurrent clients over 4 neurons"). A prober process calls
+    ``status`` every ``probe_interval`` seconds during each of the two
+    timed phases, whose latencies are kept apart. ``before_cycles()``, if
+    given, runs right before the cycles (a paired raw sample, the daemon
+    idle); its result is kept as ``paired``."""
     d = Daemon(root / f"conc-w{workers}-{rep}", workers=workers)
     conns: list[Client] = []
-    prober: Prober | None = None
     try:
         d.start()
         admin = d.connect()
@@ -221,37 +266,27 @@ def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_clie
         for _ in range(clients):
             conns.append(d.connect())
         cl = conns[1:]
+        total = clients * per_client
         invs = [[actors[j % neurons].invoke_params(op) for op in ops[j]] for j in range(clients)]
-        before = admin.call("status")["writer"]
-        prober = Prober(d.socket, probe_interval)
-        prober.go()
-        c0 = cpu_s(d.pid)
-        self0 = _self_cpu()
-        t0 = time.perf_counter()
-        results = _parallel([lambda j=j: timed_calls(cl[j], "invoke", invs[j])
-                             for j in range(clients)])
-        elapsed = time.perf_counter() - t0
-        cpu = cpu_s(d.pid) - c0
-        self_cpu = _self_cpu() - self0
-        probe = prober.stop()
-        prober = None
+        inv = _loaded(d, admin, [lambda j=j: timed_calls(cl[j], "invoke", invs[j])
+                                 for j in range(clients)], total, probe_interval)
+        # the full cycle under the same load shape: fresh ops, pre-signed
+        pairs = [[(actors[j % neurons].submit_params(f"q{j}-{i}"),
+                   actors[j % neurons].invoke_params(f"q{j}-{i}")) for i in range(per_client)]
+                 for j in range(clients)]
+        paired = before_cycles() if before_cycles is not None else None
+        cyc = _loaded(d, admin, [lambda j=j: _cycles(cl[j], pairs[j]) for j in range(clients)],
+                      total, probe_interval)
         after = admin.call("status")
         rss = rss_kib(d.pid) / 1024
-        w = after["writer"]
-        units = w["mean_batch"] * w["batches"] - before["mean_batch"] * before["batches"]
-        batches = w["batches"] - before["batches"]
-        total = clients * per_client
-        lat = [x for _, ls in results for x in ls]
         counts = {s["id"]: s["counts"]["succeeded"] for s in after["workers"]}
-        return {"rate": total / elapsed, "submit_rate": submit_rate, "lat": lat,
-                "cpu_per_invoke": cpu / total, "cpu_share": cpu / elapsed,
-                "client_cpu_share": self_cpu / elapsed,
-                "batches": batches, "mean_batch": units / batches if batches else 0.0,
-                "max_batch": w["max_batch"], "status_lat": probe["latencies"],
+        return {"rate": inv["rate"], "submit_rate": submit_rate, "lat": inv["lat"],
+                "cpu_per_invoke": inv["cpu_per_call"], "cpu_share": inv["cpu_share"],
+                "client_cpu_share": inv["client_cpu_share"], "batches": inv["batches"],
+                "mean_batch": inv["mean_batch"], "max_batch": inv["max_batch"],
+                "status_lat": inv["status_lat"], "cycle": cyc, "paired": paired,
                 "per_worker": counts, "rss_mib": rss}
     finally:
-        if prober is not None:
-            prober.kill()
         for c in conns:
             c.close()
         d.stop()

@@ -1,0 +1,84 @@
+"""The bench's summary: issue 15's table, its verdicts, and the raw reference loop."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import _raw  # noqa: E402
+import run  # noqa: E402
+from _common import Results  # noqa: E402
+
+ROWS = ["cpu", "engine", "seq_raw4", "seq_dbos", "conc_raw4", "conc_dbos", "status_w2",
+        "status_w4", "recovery", "rss"]
+
+
+def _results(**over: float) -> Results:
+    """Figures of a run whose every paired ratio and value is given by ``over``."""
+    R = Results()
+    fig = {"seq.cpu_us": 600.0, "engine.ratio": 0.7, "seq.raw4_ratio": 0.5,
+           "seq.dbos_cycle_ratio": 1.8, "conc.w4.raw4_ratio": 1.0, "conc.w4.dbos_ratio": 1.5,
+           "recovery.ready_s": 1.0, "rss.conns_mib": 50.0, "conc.w2.cycle": 100.0,
+           "conc.w4.cycle": 200.0}
+    fig.update({k.replace("__", "."): v for k, v in over.items()})
+    for key, x in fig.items():
+        R.stat(key, [x])
+    R.value("conc.best_workers", 4)
+    R.value("conc.w2.cycle_status_p99_ms", 5.0)
+    R.value("conc.w4.cycle_status_p99_ms", 4.0)
+    R.value("recovery.db", {"events": 1_000_000, "in_flight": 10_000})
+    return R
+
+
+def test_summary_prints_issue_15_rows_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every row of issue 15's table is printed once, in the issue's order, with its verdict."""
+    rows = run.summary(_results())
+    out = capsys.readouterr().out
+    assert list(rows)[:len(ROWS)] == ROWS
+    at = [out.index(rows[k]["figure"] + ":") for k in ROWS]
+    assert at == sorted(at)
+    assert all(rows[k]["verdict"] == "HOLDS" and rows[k]["in_issue_15"] for k in ROWS)
+    assert out.count("[HOLDS ]") == len(ROWS)
+
+
+def test_values_at_their_target_hold_and_past_it_miss() -> None:
+    """A value equal to its target holds; one just past it misses, for ≥ and ≤ rows alike."""
+    rows = run.summary(_results(engine__ratio=0.69, seq__cpu_us=701.0))
+    assert rows["engine"]["verdict"] == "MISSED"
+    assert rows["cpu"]["verdict"] == "MISSED"
+    assert rows["seq_raw4"]["verdict"] == "HOLDS"
+    rows = run.summary(_results(conc__w4__raw4_ratio=0.99, recovery__ready_s=1.01))
+    assert rows["conc_raw4"]["verdict"] == "MISSED"
+    assert rows["recovery"]["verdict"] == "MISSED"
+
+
+def test_rss_target_is_in_decimal_megabytes() -> None:
+    """RSS is compared in MB of 10^6 bytes: 57.3 MiB is 60.08 MB and misses 60 MB."""
+    rows = run.summary(_results(rss__conns_mib=57.3))
+    assert rows["rss"]["value"] == pytest.approx(57.3 * 2**20 / 1e6)
+    assert rows["rss"]["verdict"] == "MISSED"
+
+
+def test_rows_without_their_section_are_na() -> None:
+    """A run without its sections reports each row as n/a rather than a verdict."""
+    rows = run.summary(Results())
+    assert all(rows[k]["verdict"] == "n/a" and rows[k]["value"] is None for k in ROWS)
+
+
+def test_raw_reference_loop_commits_four_rows_per_cycle(tmp_path: Path) -> None:
+    """The raw reference loop inserts four rows per cycle, one per commit, in a WAL database."""
+    db = tmp_path / "raw4.db"
+    rate, lat = _raw.cycle_loop(db, 0.05, commits=4)
+    assert rate > 0 and lat
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 4 * len(lat)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
