@@ -232,7 +232,7 @@ def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_clie
     the writer alone), then the daemon is restarted so that its writer
     statistics cover the timed invokes only (the neurons rebind to the new
     boot), then every client invokes its ops; then every client runs
-    ``per_client`` full submit+invoke cycles of fresh ops (issue 15's
+    ``per_client`` full submit+invoke cycles of fresh ops (the targets'
     "16 concurrent clients over 4 neurons"). A prober process calls
     ``status`` every ``probe_interval`` seconds during each of the two
     timed phases, whose latencies are kept apart. ``before_cycles()``, if

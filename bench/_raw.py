@@ -6,7 +6,7 @@
   commits (the attempt+claim unit, then the outcome unit: ``_units.invoke_claim``
   and ``workers.WorkerPool._accept``), so the raw sequential dispatch bound is
   ``commits/s ÷ 2``, and a full submit+invoke cycle ``commits/s ÷ 3``.
-- ``cycle_loop``: the reference loop of issue 15's table, ``commits`` (4)
+- ``cycle_loop``: the reference loop of the performance targets' table, ``commits`` (4)
   such commits per cycle, timed per cycle: the figure a submit+invoke cycle
   (sequential, or 16 clients together) is divided by.
 - ``group_loop``: the same with ``rows`` rows per commit (what group commit

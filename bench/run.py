@@ -13,7 +13,7 @@ filesystem). Results, method and analysis: docs/performance.md.
 1. the physical bound: raw SQLite ``synchronous=FULL`` WAL commits (two per
    guarded ``invoke``), raw write+fsync; plus the engine floor (the daemon's
    own writer units in a plain loop), a raw loop with commits as large
-   as the daemon's, and issue 15's reference: a raw loop of 4 FULL commits
+   as the daemon's, and the targets' reference: a raw loop of 4 FULL commits
    per cycle;
 2. sequential guarded dispatch: one blocking client, ``invoke`` of ``echo``
    on a real daemon process (ops submitted and requests signed beforehand),
@@ -36,7 +36,7 @@ filesystem). Results, method and analysis: docs/performance.md.
 Figures are median [min–max] over repetitions; latencies are pooled
 p50/p99. Ratios to the raw bound and to DBOS are paired (the raw sample, or
 the DBOS repetition, is taken right next to each wardd repetition), since
-these machines are noisy. Issue 15's table of targets closes the run, each
+these machines are noisy. The table of performance targets closes the run, each
 row with its value, target and verdict (``summary`` says how each is
 computed; ``--json`` keeps them under ``values.targets``). Every daemon
 and temp dir is removed at the end; nothing but local Unix sockets is used.
@@ -90,9 +90,9 @@ MODES: dict[str, dict[str, Any]] = {
 WORKER_COUNTS = (2, 4)
 CLIENTS, NEURONS = 16, 4
 PROBE_INTERVAL = 0.005
-RAW_CYCLE_COMMITS = 4  # issue 15's reference loop: 4 FULL WAL commits per cycle
+RAW_CYCLE_COMMITS = 4  # the targets' reference loop: 4 FULL WAL commits per cycle
 
-# Issue 15's table, in its order: key, figure, comparison, target, unit. How each value
+# The performance targets' table, in its order: key, figure, comparison, target, unit. How each value
 # is computed is in ``summary`` (and printed with it); ``n/a`` when its section did not run.
 TARGETS: list[tuple[str, str, str, float, str]] = [
     ("cpu", "daemon CPU per sequential invoke", "<=", 0.7, " ms"),
@@ -108,7 +108,7 @@ TARGETS: list[tuple[str, str, str, float, str]] = [
     ("recovery", "recovery to READY=1 (1M records, 10k in flight)", "<=", 1.0, " s"),
     ("rss", "RSS with 1,000 connections", "<=", 60.0, " MB"),
 ]
-# not in issue 15's table, kept from the first version's (retention, contract §3.9)
+# not in the performance targets' table, kept from the first version's (retention, contract §3.9)
 EXTRA_TARGETS: list[tuple[str, str, str, float, str]] = [
     ("tombstone", "bytes per op kept for ever ≤ 10% of 1,754 (retention)", "<=", 175.4, " B"),
 ]
@@ -127,7 +127,7 @@ def paired_bound(tmp: Path, seconds: float) -> float:
 
 
 def paired_raw4(tmp: Path, seconds: float) -> float:
-    """Issue 15's raw loop of 4 FULL commits per cycle, sampled right before
+    """The targets' raw loop of 4 FULL commits per cycle, sampled right before
     the submit+invoke cycles it is divided into: cycles/s."""
     cycles, _ = _raw.cycle_loop(_raw.fresh_db(tmp, "paired.db"), seconds,
                                 commits=RAW_CYCLE_COMMITS)
@@ -211,7 +211,7 @@ def bench_raw(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     s = R.stat("raw.raw4", raw4, " cycles/s")
     print(f"   raw loop of {RAW_CYCLE_COMMITS} FULL WAL commits        {s}   cycle p50"
           f" {fmt_ms(percentile(raw4_lat, 50))} p99 {fmt_ms(percentile(raw4_lat, 99))}"
-          "   (issue 15's reference for submit+invoke)")
+          "   (the targets' reference for submit+invoke)")
     print(f"   raw write 4 KiB + fsync, in place    {R.stat('raw.fsync', fsync_in)}")
     print(f"   raw write 4 KiB + fsync, appending   {R.stat('raw.fsync_append', fsync_app)}")
     print(f"   raw group commit, 16 rows/commit     {R.stat('raw.group16_rows', group, ' rows/s')}")
@@ -361,7 +361,7 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
               f"{R.stat(f'conc.w{w}.submit', [o['submit_rate'] for o in out])}")
         r = R.stat(f"conc.w{w}.ratio", [o["ratio"] for o in out], "×")
         print(f"      ÷ raw sequential dispatch bound sampled just before each repetition: {r}")
-        # issue 15's figure: every client runs full submit+invoke cycles of fresh ops
+        # the targets' figure: every client runs full submit+invoke cycles of fresh ops
         cy = [o["cycle"] for o in out]
         clat = [x for c in cy for x in c["lat"]]
         cslat = [x for c in cy for x in c["status_lat"]]
@@ -596,7 +596,7 @@ def _num(x: Any) -> float | None:
 
 
 def summary(R: Results) -> dict[str, dict[str, Any]]:
-    """Issue 15's table from this run's figures: one row per target, with its
+    """The performance targets' table from this run's figures: one row per target, with its
     value, the target and the verdict, printed and kept for ``--json``.
 
     How each value is computed. Every ratio is "paired": the median of
@@ -633,7 +633,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
       in-flight attempts (scaled down by --quick, and then marked so).
     - rss: VmRSS with 1,000 connections open, in MB (10^6 bytes).
     """
-    section("issue 15's targets, medians of this run")
+    section("performance targets, medians of this run")
     st, v = R.stats, R.values
 
     def med(key: str) -> float | None:
@@ -755,7 +755,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
                        in_issue_15=in_issue)
 
     show(TARGETS, True)
-    print("   not part of issue 15's table:")
+    print("   not part of the performance targets' table:")
     show(EXTRA_TARGETS, False)
     seq, conc = med("seq.invoke"), med(f"conc.w{best}.invoke") if best else None
     if seq and bound:

@@ -1,4 +1,4 @@
-"""The bench's summary: issue 15's table, its verdicts, and the raw reference loop."""
+"""The bench's summary: the performance targets' table, its verdicts, and the raw reference loop."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _results(**over: float) -> Results:
 
 
 def test_summary_prints_issue_15_rows_in_order(capsys: pytest.CaptureFixture[str]) -> None:
-    """Every row of issue 15's table is printed once, in the issue's order, with its verdict."""
+    """Every row of the performance targets' table is printed once, in the issue's order, with its verdict."""
     rows = run.summary(_results())
     out = capsys.readouterr().out
     assert list(rows)[:len(ROWS)] == ROWS
