@@ -82,7 +82,8 @@ def mark_unknown(
             decision, evidence = core.mark_unknown(
                 op, attempt, claimed=claimed, orphan_killed=attempt.id in orphans
             )
-            apply(conn, decision)
+            # each op has one open attempt: no earlier mark of this unit moved it
+            apply(conn, decision, op)
             marked.append(attempt.id)
             if marks is not None:
                 marks.append(
