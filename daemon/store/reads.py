@@ -398,15 +398,31 @@ class Reads:
 
     # -- status -------------------------------------------------------------------------
 
+    # status's figures in one statement: every statement the event loop runs
+    # lets go of the GIL and must take it back, which under load can mean a
+    # wait of a whole switch interval behind a busy worker or writer thread
+    _STATUS = (
+        "SELECT (SELECT count(*) FROM attempts WHERE state = 'unknown'),"
+        " p.pruned_ops, p.last_pruned_at,"
+        " (SELECT group_concat(state || ' ' || n) FROM op_counts WHERE n > 0)"
+        " FROM prune_stats p"
+    )
+
+    def status_figures(self) -> tuple[dict[str, int], int, dict[str, Any]]:
+        """The op counts by state (exact, kept by triggers: no scan), the
+        unknown attempts, and ``status.db``'s pruning figures (contract §3.9)."""
+        unknown, pruned, last, packed = self.conn.execute(self._STATUS).fetchone()
+        ops = {}
+        for item in (packed or "").split(","):
+            if item:
+                state, n = item.rsplit(" ", 1)
+                ops[state] = int(n)
+        return ops, unknown, {"pruned_ops": pruned, "last_pruned_at": last}
+
     def counts(self) -> tuple[dict[str, int], int]:
-        # exact counts kept by triggers (schema v3): no scan on the event loop
-        ops = {r[0]: r[1] for r in self.conn.execute("SELECT state, n FROM op_counts WHERE n > 0")}
-        (unknown,) = self.conn.execute(
-            "SELECT count(*) FROM attempts WHERE state = 'unknown'"
-        ).fetchone()
+        ops, unknown, _ = self.status_figures()
         return ops, unknown
 
     def retention(self) -> dict[str, Any]:
         """``status.db``'s pruning figures (contract §3.9), kept in one row."""
-        row = self.conn.execute("SELECT pruned_ops, last_pruned_at FROM prune_stats").fetchone()
-        return {"pruned_ops": row[0], "last_pruned_at": row[1]}
+        return self.status_figures()[2]
