@@ -85,6 +85,9 @@ class Daemon:
         )
         self.recovered = trio.Event()
         self._handling = 0  # requests in Daemon.handle now
+        # neurons known to be registered: added after a read that found one, or
+        # once a register_neuron has committed; never removed (nor are neurons)
+        self.registered: set[str] = set()
         self.verifier = Verifier(alone=lambda: self._handling <= 1)
         self._dispatch_scopes: set[trio.CancelScope] = set()
         self.stopping = False
@@ -484,8 +487,11 @@ class Daemon:
             neuron, params["sig"], self.config.network, method, params
         ):
             raise Unauthenticated("the signature does not verify")
-        if method != "register_neuron" and not self.reads.neuron_exists(neuron):
-            raise UnknownNeuron("neuron is not registered")
+        if method != "register_neuron" and neuron not in self.registered:
+            # neurons are never deleted: a yes is kept, a no is read again
+            if not self.reads.neuron_exists(neuron):
+                raise UnknownNeuron("neuron is not registered")
+            self.registered.add(neuron)
         return str(neuron)
 
     async def dispatch(self, worker: str, d: Dispatch) -> Any:
