@@ -8,8 +8,8 @@ answers them all, and hands the batch back to the loop in one
 first: it costs the loop about as much CPU as the check it moves (~70 µs),
 and under 16 clients a batch held about one check, so it saved nothing.
 When no other request is in flight the check runs inline: a client waiting
-alone for its reply would only wait longer for the hand-off (measured,
-docs/performance.md).
+alone for its reply would only wait longer for the hand-off (measured with
+one sequential client: p50 2.33 ms inline, 2.99 ms on the thread).
 
 The answer is exactly `wardd.protocol.verify`'s: the same function runs,
 on the thread or inline. Each check parses its key from the neuron id
