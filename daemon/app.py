@@ -468,8 +468,8 @@ class Daemon:
         self._handling += 1
         try:
             neuron = await self._authenticate(method, params) if entry.signed else None
-            if entry.waits_for_recovery:
-                await self.recovered.wait()
+            if entry.waits_for_recovery and not self.recovered.is_set():
+                await self.recovered.wait()  # (a set Event's wait is still a schedule point)
             return await entry.handler(self, conn, neuron, params)
         finally:
             self._handling -= 1
