@@ -125,7 +125,7 @@ def _no_floats(v: Any, depth: int = 0) -> bool:
 _FLAT = frozenset({str, bytes, int, bool, type(None)})
 _NOT_SIGNABLE = "signed params use text keys only and no floats"
 # a signed spec's fields with neuron, sig and network added, by spec (specs are
-# the method table's constants; the spec is kept so that its id is never reused)
+# the method table's constants; each is kept beside its merge so that its id is never reused)
 _SIGNED_SPECS: dict[int, tuple[Spec, Spec]] = {}
 
 
@@ -147,7 +147,7 @@ def check_params(spec: Spec, params: Mapping[str, Any], *, signed: bool) -> None
 
     A signed request's text keys and no floats, anywhere, are checked before
     anything else (the signing input must be canonical); then unknown
-    params, in the order they came; then each field of the spec, in order."""
+    params, in the order they came; then each field of ``spec``, in order."""
     if signed:
         required, optional = _signed_spec(spec)
         unknown = None
