@@ -18,6 +18,8 @@ Sections (docs/performance.md, "Where the time goes"):
   GIL (two threads against one); and, under 16 concurrent trio tasks, the
   event loop's CPU per request with the check inline against on a thread
   (``trio.to_thread.run_sync``);
+- ``registration``: a signed request's registration check: a ``SELECT`` on
+  the reader against the daemon's set of neurons known to be registered;
 - ``log``: structlog as the daemon configures it: a disabled ``debug``, an
   ``info`` line (written to /dev/null).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import statistics
 import sys
 import threading
@@ -136,16 +139,47 @@ def bench_wire() -> None:
     item = decode_item(body)
     show("parse_request", per_call(lambda: parse_request(item), 20000))
     from wardd.daemon._params import check_params
+    from wardd.daemon.handlers import METHODS
 
-    params = item["params"]
+    params, spec = item["params"], METHODS["invoke"].params
     show("check_params of the signed invoke (daemon/_params.py)",
-         per_call(lambda: check_params("invoke", params, signed=True), 20000))
+         per_call(lambda: check_params(spec, params, signed=True), 20000))
     reply = {"id": 17, "result": {"op": "op-000123", "attempt": 1, "status": "succeeded",
                                   "result": {"echo": b"x" * 32}}}
     show("encode_reply of an invoke reply", per_call(lambda: encode_reply(reply, 1 << 20), 20000))
     show("  of which cbor2.dumps alone", per_call(lambda: cbor2.dumps(reply), 20000))
     show("encode_frame (check_value + dumps + header)",
          per_call(lambda: encode_frame(reply), 20000))
+
+
+def bench_registration() -> None:
+    print("\n== registration: a signed request's last check (contract §4)")
+    import tempfile
+    from pathlib import Path
+
+    from wardd.daemon import _units_mgmt as mgmt
+    from wardd.daemon.store.reads import Reads
+    from wardd.daemon.store.schema import migrate
+    from wardd.daemon.store.writer import connect, connect_reader
+
+    with tempfile.TemporaryDirectory(prefix="wardd-micro-") as tmp:
+        db = Path(tmp) / "w.db"
+        w = connect(db)
+        w.row_factory = sqlite3.Row
+        migrate(w)
+        ids = [Ed25519PrivateKey.generate().public_key().public_bytes_raw().hex()
+               for _ in range(100)]
+        for n in ids:
+            w.execute("BEGIN")
+            mgmt.register_neuron(n)(w)
+            w.execute("COMMIT")
+        reads = Reads(connect_reader(db), 1 << 20)
+        known = set(ids)
+        n = ids[50]
+        assert reads.neuron_exists(n)
+        show("Reads.neuron_exists (a SELECT on the reader, 100 neurons)",
+             per_call(lambda: reads.neuron_exists(n), 20000))
+        show("a set of the neurons known to be registered", per_call(lambda: n in known, 20000))
 
 
 def wake_delays(body: Callable[[], Any] | None) -> list[float]:
@@ -397,6 +431,7 @@ SECTIONS = {
     "decode": bench_decode,
     "wire": bench_wire,
     "verify": bench_verify,
+    "registration": bench_registration,
     "log": bench_log,
 }
 

@@ -121,21 +121,52 @@ def _no_floats(v: Any, depth: int = 0) -> bool:
     return True
 
 
+# values that are neither floats nor containers: nothing to walk
+_FLAT = frozenset({str, bytes, int, bool, type(None)})
+_NOT_SIGNABLE = "signed params use text keys only and no floats"
+# a signed spec's fields with neuron, sig and network added, by spec (specs are
+# the method table's constants; each is kept beside its merge so that its id is never reused)
+_SIGNED_SPECS: dict[int, tuple[Spec, Spec]] = {}
+
+
+def _signed_spec(spec: Spec) -> Spec:
+    hit = _SIGNED_SPECS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    required, optional = spec
+    merged: Spec = ({**required, **_SIG_FIELDS}, {**optional, "network": text})
+    if len(_SIGNED_SPECS) >= 1024:
+        _SIGNED_SPECS.clear()
+    _SIGNED_SPECS[id(spec)] = (spec, merged)
+    return merged
+
+
 def check_params(spec: Spec, params: Mapping[str, Any], *, signed: bool) -> None:
     """Raise :class:`BadRequest` unless ``params`` fits the method's ``spec``
-    (a signed method's params also carry ``neuron``, ``sig`` and ``network``)."""
-    required, optional = spec
+    (a signed method's params also carry ``neuron``, ``sig`` and ``network``).
+
+    A signed request's text keys and no floats, anywhere, are checked before
+    anything else (the signing input must be canonical); then unknown
+    params, in the order they came; then each field of ``spec``, in order."""
     if signed:
-        required = {**required, **_SIG_FIELDS}
-        optional = {**optional, "network": text}
-        if not _no_floats(params):
-            raise BadRequest("signed params use text keys only and no floats")
-    for key in params:
-        if not isinstance(key, str):
-            raise BadRequest("param names must be text")
-        if key not in required and key not in optional:
-            shown = key[:64]
+        required, optional = _signed_spec(spec)
+        unknown = None
+        for key, value in params.items():  # one walk: floats and key types, unknown names
+            if not (isinstance(key, str) and (type(value) in _FLAT or _no_floats(value))):
+                raise BadRequest(_NOT_SIGNABLE)
+            if unknown is None and key not in required and key not in optional:
+                unknown = key
+        if unknown is not None:
+            shown = unknown[:64]
             raise BadRequest(f"unknown param {shown!r}", {"param": shown})
+    else:
+        required, optional = spec
+        for key in params:
+            if not isinstance(key, str):
+                raise BadRequest("param names must be text")
+            if key not in required and key not in optional:
+                shown = key[:64]
+                raise BadRequest(f"unknown param {shown!r}", {"param": shown})
     for key, check in required.items():
         if key not in params:
             raise BadRequest(f"missing param {key!r}", {"param": key})

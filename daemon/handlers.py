@@ -193,6 +193,12 @@ async def _invoke(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -
     return await d.dispatch(worker, dispatch)
 
 
+async def _register_neuron(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    result = await d.writer.run(mgmt.register_neuron(neuron))
+    d.registered.add(neuron)  # committed: its next signed request needs no read
+    return result
+
+
 async def _manual_take(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     ref = await d.writer.run(_units.manual_take(d.ctx, neuron, p))
     return {
@@ -330,7 +336,7 @@ _EXCL = Guard.EXCLUSIVE
 #: Every method but ``hello`` (which the server answers), by name.
 METHODS: Final[Mapping[str, Method[Any]]] = {
     # the neuron root (contract §3.1)
-    "register_neuron": _write(NO_PARAMS, lambda d, n, p: mgmt.register_neuron(n)),
+    "register_neuron": _signed(NO_PARAMS, _register_neuron),
     "bind_placement": _write(
         ({"expected_generation": uint, "descriptor": descriptor}, {}), _bind_placement, _EXCL
     ),
