@@ -92,7 +92,7 @@ CLIENTS, NEURONS = 16, 4
 PROBE_INTERVAL = 0.005
 RAW_CYCLE_COMMITS = 4  # the targets' reference loop: 4 FULL WAL commits per cycle
 
-# The performance targets' table, in its order: key, figure, comparison, target, unit. How each value
+# The targets table, in its order: key, figure, comparison, target, unit. How each value
 # is computed is in ``summary`` (and printed with it); ``n/a`` when its section did not run.
 TARGETS: list[tuple[str, str, str, float, str]] = [
     ("cpu", "daemon CPU per sequential invoke", "<=", 0.7, " ms"),

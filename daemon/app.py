@@ -33,6 +33,7 @@ from wardd.protocol import (
     WarddError,
     WrongNetwork,
     canonical_digest,
+    verify,
 )
 
 from . import _units
@@ -43,7 +44,6 @@ from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import check_params
 from ._records import now
 from ._signals import CAUGHT_SIGNALS, STOP_SIGNALS, EarlySignals, signal_name
-from ._verifier import Verifier
 from .config import Config
 from .descriptors import build_descriptors, device_id
 from .guard import GuardTable
@@ -84,11 +84,9 @@ class Daemon:
             attempt_state=lambda attempt_id: self.reads.attempt_state(attempt_id),
         )
         self.recovered = trio.Event()
-        self._handling = 0  # requests in Daemon.handle now
         # neurons known to be registered: added after a read that found one, or
         # once a register_neuron has committed; never removed (nor are neurons)
         self.registered: set[str] = set()
-        self.verifier = Verifier(alone=lambda: self._handling <= 1)
         self._dispatch_scopes: set[trio.CancelScope] = set()
         self.stopping = False
         self._background: trio.Nursery | None = None
@@ -258,7 +256,6 @@ class Daemon:
                     requests.cancel_scope.cancel()
                 # every request has answered (replies are shielded, bounded)
                 conns.cancel_scope.cancel()
-        self.verifier.close()
         if self.fatal is None:
             await self._mark_clean_stop()
         self.writer.stop()
@@ -465,16 +462,12 @@ class Daemon:
                 raise UnknownMethod("hello was already done on this connection")
             raise UnknownMethod(f"no method {method!r}")
         check_params(entry.params, params, signed=entry.signed)
-        self._handling += 1
-        try:
-            neuron = await self._authenticate(method, params) if entry.signed else None
-            if entry.waits_for_recovery and not self.recovered.is_set():
-                await self.recovered.wait()  # (a set Event's wait is still a schedule point)
-            return await entry.handler(self, conn, neuron, params)
-        finally:
-            self._handling -= 1
+        neuron = self._authenticate(method, params) if entry.signed else None
+        if entry.waits_for_recovery and not self.recovered.is_set():
+            await self.recovered.wait()  # (a set Event's wait is still a schedule point)
+        return await entry.handler(self, conn, neuron, params)
 
-    async def _authenticate(self, method: str, params: dict[str, Any]) -> str:
+    def _authenticate(self, method: str, params: dict[str, Any]) -> str:
         """contract §4: network, then signature against our network, then registration."""
         network = params.get("network")
         if network is not None and network != self.config.network:
@@ -483,9 +476,7 @@ class Daemon:
                 {"network": self.config.network},
             )
         neuron = params["neuron"]
-        if not await self.verifier.verify(
-            neuron, params["sig"], self.config.network, method, params
-        ):
+        if not verify(neuron, params["sig"], self.config.network, method, params):
             raise Unauthenticated("the signature does not verify")
         if method != "register_neuron" and neuron not in self.registered:
             # neurons are never deleted: a yes is kept, a no is read again

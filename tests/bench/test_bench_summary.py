@@ -36,8 +36,8 @@ def _results(**over: float) -> Results:
     return R
 
 
-def test_summary_prints_issue_15_rows_in_order(capsys: pytest.CaptureFixture[str]) -> None:
-    """Every row of the performance targets' table is printed once, in the issue's order, with its verdict."""
+def test_summary_prints_the_target_rows_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every row of the targets table is printed once, in its order, with its verdict."""
     rows = run.summary(_results())
     out = capsys.readouterr().out
     assert list(rows)[:len(ROWS)] == ROWS
