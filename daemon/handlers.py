@@ -264,7 +264,7 @@ async def _list_workers(d: Daemon, conn: Connection, neuron: None, p: dict[str, 
 
 
 async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
-    ops, unknown = d.reads.counts()
+    ops, unknown, retention = d.reads.status_figures()  # one statement
     st = d.writer.stats
     size = 0
     for suffix in ("", "-wal"):
@@ -296,7 +296,7 @@ async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) 
             "path": str(d.db_path),
             "schema_version": SCHEMA_VERSION,
             "size": size,
-            **d.reads.retention(),  # pruned_ops, last_pruned_at (contract §3.9)
+            **retention,  # pruned_ops, last_pruned_at (contract §3.9)
         },
         "workers": workers,
         "operations": ops,

@@ -423,6 +423,3 @@ class Reads:
         ops, unknown, _ = self.status_figures()
         return ops, unknown
 
-    def retention(self) -> dict[str, Any]:
-        """``status.db``'s pruning figures (contract §3.9), kept in one row."""
-        return self.status_figures()[2]
