@@ -34,7 +34,7 @@ soak: $(STAMP)
 	$(BIN)/python -m pytest -q -s -o faulthandler_timeout=0 -m soak \
 	tests/soak tests/daemon/test_fuzz_wire.py
 
-# Benchmarks (docs/performance.md): ~2-4 min; BENCH_ARGS=--quick (~1 min) or --full.
+# Benchmarks (docs/performance.md): ~6 min; BENCH_ARGS=--quick (~2.5 min) or --full.
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
