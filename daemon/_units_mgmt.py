@@ -99,7 +99,7 @@ def submit(
 ) -> Unit:
     def unit(conn: sqlite3.Connection) -> Any:
         view = load.prog_view(conn, neuron, prog)
-        existing = load.op_view(conn, neuron, op)
+        existing = load.op_named(conn, view.neuron, op)
         decision = ops.submit(
             view, existing, op, act, args, act_bounds, load.next_id(conn, "operations")
         )

@@ -31,6 +31,7 @@ __all__ = [
     "neuron",
     "op_attempts",
     "op_id_of_attempt",
+    "op_named",
     "next_id",
     "op_view",
     "op_view_by_id",
@@ -269,6 +270,17 @@ def op_view_by_id(conn: sqlite3.Connection, op_id: int) -> OpView:
     return _joined(conn, row, row[9], False)
 
 
+def op_named(conn: sqlite3.Connection, n: Neuron | None, name: str) -> OpView:
+    """The op ``name`` of ``n`` (or its tombstone), without its attempts or
+    prog: what ``submit`` compares a new op with, the neuron already loaded."""
+    if n is None:
+        return OpView(neuron=None, name=name, op=None, prog=None)
+    op = _op(conn.execute(_OP + " WHERE o.neuron_id = ? AND o.op = ?", (n.id, name)).fetchone())
+    if op is None:
+        return _pruned_view(conn, n, name)
+    return OpView(neuron=n, name=name, op=op, prog=None)
+
+
 def op_attempts(conn: sqlite3.Connection, op_id: int) -> OpView:
     """The op with row id ``op_id`` and its attempts only (neuron and prog
     not loaded: None), for the decisions that read nothing else: an
@@ -287,20 +299,33 @@ def op_id_of_attempt(conn: sqlite3.Connection, attempt_id: int) -> int | None:
     return None if row is None else int(row[0])
 
 
+# an op and one of its attempts (with its outcome), in one row: _OP_ATTEMPT
+# then the table clauses; _op_attempt() reads such a row from ``at``
+_OP_ATTEMPT = f"SELECT {_O}, {_ATTEMPT_COLUMNS}"
+
+
+def _op_attempt(row: Any, at: int = 0) -> tuple[Op, Attempt | None]:
+    op = _op(row[at : at + 11])
+    assert op is not None
+    if row[at + 11] is None:  # no attempt (a LEFT JOIN found none)
+        return op, None
+    (attempt,), _ = _attempts([row[at + 11 : at + 28]])
+    return op, attempt
+
+
 def _prepared(
     conn: sqlite3.Connection, where: str, params: tuple[Any, ...]
 ) -> tuple[tuple[Op, Attempt], ...]:
-    rows = conn.execute(
-        _ATTEMPT + " JOIN operations o ON o.id = a.op_id"
+    out = []
+    for row in conn.execute(
+        _OP_ATTEMPT + " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
+        " JOIN operations o ON o.id = a.op_id"
         f" WHERE a.state = 'prepared' AND {where} ORDER BY a.id",
         params,
-    ).fetchall()
-    attempts, _ = _attempts(rows)
-    out = []
-    for a in attempts:
-        o = _op(conn.execute(_OP + " WHERE o.id = ?", (a.op_id,)).fetchone())
-        assert o is not None
-        out.append((o, a))
+    ).fetchall():
+        op, attempt = _op_attempt(row)
+        assert attempt is not None
+        out.append((op, attempt))
     return tuple(out)
 
 
@@ -364,20 +389,16 @@ def open_ops_of_prog(
     conn: sqlite3.Connection, prog_id: int
 ) -> tuple[tuple[Op, Attempt | None], ...]:
     """The prog's ops not consumed or cancelled, each with its latest attempt."""
-    out = []
-    for row in conn.execute(
-        _OP + " WHERE o.prog_id = ? AND o.state NOT IN ('consumed', 'cancelled') ORDER BY o.id",
-        (prog_id,),
-    ).fetchall():
-        o = _op(row)
-        assert o is not None
-        attempts, _ = _attempts(
-            conn.execute(
-                _ATTEMPT + " WHERE a.op_id = ? AND a.attempt = ?", (o.id, o.attempts)
-            ).fetchall()
-        )
-        out.append((o, attempts[0] if attempts else None))
-    return tuple(out)
+    return tuple(
+        _op_attempt(row)
+        for row in conn.execute(
+            _OP_ATTEMPT + " FROM operations o"
+            " LEFT JOIN attempts a ON a.op_id = o.id AND a.attempt = o.attempts"
+            " LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
+            " WHERE o.prog_id = ? AND o.state NOT IN ('consumed', 'cancelled') ORDER BY o.id",
+            (prog_id,),
+        ).fetchall()
+    )
 
 
 def open_reservations(conn: sqlite3.Connection, prog_id: int) -> tuple[tuple[int, int], ...]:
@@ -396,7 +417,7 @@ def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Atte
     §3.6), with its neuron's id text, its op and whether it was claimed, in
     one statement (a start after a crash may find thousands)."""
     rows = conn.execute(
-        f"SELECT n.neuron, {_O}, {_ATTEMPT_COLUMNS},"
+        f"SELECT n.neuron, {_O}, {_ATTEMPT_COLUMNS},"  # _op_attempt() at 1
         " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
         " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
         " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
@@ -405,8 +426,7 @@ def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Atte
     ).fetchall()
     out = []
     for r in rows:
-        op = _op(r[1:12])
-        (attempt,), _ = _attempts([r[12:29]])
-        assert op is not None
+        op, attempt = _op_attempt(r, 1)
+        assert attempt is not None
         out.append((str(r[0]), op, attempt, bool(r[29])))
     return out
