@@ -37,6 +37,7 @@ import trio
 from wardd.protocol import Internal, TokenInvalid, TokenVoid, WarddError
 
 from ._units import AttemptRef
+from .core.attempts import pruned_token
 
 __all__ = ["DeadHandle", "DispatchToken", "TokenRegistry", "Tokens"]
 
@@ -335,7 +336,7 @@ class Tokens:
 def dead_token(record: AttemptRecord | None) -> WarddError:
     """The answer to a handle whose token is gone, from its attempt's record."""
     if record is None:  # its op ended (the attempt was voided or ran) and was pruned
-        return TokenInvalid("the token's attempt no longer exists (its op was pruned)")
+        return pruned_token()
     if record[0] == "void":
         return TokenVoid("the token's attempt was voided", {"reason": record[1]})
     return TokenInvalid("the token was already used")

@@ -56,6 +56,7 @@ __all__ = [
     "outcome_changes",
     "prepare",
     "prepare_checks",
+    "pruned_token",
     "receipt",
     "reverify",
     "shutdown_void",
@@ -73,6 +74,12 @@ class Reroute:
     of this daemon than the one that ran the unit: nothing was written."""
 
     worker: str
+
+
+def pruned_token() -> TokenInvalid:
+    """The refusal of a token whose attempt's op ended and was pruned
+    (contract §3.9): the attempt is gone and never runs."""
+    return TokenInvalid("the token's attempt no longer exists (its op was pruned)")
 
 
 def shutdown_void() -> TokenVoid:
@@ -312,7 +319,7 @@ def claim(
         voids = [] if attempt is None else _void_changes(view, attempt, "shutdown")
         return Decision(tuple(voids), shutdown_void())
     if attempt is None:  # its op ended and was pruned (contract §3.9): never run
-        raise TokenInvalid("the token's attempt no longer exists (its op was pruned)")
+        raise pruned_token()
     if attempt.state == A.VOID:
         voided = TokenVoid("the attempt was voided before its claim", {"reason": attempt.reason})
         return Decision((), voided)

@@ -20,7 +20,7 @@ from wardd.protocol import AttemptState, Internal, OpState
 from .changes import AppendEvent, Change, SetAttempt, SetOp
 from .records import Attempt, Op
 
-__all__ = ["ATTEMPT_MOVES", "OPEN_ATTEMPT_STATES", "move_attempt", "op_state"]
+__all__ = ["ATTEMPT_MOVES", "change_op", "move_attempt", "op_state"]
 
 A = AttemptState
 
@@ -37,9 +37,6 @@ ATTEMPT_MOVES: Final[Mapping[tuple[AttemptState, AttemptState], frozenset[str]]]
     (A.UNKNOWN, A.NOT_EXECUTED): frozenset({"receipt", "reconciled"}),
     (A.UNKNOWN, A.FAILED): frozenset({"reconciled"}),
 }
-
-#: States of an attempt that block a new one (contract §3.2.1).
-OPEN_ATTEMPT_STATES: Final = frozenset({A.PREPARED, A.RUNNING, A.UNKNOWN})
 
 _REOPENING: Final = frozenset({A.VOID, A.FAILED, A.NOT_EXECUTED})
 
