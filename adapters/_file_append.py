@@ -25,15 +25,20 @@ Decisions:
   ``flock``: a stuck outside holder could otherwise hold a worker forever).
 - When the file was empty (just created), its directory is fsynced too, so
   that the new file's name is as durable as its content.
-- The receipt answers ``executed`` for a complete line that starts with the
-  key and a tab *and* whose rest is well-formed hex (even length, lowercase).
-  A line with the key that is torn (no newline at the end of the file) or was
-  torn and then ended by a later append (its hex is malformed) answers
-  ``unknown``: a write of this attempt began, its effect is partial, and
-  that is not for a receipt to decide. (A torn line cut at an even number of
-  hex digits and later ended cannot be told from a whole one: it answers
-  ``executed``.) The key is unique to its attempt, so a complete line with it,
-  wherever it is found, is that attempt's effect.
+- The torn-line check and the write are two steps, and another process can
+  append between them: a partial line of its own (no newline) then glues our
+  record to it, ``ab<key>\t<hex>\n``. So the receipt looks for the key
+  and its tab *anywhere*, as a line start or inside a line, never only after
+  a newline. It answers ``executed`` when the key is followed by the rest of
+  our record, complete: well-formed hex (even length, lowercase), then a
+  newline. A key whose rest is torn (the file ends inside it) or malformed
+  (torn, then ended by a later append) answers ``unknown``: a write of this
+  attempt began, its effect is partial, and that is not for a receipt to
+  decide. (A record cut at an even number of hex digits and later ended
+  cannot be told from a whole one: it answers ``executed``.) The key is
+  unique to its attempt, and no other well-formed record can hold it (a key
+  starts with 64 hex digits and a ``/``, an op name holds no ``/``, and the
+  rest is hex), so our record found anywhere is that attempt's effect.
 
 What the claim records, and what the receipt makes of it (contract §6,):
 
@@ -66,28 +71,40 @@ What the claim records, and what the receipt makes of it (contract §6,):
 - The receipt answers ``not_executed`` only when the file at ``path`` is the
   claim's file — same device and inode, no shorter than ``size``, the same
   digest — its sampled bytes held a complete line of this adapter
-  (``keyed``), and no line for the key starts at or after ``size``. The
+  (``keyed``), and the key occurs nowhere at or after ``size``, neither as
+  a line start nor inside a line. The
   ``keyed`` condition makes the digest proof of identity: a line of ours
   carries a key that names one attempt for ever, so no one writes those
   bytes again by accident, whereas a file holding only, say, a header that
   a rotation hook writes again after a copy-truncate would look unchanged. For a file
   that was empty at the claim (``size`` 0) there is nothing to compare, and a
-  truncation back to empty cannot be ruled out: no line there is
+  truncation back to empty cannot be ruled out: no key there is
   ``unknown``. Every other case is ``unknown`` with a ``detail`` saying why
   (renamed, rotated, replaced, truncated, deleted, absent at the claim,
-  unreadable, torn line, no record), except that a complete line for the
-  key found in the file now at ``path`` is still ``executed``. So a rotation
+  unreadable, torn record, no record), except that our complete record
+  found in the file now at ``path`` is still ``executed``. So a rotation
   (a rename or a copy-truncate) can never make an executed attempt read as
   ``not_executed``; it leaves it ``unknown``, for the operator to check the
   rotated files and ``reconcile``.
 - A claim record without ``file`` (written by wardd before 2.2, which kept
-  only the path) is read the same way: ``executed`` for a line in the file,
-  otherwise ``unknown``.
+  only the path) is read the same way: ``executed`` for our record in the
+  file, otherwise ``unknown``.
 - An attempt that was never claimed (``claim_info`` is ``None``) never
   reached the adapter: its receipt reads the configured file as a whole,
   ``executed`` or ``not_executed``. A missing file answers ``not_executed``
   only when its directory exists; a missing directory (say, a file system
   not mounted yet) is ``unknown``.
+
+A test hook, never reached from a request: when the daemon's environment
+names a directory in ``WARDD_TEST_FILE_APPEND_HOLD`` and that directory holds
+a FIFO named ``checked`` (or ``written``), each call stops after its
+torn-line check, before its write (or after its write and fsync, before it
+returns): it opens the FIFO for reading, which blocks until a test opens it
+for writing, and goes on once the test closes it. The real-process tests use
+it to let another process append between the check and the write, and to
+SIGKILL the daemon after the write and before the outcome commits, without
+timing. Unset (always, outside the tests), it costs one attribute test per
+call. Only whoever starts the daemon sets its environment.
 """
 
 from __future__ import annotations
@@ -112,11 +129,11 @@ from ._base import (
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
-    ReceiptAnswer,
 )
 
 _KEYS = ("adapter", "path", "max_arg_bytes")
-_HEX_DIGITS = b"0123456789abcdef"
+HOLD_ENV = "WARDD_TEST_FILE_APPEND_HOLD"  # the test hook (module docstring)
+_NOT_HEX = re.compile(rb"[^0-9a-f]")
 _CHUNK = 1 << 20
 _SAMPLE = 4096  # bytes at each end of the file before the claim's offset, digested
 # one line of ours: the idempotency key <neuron>/<op>/<attempt>, a tab, the args in hex
@@ -141,6 +158,7 @@ class FileAppendAdapter:
     tag: str
     path: str
     max_arg_bytes: int
+    hold: str | None = None  # the test hook's directory (module docstring)
     kind: str = attrs.field(default="file.append", init=False)
     in_process: bool = attrs.field(default=True, init=False)
     receipt_supported: bool = attrs.field(default=True, init=False)
@@ -152,7 +170,8 @@ class FileAppendAdapter:
         if "path" not in table:
             raise AdapterConfigError("path", "missing (an absolute path is required)")
         path = _config.absolute_path(table["path"], "path")
-        return cls(tag, path, _config.max_arg_bytes(table, max_frame=max_frame))
+        bound = _config.max_arg_bytes(table, max_frame=max_frame)
+        return cls(tag, path, bound, hold=os.environ.get(HOLD_ENV) or None)
 
     def claim_info(self) -> dict[str, Any]:
         """The file as it is just before the call, stored with the claim (module docstring)."""
@@ -184,10 +203,14 @@ class FileAppendAdapter:
         size = _regular_file_stat(fd, self.path).st_size  # now that no thread of ours appends
         torn = size > 0 and _last_byte(fd, size, self.path) != b"\n"
         data = b"\n" + line if torn else line
+        if self.hold is not None:
+            _hold(self.hold, "checked")
         # From here on some bytes may reach the file: every error is unknown.
         _write_durably(fd, data, self.path)
         if size == 0:
             _fsync_directory(self.path)
+        if self.hold is not None:
+            _hold(self.hold, "written")
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """Look the key up as the claim's record allows (contract §6); never raises.
@@ -304,21 +327,21 @@ def claimed_receipt(claim_info: Mapping[str, Any], prefix: bytes) -> Receipt:
             changed = _change_since_claim(f.fileno(), st, dev, ino, size, digest)
             if changed is not None:
                 return _scan_answer(scan_for_key(f, prefix), f"{path} {changed}")
-            answer = scan_for_key(f, prefix, size)
+            found = scan_for_key(f, prefix, size)
     except OSError as exc:
         return Receipt("unknown", detail=f"cannot read {path}: {exc.strerror}")
-    if answer == "not_executed" and size == 0:
+    if found.answer == "not_executed" and size == 0:
         return Receipt(
             "unknown",
             detail=f"{path} was empty at the claim: a truncation since cannot be ruled out",
         )
-    if answer == "not_executed" and claim_info["file"].get("keyed") is not True:
+    if found.answer == "not_executed" and claim_info["file"].get("keyed") is not True:
         return Receipt(
             "unknown",
             detail=f"{path} held no line of this adapter before the claim's offset: a "
             "copy-truncate that wrote the same bytes again cannot be ruled out",
         )
-    return _scan_answer(answer, None)
+    return found
 
 
 def _recorded_identity(value: object) -> tuple[int, int, int, str] | None:
@@ -345,13 +368,12 @@ def _change_since_claim(
     return None
 
 
-def _scan_answer(answer: ReceiptAnswer, not_found: str | None) -> Receipt:
-    """``executed`` stands; a torn line is unknown; no line is ``not_found`` (unknown) if given."""
-    if answer == "unknown":
-        return Receipt("unknown", detail="the key's line is torn or malformed")
-    if answer == "not_executed" and not_found is not None:
+def _scan_answer(found: Receipt, not_found: str) -> Receipt:
+    """A scan's answer where the file cannot show absence: ``not_executed`` becomes
+    ``unknown`` with ``not_found`` as its detail; ``executed`` and ``unknown`` stand."""
+    if found.answer == "not_executed":
         return Receipt("unknown", detail=not_found)
-    return Receipt(answer)
+    return found
 
 
 def _open_for_reading(path: str) -> IO[bytes]:
@@ -375,6 +397,25 @@ def _executed_or_unknown(path: str, prefix: bytes, why: str) -> Receipt:
         return Receipt("unknown", detail=why)
     except OSError as exc:
         return Receipt("unknown", detail=f"cannot read {path}: {exc.strerror}")
+
+
+def _hold(directory: str, point: str) -> None:
+    """The test hook (module docstring): wait at ``point`` while a test holds
+    the FIFO ``<directory>/<point>`` open; nothing when there is no FIFO."""
+    path = os.path.join(directory, point)
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # blocks until the test opens it
+    except OSError:
+        return
+    try:
+        while os.read(fd, 512):  # until the test closes its end
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _regular_file_stat(fd: int, path: str) -> os.stat_result:
@@ -433,68 +474,70 @@ def _whole_file_receipt(path: str, prefix: bytes) -> Receipt:
         with f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return Receipt("unknown", detail="not a regular file")
-            answer = scan_for_key(f, prefix)
+            return scan_for_key(f, prefix)
     except OSError as exc:
         return Receipt("unknown", detail=f"cannot read the file: {exc.strerror}")
-    if answer == "unknown":
-        return Receipt("unknown", detail="the key's line is torn or malformed")
-    return Receipt(answer)
 
 
-def scan_for_key(f: IO[bytes], prefix: bytes, start: int = 0) -> ReceiptAnswer:
-    """Stream ``f`` for a line starting with ``prefix`` (the key and a tab) at or after ``start``.
+def scan_for_key(f: IO[bytes], prefix: bytes, start: int = 0) -> Receipt:
+    """Stream ``f`` from ``start`` for ``prefix`` (the key and its tab) anywhere (contract §6).
 
-    ``executed`` for a complete, well-formed line; ``unknown`` when the only
-    such lines are torn or malformed; ``not_executed`` when the file was read
-    to its end without one. A line starts at ``start`` only if the byte
-    before it is a newline. Reads in chunks of 1 MiB: memory stays bounded
-    however large the file or its lines are.
+    The key is looked for as a line start *and* inside a line: a line of
+    ours can land glued to a foreign partial line (another process appended
+    bytes without a newline after our torn-line check), so a key inside a
+    line may be our record. ``executed`` when an occurrence is followed by
+    the rest of a record, complete: lowercase hex of even length, then a
+    newline. ``not_executed`` only when the key occurs nowhere from
+    ``start``; a key cut short before its tab is no key: bytes that name
+    no attempt are no attempt's effect. ``unknown`` in any other case:
+    every occurrence's rest is torn or malformed (with a ``detail``).
+
+    A record of another attempt can never hold ours: a key starts with 64
+    hex digits and a ``/``, and no well-formed line holds that inside its
+    key (an op name has no ``/``) or its hex. Reads in chunks of at most
+    1 MiB: memory stays bounded however large the file or its lines are.
     """
-    needle = b"\n" + prefix
-    keep = len(needle) - 1
     damaged = False
-    if start == 0:
-        f.seek(0)
-        buf = b"\n"  # a virtual newline before the first byte: the first line starts a line
-        base = -1  # file offset of buf[0]
-    else:
-        f.seek(start - 1)  # the byte before ``start`` says whether a line starts there
-        buf, base = b"", start - 1
+    keep = len(prefix) - 1
+    f.seek(start)
+    buf, base = b"", start  # base: the file offset of buf[0]
     while True:
         chunk = f.read(_CHUNK)
         buf += chunk
-        hit = buf.find(needle)
+        hit = buf.find(prefix)
         if hit != -1:
-            rest_at = base + hit + len(needle)
-            whole, next_line = _check_rest(f, rest_at)
-            if whole:
-                return "executed"
+            rest_at = base + hit + len(prefix)
+            if _rest_is_whole(f, rest_at):
+                return Receipt("executed")
             damaged = True
-            if next_line is None:
-                break
-            f.seek(next_line)
-            buf, base = b"\n", next_line - 1
+            f.seek(rest_at)  # a torn rest may hold the key again
+            buf, base = b"", rest_at
             continue
         if not chunk:
             break
-        tail = buf[-keep:]
+        tail = buf[len(buf) - keep :]
         base += len(buf) - len(tail)
         buf = tail
-    return "unknown" if damaged else "not_executed"
+    if damaged:
+        return Receipt("unknown", detail="the key is followed by a torn or malformed record")
+    return Receipt("not_executed")
 
 
-def _check_rest(f: IO[bytes], offset: int) -> tuple[bool, int | None]:
-    """Read the line's rest from ``offset``: (well-formed hex?, offset of the next line or None)."""
+def _rest_is_whole(f: IO[bytes], offset: int) -> bool:
+    """Whether the bytes from ``offset`` are the rest of a record: lowercase
+    hex of even length, then a newline. Reads only up to the first byte that
+    is not a hex digit (at most one chunk past it), so a long foreign line
+    after a key costs little."""
     f.seek(offset)
     length = 0
-    valid = True
+    size = 256
     while True:
-        piece = f.readline(_CHUNK)
+        piece = f.read(size)
         if not piece:
-            return False, None  # torn: the file ends inside the line
-        complete = piece.endswith(b"\n")
-        body = piece[:-1] if complete else piece
-        length += len(body)
-        valid = valid and not body.translate(None, _HEX_DIGITS)
-        if complete:
-            return valid and length % 2 == 0, f.tell()
+            return False  # torn: the file ends inside the record
+        other = _NOT_HEX.search(piece)
+        if other is not None:
+            at = other.start()
+            return piece[at : at + 1] == b"\n" and (length + at) % 2 == 0
+        length += len(piece)
+        size = min(size * 4, _CHUNK)

@@ -340,12 +340,12 @@ class TestFileAppendClaimedReceipt:
         adapter.call(request(b"x"))
         assert adapter.receipt(key(), info) == Receipt("executed")
 
-    def test_a_key_that_continues_a_torn_line_is_no_line(self, tmp_path: Path) -> None:
-        """Bytes glued to a torn line at the offset do not start a line there."""
+    def test_a_key_that_continues_a_torn_line_is_executed(self, tmp_path: Path) -> None:
+        """A record glued to a torn line at the offset is found inside that line (contract §6)."""
         adapter, info, path = self.claimed_after_a_torn_line(tmp_path / "notes.log")
         with path.open("ab") as f:
             f.write(f"{key()}\t00\n".encode())
-        assert adapter.receipt(key(), info) == Receipt("not_executed")
+        assert adapter.receipt(key(), info) == Receipt("executed")
 
     def test_a_file_without_a_line_of_ours_is_never_proven_unchanged(self, tmp_path: Path) -> None:
         """A header-only file, copy-truncated after the call and given the same

@@ -1,0 +1,139 @@
+"""Another process appends to a ``file.append`` ledger mid-call: the receipt
+never reads our record as absent (contract §6).
+
+A real daemon, a real ledger file, a real foreign process appending a
+partial line (no newline) between the call's torn-line check and its write,
+and a real SIGKILL after the write and before the outcome commits. The
+call is stopped at those two points by the adapter's test hook
+(``WARDD_TEST_FILE_APPEND_HOLD``, adapters/_file_append.py): a FIFO per
+point, which the call opens for reading and the test for writing, so each
+step waits on the other's real event, never on a delay.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+from tests.daemon.harness import Actor, Background, Env, code_of, key, wait_for
+from wardd.adapters._file_append import HOLD_ENV
+
+
+class Hold:
+    """The ``file.append`` test hook's directory and its FIFOs."""
+
+    POINTS = ("checked", "written")
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "hold"
+        self.dir.mkdir()
+        self.fds: list[int] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {HOLD_ENV: str(self.dir)}
+
+    def arm(self) -> None:
+        """From now on every call stops at each point."""
+        for point in self.POINTS:
+            os.mkfifo(self.dir / point)
+
+    def reached(self, point: str) -> int:
+        """Wait until a call stands at ``point`` (it holds the FIFO open for
+        reading); the call goes on once the returned descriptor is closed."""
+        got: list[int] = []
+
+        def opened() -> bool:
+            try:
+                got.append(os.open(self.dir / point, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no reader yet: the call is not there
+                    return False
+                raise
+            return True
+
+        wait_for(opened, what=f"the file.append call to stop at {point!r}")
+        self.fds.append(got[0])
+        return got[0]
+
+    def let_go(self, fd: int) -> None:
+        self.fds.remove(fd)
+        os.close(fd)
+
+    def disarm(self) -> None:
+        """Remove the FIFOs and close what the test still holds."""
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+        for point in self.POINTS:
+            (self.dir / point).unlink(missing_ok=True)
+
+
+def append_partial_line(path: Path, data: bytes) -> None:
+    """Another process appends ``data``, with no newline."""
+    subprocess.run(
+        ["/bin/sh", "-c", 'printf %s "$1" >> "$2"', "sh", data.decode(), str(path)], check=True
+    )
+
+
+class TestForeignPartialLine:
+    def test_a_record_glued_to_a_foreign_partial_line_is_executed_and_never_runs_again(
+        self, make_daemon
+    ):
+        """The ledger holds complete lines; our call's torn-line check sees a
+        newline; another process then appends ``ab`` with no newline; our
+        record lands glued to it (``ab<key>\\t…\\n``); SIGKILL before the
+        outcome commits. At the restart the receipt finds the key inside the
+        line: the attempt is succeeded by receipt (never not_executed), and no
+        second attempt runs, so the ledger holds our record once."""
+        env = Env()
+        hold = Hold(env.root)
+        d = make_daemon(env, start=False)
+        d.start(hold.env)
+        a = Actor(d, acts=("ledger",))
+        a.submit("first", "ledger", b"1")
+        assert a.invoke("first")["status"] == "succeeded"  # complete lines, one of ours
+        a.submit("victim", "ledger", b"x")
+        record = f"{key(a, 'victim')}\t78\n".encode()
+        hold.arm()
+        try:
+            call = Background(a.invoke, "victim", 1, d.connect())
+            checked = hold.reached("checked")  # claimed; the last byte was a newline
+            append_partial_line(env.ledger, b"ab")
+            hold.let_go(checked)
+            hold.reached("written")  # our record is durable, its outcome not yet sent
+            d.kill()
+        finally:
+            hold.disarm()
+        call.error_of()  # the daemon died under the call
+        first = f"{key(a, 'first')}\t31\n".encode()
+        assert env.ledger.read_bytes() == first + b"ab" + record
+
+        d.start()
+        a.client = d.connect()
+        att = a.op("victim")["attempts"][0]
+        assert att["state"] != "not_executed"
+        assert (att["state"], att["outcome"]["source"]) == ("succeeded", "receipt")
+        a.bind(0)
+        assert code_of(a.invoke, "victim", 2).code == "already_succeeded"
+        assert env.ledger.read_bytes() == first + b"ab" + record  # one effect
+
+    def test_without_a_foreign_append_the_hook_changes_nothing(self, make_daemon):
+        """A call held at both points and let go writes its one line and succeeds."""
+        env = Env()
+        hold = Hold(env.root)
+        d = make_daemon(env, start=False)
+        d.start(hold.env)
+        a = Actor(d, acts=("ledger",))
+        a.submit("op", "ledger", b"x")
+        hold.arm()
+        try:
+            call = Background(a.invoke, "op", 1, d.connect())
+            hold.let_go(hold.reached("checked"))
+            hold.let_go(hold.reached("written"))
+        finally:
+            hold.disarm()
+        assert call.result()["status"] == "succeeded"
+        assert env.ledger_lines() == [f"{key(a, 'op')}\t78"]
