@@ -83,6 +83,10 @@ class ActRequest:
     attempt: int
     act: str
     args: bytes
+    # the daemon boot that claimed the attempt and runs the call: a `cli`
+    # program carries it as WARDD_BOOT, so that a later start of the same
+    # database knows its own orphans from another daemon's programs
+    boot: str | None = None
 
     @property
     def idempotency_key(self) -> str:

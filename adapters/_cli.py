@@ -36,7 +36,10 @@ Decisions:
   ``/usr/local/bin:/usr/bin:/bin``), ``LANG`` and ``HOME`` when the daemon
   has them (``HOME`` falls back to the passwd entry), the configured ``env``
   (which may override those three), then ``WARDD_OP``, ``WARDD_ATTEMPT``,
-  ``WARDD_ACT`` and ``WARDD_IDEMPOTENCY_KEY``. ``env`` may not name
+  ``WARDD_ACT``, ``WARDD_IDEMPOTENCY_KEY`` and ``WARDD_BOOT`` (the boot of
+  the daemon that claimed the call: with the key, it tells a later start
+  of the same database that a program left running is its own orphan, not
+  another daemon's program; see `wardd.daemon._orphans`). ``env`` may not name
   ``WARDD_*``, ``NOTIFY_SOCKET`` or ``LISTEN_*``. The working directory is the
   daemon's.
 - At the end of **every** call, not only at shutdown, the program's whole
@@ -49,7 +52,8 @@ Decisions:
   started) and receipts answer ``unknown``.
 - The receipt program gets the idempotency key as its last argument, the
   same environment (``WARDD_ACT``, ``WARDD_IDEMPOTENCY_KEY``, and
-  ``WARDD_OP``/``WARDD_ATTEMPT`` taken from the key), ``/dev/null`` as
+  ``WARDD_OP``/``WARDD_ATTEMPT`` taken from the key; no ``WARDD_BOOT``: a
+  receipt run has no effect to fence, so it is never an orphan), ``/dev/null`` as
   stdin and 30 s; only exit 0 with a first stdout line of ``executed``,
   ``not_executed`` or ``unknown`` counts, anything else is ``unknown``.
 """
@@ -231,6 +235,7 @@ class CliAdapter:
             attempt=str(request.attempt),
             act=request.act,
             key=request.idempotency_key,
+            boot=request.boot,
         )
         margin = _redact.longest(secrets)
         try:
@@ -304,7 +309,7 @@ class CliAdapter:
         return Receipt("unknown", detail="receipt program gave no recognised answer")
 
     def _environment(
-        self, *, op: str | None, attempt: str | None, act: str, key: str
+        self, *, op: str | None, attempt: str | None, act: str, key: str, boot: str | None = None
     ) -> tuple[dict[str, str | bytes], list[bytes]]:
         """The child's whole environment and the secret values in it (read now)."""
         env: dict[str, str | bytes] = dict(self._base_env)
@@ -320,6 +325,8 @@ class CliAdapter:
         wardd = {"WARDD_OP": op, "WARDD_ATTEMPT": attempt, "WARDD_ACT": act}
         env.update({k: v for k, v in wardd.items() if v is not None})
         env["WARDD_IDEMPOTENCY_KEY"] = key
+        if boot is not None:
+            env["WARDD_BOOT"] = boot
         return env, secrets
 
 

@@ -11,10 +11,17 @@ so that after the restart no orphan of an earlier boot can still have its
 effect, as after a clean stop.
 
 An orphan is found by its environment: every `cli` program gets
-``WARDD_IDEMPOTENCY_KEY=<neuron>/<op>/<attempt>``, a key that names one
-attempt for ever (and its children inherit it unless they clear it). Only
-processes of the daemon's own uid are readable, which are the only ones it
-can have started. Linux ``/proc`` only; elsewhere nothing is found.
+``WARDD_IDEMPOTENCY_KEY=<neuron>/<op>/<attempt>`` and ``WARDD_BOOT=<boot>``,
+the boot of the daemon that claimed the call (its children inherit both
+unless they clear them). The key alone does not make a program ours:
+another wardd on another database, serving the same neuron, runs its own
+attempt with the same ``<neuron>/<op>/<attempt>``. A program is this
+daemon's orphan only when its key is that of a claimed call of an earlier
+boot *and* its ``WARDD_BOOT`` is the boot this database recorded with that
+claim: a random id of that one daemon run, which no daemon on another
+database ever gives its programs. Only processes of the
+daemon's own uid are readable, which are the only ones it can have
+started. Linux ``/proc`` only; elsewhere nothing is found.
 """
 
 from __future__ import annotations
@@ -22,19 +29,21 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-__all__ = ["ENV_KEY", "find_orphans", "kill_groups", "wait_gone"]
+__all__ = ["BOOT_VAR", "KEY_VAR", "find_orphans", "kill_groups", "wait_gone"]
 
-ENV_KEY = b"WARDD_IDEMPOTENCY_KEY="
+KEY_VAR = b"WARDD_IDEMPOTENCY_KEY="
+BOOT_VAR = b"WARDD_BOOT="
 _ENVIRON_MAX = 1 << 20  # an environment larger than this is not one of ours
 
 
-def find_orphans(keys: Iterable[str], proc: str = "/proc") -> dict[str, list[int]]:
-    """``key -> pids`` of the live processes whose environment holds one of ``keys``."""
-    wanted = {k.encode() for k in keys}
+def find_orphans(wanted: Mapping[str, str], proc: str = "/proc") -> dict[str, list[int]]:
+    """``key -> pids`` of the live processes whose environment holds one of
+    ``wanted``'s keys together with the boot ``wanted`` maps it to."""
+    want = {k.encode(): b.encode() for k, b in wanted.items()}
     found: dict[str, list[int]] = {}
-    if not wanted:
+    if not want:
         return found
     me = os.getpid()
     try:
@@ -44,24 +53,28 @@ def find_orphans(keys: Iterable[str], proc: str = "/proc") -> dict[str, list[int
     for entry in entries:
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
-        key = _key_of(os.path.join(entry.path, "environ"))
-        if key is not None and key in wanted:
+        key, boot = _marks_of(os.path.join(entry.path, "environ"))
+        if key is not None and boot is not None and want.get(key) == boot:
             found.setdefault(key.decode(), []).append(int(entry.name))
     for pids in found.values():
         pids.sort()
     return found
 
 
-def _key_of(path: str) -> bytes | None:
+def _marks_of(path: str) -> tuple[bytes | None, bytes | None]:
+    """The ``WARDD_IDEMPOTENCY_KEY`` and ``WARDD_BOOT`` values in an environ file."""
     try:
         with open(path, "rb") as f:
             environ = f.read(_ENVIRON_MAX)
     except OSError:  # gone meanwhile, or another uid's
-        return None
+        return None, None
+    key = boot = None
     for item in environ.split(b"\0"):
-        if item.startswith(ENV_KEY):
-            return item[len(ENV_KEY) :]
-    return None
+        if item.startswith(KEY_VAR):
+            key = item[len(KEY_VAR) :]
+        elif item.startswith(BOOT_VAR):
+            boot = item[len(BOOT_VAR) :]
+    return key, boot
 
 
 def kill_groups(pids: Iterable[int]) -> list[int]:

@@ -180,7 +180,8 @@ class Recovery:
         by_key = {c.key: c for c in self._reads.claimed_calls_of_earlier_boots(self._boot)}
         if not by_key:
             return set()
-        found = await trio.to_thread.run_sync(find_orphans, by_key)
+        wanted = {k: c.boot for k, c in by_key.items()}  # ours: the key and its claim's boot
+        found = await trio.to_thread.run_sync(find_orphans, wanted)
         had: set[int] = set()
         for key, pids in found.items():
             call = by_key[key]

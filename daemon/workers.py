@@ -367,7 +367,12 @@ class WorkerPool:
     def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
         adapter = self._adapters[ref.act]
         request = ActRequest(
-            neuron=ref.neuron, op=ref.op, attempt=ref.attempt, act=ref.act, args=ref.args
+            neuron=ref.neuron,
+            op=ref.op,
+            attempt=ref.attempt,
+            act=ref.act,
+            args=ref.args,
+            boot=self._boot,
         )
         try:
             value = adapter.call(request)

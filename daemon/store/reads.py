@@ -52,6 +52,7 @@ class ClaimedCall:
     neuron: str
     op: str
     attempt: int
+    boot: str  # the boot that claimed it: its program carries it as WARDD_BOOT
 
     @property
     def key(self) -> str:
@@ -378,13 +379,13 @@ class Reads:
         """Guarded attempts claimed by a boot other than ``boot`` and left
         ``running`` or ``unknown``: their programs may still run."""
         rows = self._q(
-            "SELECT a.id, n.neuron, o.op, a.attempt FROM attempts a"
+            "SELECT a.id, n.neuron, o.op, a.attempt, c.boot FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
-            " WHERE a.kind = 'guarded' AND a.boot != ? AND a.state IN ('running', 'unknown')"
-            " AND EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)",
+            " JOIN claims c ON c.attempt_id = a.id"
+            " WHERE a.kind = 'guarded' AND a.boot != ? AND a.state IN ('running', 'unknown')",
             (boot,),
         )
-        return [ClaimedCall(int(r[0]), r[1], r[2], r[3]) for r in rows]
+        return [ClaimedCall(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
 
     def attempt_id(self, neuron: str, op: str, attempt: int) -> int | None:
         """The row id of ``neuron``'s ``op`` attempt number ``attempt``, or None."""

@@ -254,9 +254,10 @@ class Actor:
         worker: int = 0,
         prog: str = "prog-a",
         step_limit: int = 1000,
+        neuron: Neuron | None = None,
     ) -> None:
         self.daemon = daemon
-        self.neuron = Neuron.generate()
+        self.neuron = neuron or Neuron.generate()
         self.client = daemon.connect()
         self.prog = prog
         self.call("register_neuron", {})

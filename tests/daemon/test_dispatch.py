@@ -85,8 +85,8 @@ class TestRoundTrip:
                     "argv": [
                         "/bin/sh",
                         "-c",
-                        'cat; printf "|%s|%s|%s" "$WARDD_OP" "$WARDD_ATTEMPT" '
-                        '"$WARDD_IDEMPOTENCY_KEY"',
+                        'cat; printf "|%s|%s|%s|%s" "$WARDD_OP" "$WARDD_ATTEMPT" '
+                        '"$WARDD_IDEMPOTENCY_KEY" "$WARDD_BOOT"',
                     ],
                 }
             }
@@ -96,7 +96,7 @@ class TestRoundTrip:
         a.submit("p1", "pipe", b"in")
         r = a.invoke("p1")
         assert r["status"] == "succeeded"
-        assert r["result"]["stdout"] == f"in|p1|1|{key(a, 'p1')}".encode()
+        assert r["result"]["stdout"] == f"in|p1|1|{key(a, 'p1')}|{d.boot}".encode()
         assert r["result"]["truncated"] is False
 
 

@@ -4,12 +4,15 @@ daemon can still have its effect."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
 import subprocess
+from typing import Any
 
-from tests.daemon.harness import Actor, Background, Env, wait_for
+from tests.daemon.harness import Actor, Background, Daemon, Env, wait_for
+from wardd.client import Neuron
 from wardd.daemon._orphans import find_orphans, kill_groups, wait_gone
 
 
@@ -63,22 +66,90 @@ class TestOrphans:
         assert not (env.root / "effects").exists()
 
 
+def log_events(d: Daemon) -> list[dict[str, Any]]:
+    """The daemon's JSON log lines."""
+    return [json.loads(x) for x in d.log_text().splitlines() if x.startswith("{")]
+
+
+def gated_act(env: Env) -> dict[str, object]:
+    """A `cli` act that records its pid, waits for its gate file, then notes its effect."""
+    root = shlex.quote(str(env.root))
+    return {
+        "adapter": "cli",
+        "argv": [
+            "/bin/sh",
+            "-c",
+            f"echo $$ > {root}/prog.pid; while [ ! -e {root}/gate ]; do sleep 0.05; done; "
+            f'echo "$WARDD_IDEMPOTENCY_KEY" >> {root}/effects',
+        ],
+    }
+
+
+class TestAnotherDaemonsPrograms:
+    def test_a_restart_never_kills_a_program_of_a_daemon_on_another_database(self, make_daemon):
+        """Two daemons on two databases serve the same neuron, and each runs
+        attempt 1 of an op of the same name: two programs with the same
+        WARDD_IDEMPOTENCY_KEY. The first daemon is SIGKILLed and restarted:
+        it kills its own orphan (evidence orphan_killed), never the other's
+        program, whose call then ends on its own and succeeds."""
+        neuron = Neuron.generate()
+        envs, daemons, actors, calls = [], [], [], []
+        for _ in range(2):
+            env = Env()
+            env.acts["gated"] = gated_act(env)
+            env.write_config()
+            d = make_daemon(env)
+            a = Actor(d, acts=("gated",), neuron=neuron)
+            a.submit("same", "gated")
+            calls.append(Background(a.invoke, "same", 1, d.connect()))
+            envs.append(env)
+            daemons.append(d)
+            actors.append(a)
+        pidfiles = [env.root / "prog.pid" for env in envs]
+        for pidfile in pidfiles:
+            wait_for(lambda p=pidfile: p.exists() and p.read_text().strip(), what="the program")
+        mine, theirs = (int(p.read_text()) for p in pidfiles)
+        ours, other = daemons
+        ours.kill()  # the daemon only: its program lives on
+        assert alive(mine) and alive(theirs)
+        ours.start()
+        assert not alive(mine)
+        assert alive(theirs)
+        actors[0].client = ours.connect()
+        ev = actors[0].op("same")["attempts"][0]["evidence"]
+        assert ev["orphan_killed"] is True
+        killed = [e for e in log_events(ours) if e.get("event") == "orphan_killed"]
+        assert len(killed) == 1 and mine in killed[0]["pids"] and theirs not in killed[0]["pids"]
+        assert actors[1].op("same")["attempts"][0]["state"] == "running"
+        (envs[1].root / "gate").touch()
+        assert calls[1].result()["status"] == "succeeded"
+        assert "evidence" not in actors[1].op("same")["attempts"][0]
+        assert not (envs[0].root / "effects").exists()
+
+
 class TestFindOrphans:
-    def test_finds_processes_by_their_key_and_nothing_else(self, tmp_path):
-        """A /proc-like tree of real files: only the wanted keys are found."""
+    def test_finds_processes_by_their_key_and_boot_and_nothing_else(self, tmp_path):
+        """A /proc-like tree of real files: only a wanted key carried with the
+        boot of its claim is found; the same key with another daemon's boot,
+        or with none, is not ours."""
         for pid, environ in {
-            "101": b"PATH=/bin\0WARDD_IDEMPOTENCY_KEY=n/a/1\0",
-            "102": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0HOME=/h\0",
-            "103": b"WARDD_IDEMPOTENCY_KEY=n/b/1\0",
+            "101": b"PATH=/bin\0WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1\0",
+            "102": b"WARDD_BOOT=b1\0WARDD_IDEMPOTENCY_KEY=n/a/1\0HOME=/h\0",
+            "103": b"WARDD_IDEMPOTENCY_KEY=n/b/1\0WARDD_BOOT=b1\0",
             "104": b"PATH=/bin\0",
-            "self": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0",
+            "106": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=other\0",  # another daemon's
+            "107": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0",  # no boot: not provably ours
+            "108": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1x\0",
+            "self": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1\0",
         }.items():
             (tmp_path / pid).mkdir()
             (tmp_path / pid / "environ").write_bytes(environ)
         (tmp_path / "105").mkdir()  # unreadable: no environ file
-        assert find_orphans({"n/a/1", "n/c/1"}, str(tmp_path)) == {"n/a/1": [101, 102]}
-        assert find_orphans(set(), str(tmp_path)) == {}
-        assert find_orphans({"x"}, str(tmp_path / "missing")) == {}
+        wanted = {"n/a/1": "b1", "n/c/1": "b1"}
+        assert find_orphans(wanted, str(tmp_path)) == {"n/a/1": [101, 102]}
+        assert find_orphans({"n/a/1": "other"}, str(tmp_path)) == {"n/a/1": [106]}
+        assert find_orphans({}, str(tmp_path)) == {}
+        assert find_orphans({"x": "b1"}, str(tmp_path / "missing")) == {}
 
     def test_never_kills_the_daemons_own_group(self):
         """kill_groups skips the caller's own process group."""
