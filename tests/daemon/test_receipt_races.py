@@ -22,6 +22,7 @@ import errno
 import json
 import os
 import shlex
+import signal
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -164,6 +165,35 @@ class TestReconcileDuringCheckReceipts:
         with pytest.raises(WarddError) as again:
             a.invoke("op2", attempt=2)
         assert again.value.code == "already_succeeded"
+
+    def test_a_reconcile_waiting_for_a_queued_receipt_the_stop_cuts_records_nothing(
+        self, held: Any
+    ) -> None:
+        """A reconcile waiting for op2's receipt, queued behind op1's, is
+        refused (overloaded, receipt_pending) when SIGTERM cuts the check
+        before op2's turn; op2 stays unknown, and the next start's check
+        finds its effect."""
+        d, a, receipt = held("op1", "op2")
+        Background(a.call, "check_receipts", {}, d.connect())
+        wait_for(receipt.started.exists, what="op1's receipt to start")
+        waiting = Background(reconcile, a, "op2", "not_executed", d.connect())
+        wait_for(lambda: logged(d, "reconcile_waiting", op="op2"), what="the reconcile to wait")
+        d.proc.send_signal(signal.SIGTERM)
+        err = waiting.error_of()
+        assert isinstance(err, WarddError)
+        assert (err.code, err.data.get("reason")) == ("overloaded", "receipt_pending")
+        assert d.proc.wait(30) == 0
+        receipt.release()
+        receipt.started.unlink()
+
+        d.start()
+        a.client = d.connect()
+        assert "reconciled" not in [r["kind"] for r in a.history("op2")]
+        wait_for(lambda: a.state("op2") == "retained", what="the start's check of op2")
+        assert a.op("op2")["attempts"][0]["outcome"]["source"] == "receipt"
+        wait_for(receipt.started.exists, what="op1's receipt to run again")
+        receipt.answer("unknown")
+        wait_for(lambda: a.read("status")["receipts_pending"] == 0, what="the checks to end")
 
 
 class TestReceiptConflict:
