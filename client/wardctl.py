@@ -625,7 +625,24 @@ def _op_show(ctx: _Context) -> int:
             " and the op can never run again"
         )
         return _out(ctx, op, [head, *tree(op)])
-    return _out(ctx, op, tree(op))
+    return _out(ctx, op, [*_receipt_conflicts(op.get("attempts") or []), *tree(op)])
+
+
+def _receipt_conflicts(attempts: list[Any]) -> list[str]:
+    """A line for each attempt whose receipt contradicted the outcome recorded
+    before it came (``evidence.receipt_conflict``, contract §3.4)."""
+    lines = []
+    for a in attempts:
+        conflict = (a.get("evidence") or {}).get("receipt_conflict")
+        if not isinstance(conflict, Mapping):
+            continue
+        out = a.get("outcome") or {}
+        lines.append(
+            f"attempt {a.get('attempt')}: its receipt answered {conflict.get('answer')} "
+            f"after {out.get('status')} was recorded (source {out.get('source')}); "
+            "look the effect up where the act has it"
+        )
+    return lines
 
 
 def _pages(ctx: _Context, method: str, key: str, **params: Any) -> list[Any]:

@@ -16,7 +16,13 @@ attempt. In-process receipts run before serving; the others in the
 background with bounded concurrency, counted by ``receipts_pending``.
 
 A ``reconcile`` of an attempt whose check is pending or running waits for
-it. A check *answers* when its answer is recorded (applied, or kept as a
+it. An attempt is pending from the moment a check that will reach it is
+asked for: at start, and for every attempt queued in one
+``check_receipts``, not only once its own receipt runs. A receipt that
+answers for an attempt resolved meanwhile (a reconcile that was committed
+before the check listed it) and contradicts its outcome is never dropped:
+it is kept as ``evidence.receipt_conflict`` and logged at warning
+(``receipt_conflict``). A check *answers* when its answer is recorded (applied, or kept as a
 hint). One that does not (the daemon began to stop, the check was
 abandoned, or it raised) leaves its attempt *unanswered*: a waiting
 reconcile records nothing and is refused (``overloaded``, ``data.reason:
@@ -49,7 +55,7 @@ from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
 from ._orphans import find_orphans, kill_groups, wait_gone
-from ._records import wire_safe
+from ._records import now, wire_safe
 from .core import attempts as core
 from .store import load
 from .store.apply import apply
@@ -96,19 +102,29 @@ def mark_unknown(
 
 def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: bool = True) -> Any:
     """Record a receipt's answer: applied when ``binding`` allows (contract §3.4),
-    otherwise kept as a hint in the evidence (answer and detail)."""
+    otherwise kept as a hint in the evidence (answer and detail); for an
+    attempt resolved meanwhile, a contradicting answer is kept as
+    ``receipt_conflict``. The unit returns a :class:`core.ReceiptEffect`."""
     value, why = wire_safe(receipt.value)
     applies = binding and (receipt.answer == "executed" or in_process)
 
-    def unit(conn: sqlite3.Connection) -> bool:
+    def unit(conn: sqlite3.Connection) -> core.ReceiptEffect:
         op_id = load.op_id_of_attempt(conn, c.attempt_id)
         if op_id is None:
-            return False
+            return core.ReceiptEffect()
         view = load.op_attempts(conn, op_id)
         decision = core.receipt(
-            view, c.attempt_id, receipt.answer, value, why, receipt.detail, applies=applies
+            view,
+            c.attempt_id,
+            receipt.answer,
+            value,
+            why,
+            receipt.detail,
+            applies=applies,
+            at=now(),
         )
-        return bool(apply(conn, decision))
+        effect: core.ReceiptEffect = apply(conn, decision)
+        return effect
 
     return unit
 
@@ -226,25 +242,21 @@ class Recovery:
                 return False
             in_process = bool(getattr(adapter, "in_process", False))
             try:
-                resolved: bool = await self._writer.run(
+                effect: core.ReceiptEffect = await self._writer.run(
                     apply_receipt(c, receipt, in_process, question.binding)
                 )
             except WarddError as err:
                 log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
                 return False
             answered = True
-            log.info(
-                "receipt",
-                neuron=c.neuron,
-                op=c.op,
-                attempt=c.attempt,
-                answer=receipt.answer,
-                applicable=question.binding,
-                resolved=resolved,
-            )
-            if resolved and c.attempt_id in self._marked_ids:
+            about = {"neuron": c.neuron, "op": c.op, "attempt": c.attempt, "answer": receipt.answer}
+            log.info("receipt", **about, applicable=question.binding, resolved=effect.resolved)
+            if effect.conflict is not None:  # contract §3.4: never dropped, and said out loud
+                out = effect.conflict
+                log.warning("receipt_conflict", **about, status=out.status.value, source=out.source)
+            if effect.resolved and c.attempt_id in self._marked_ids:
                 self.resolved_by_receipt += 1
-            return resolved
+            return effect.resolved
         finally:
             if answered:
                 self._unanswered.discard(c.attempt_id)
@@ -254,16 +266,39 @@ class Recovery:
             done.set()
 
     async def check_receipts(self, neuron: str) -> dict[str, int]:
+        """``check_receipts``: every unknown guarded attempt of ``neuron``
+        whose adapter has a receipt is asked, one after the other.
+
+        Each counts as pending from the moment the check is asked for, not
+        only once its own receipt runs (contract §3.4): a reconcile of an
+        attempt queued behind a slow receipt waits for its turn, so the
+        receipt's ``executed`` is never overridden by it. An attempt another
+        check is already on (the start's background checks, another
+        ``check_receipts``) is left to it and counted as it decided."""
         cands = self._candidates(neuron)
+        # before the first await: nothing can come between the list and its marks
+        theirs = {
+            c.attempt_id: self._pending[c.attempt_id]
+            for c in cands
+            if c.attempt_id in self._pending
+        }
+        mine = {c.attempt_id: trio.Event() for c in cands if c.attempt_id not in theirs}
+        self._pending.update(mine)
         resolved = 0
-        for c in cands:
-            ev = self._pending.get(c.attempt_id)
-            if ev is not None:  # a background check is on it: count what it decided
-                await ev.wait()
-                record = self._reads.attempt_state(c.attempt_id)
-                resolved += record is None or record[0] != "unknown"
-                continue
-            resolved += await self._check(c)
+        try:
+            for c in cands:
+                if c.attempt_id in mine:
+                    resolved += await self._check(c)
+        finally:
+            for attempt_id, done in mine.items():
+                if self._pending.get(attempt_id) is done:  # never reached: cut short
+                    del self._pending[attempt_id]
+                    self._unanswered.add(attempt_id)
+                    done.set()
+        for attempt_id, done in theirs.items():  # count what the other check decided
+            await done.wait()
+            record = self._reads.attempt_state(attempt_id)
+            resolved += record is None or record[0] != "unknown"
         return {"checked": len(cands), "resolved": resolved}
 
     async def wait_for_receipt(self, neuron: str, op: str, attempt: int) -> None:
@@ -276,8 +311,8 @@ class Recovery:
         attempt_id = self._reads.attempt_id(neuron, op, attempt)
         if attempt_id is None:
             return  # the reconcile itself answers unknown_operation
-        done = self._pending.get(attempt_id)
-        if done is not None:
+        # a check asked for while this one waited (it may find the effect) is waited for too
+        while (done := self._pending.get(attempt_id)) is not None and not self._stopping:
             log.info("reconcile_waiting", op=op, attempt=attempt)
             await done.wait()
         if attempt_id in self._pending or attempt_id in self._unanswered:

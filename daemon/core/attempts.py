@@ -40,11 +40,23 @@ from wardd.protocol import (
 
 from .changes import AppendEvent, Change, Decision, NewAttempt, NewClaim, NewOutcome, SetAttempt
 from .lookup import managed_op, profile_refusal, require_op
-from .records import Attempt, AttemptKind, AttemptRef, BootContext, Neuron, Op, OpView, Prog
+from .records import (
+    Attempt,
+    AttemptKind,
+    AttemptRef,
+    BootContext,
+    Neuron,
+    Op,
+    OpView,
+    Outcome,
+    Prog,
+)
 from .states import change_op, move_attempt
 
 __all__ = [
+    "CONTRADICTS",
     "DETAIL_MAX",
+    "ReceiptEffect",
     "Reroute",
     "abort_target",
     "claim",
@@ -58,6 +70,7 @@ __all__ = [
     "prepare_checks",
     "pruned_token",
     "receipt",
+    "receipt_conflict",
     "reverify",
     "shutdown_void",
     "void",
@@ -486,6 +499,24 @@ def mark_unknown(
     return Decision(tuple(changes)), evidence
 
 
+#: a receipt's answer -> the recorded outcome statuses it contradicts: ``failed``
+#: asserts that no effect happened (contract §3.2.3), as ``not_executed`` does
+CONTRADICTS: Final[Mapping[str, frozenset[AttemptState]]] = {
+    "executed": frozenset({A.FAILED, A.NOT_EXECUTED}),
+    "not_executed": frozenset({A.SUCCEEDED}),
+}
+
+
+@attrs.frozen
+class ReceiptEffect:
+    """What :func:`receipt` did with an answer: ``resolved`` the attempt, or
+    kept it as a hint (neither set), or found it ``conflict``-ing with the
+    outcome recorded meanwhile (that outcome; kept as ``receipt_conflict``)."""
+
+    resolved: bool = False
+    conflict: Outcome | None = None
+
+
 def receipt(
     view: OpView,
     attempt_id: int,
@@ -495,21 +526,30 @@ def receipt(
     detail: str | None,
     *,
     applies: bool,
+    at: str,
 ) -> Decision:
     """A receipt's answer (contract §3.4): ``executed`` records a success,
     ``not_executed`` (when ``applies``) a not-executed outcome; any other
     answer, or one that may not be applied, is kept as a hint in the
-    evidence. The reply is True when the attempt was resolved."""
+    evidence. An answer that comes for an attempt resolved meanwhile (a
+    reconcile committed before it) and contradicts its outcome is never
+    dropped: it is kept as ``receipt_conflict`` (:func:`receipt_conflict`).
+    ``at`` is the time the answer is recorded (RFC 3339). The reply is a
+    :class:`ReceiptEffect`."""
     attempt = next((a for a in view.attempts if a.id == attempt_id), None)
-    if attempt is None or attempt.state != A.UNKNOWN:
-        return Decision((), False)  # resolved meanwhile (a reconcile that came first)
+    if attempt is None:  # its op ended and was pruned meanwhile: nothing to keep it on
+        return Decision((), ReceiptEffect())
+    if attempt.state != A.UNKNOWN:
+        return receipt_conflict(view, attempt, answer, value, detail, at)
     if applies and answer == "executed":
         return Decision(
-            tuple(outcome_changes(view, attempt, A.SUCCEEDED, value, value_error, "receipt")), True
+            tuple(outcome_changes(view, attempt, A.SUCCEEDED, value, value_error, "receipt")),
+            ReceiptEffect(resolved=True),
         )
     if applies and answer == "not_executed":
         return Decision(
-            tuple(outcome_changes(view, attempt, A.NOT_EXECUTED, None, None, "receipt")), True
+            tuple(outcome_changes(view, attempt, A.NOT_EXECUTED, None, None, "receipt")),
+            ReceiptEffect(resolved=True),
         )
     evidence = dict(attempt.evidence or {})
     before = (evidence.get("receipt_hint"), evidence.get("receipt_detail"))
@@ -522,11 +562,51 @@ def receipt(
     if before == (evidence["receipt_hint"], evidence.get("receipt_detail")):
         # the same hint again (check_receipts polled): nothing new to record,
         # so a poller never grows an unknown attempt's history
-        return Decision((), False)
+        return Decision((), ReceiptEffect())
+    return Decision(_keep_receipt(view, attempt, evidence, data), ReceiptEffect())
+
+
+def receipt_conflict(
+    view: OpView, attempt: Attempt, answer: str, value: Any, detail: str | None, at: str
+) -> Decision:
+    """A receipt's answer for an attempt already resolved (contract §3.4,
+    [2.3]). One that contradicts the recorded outcome (:data:`CONTRADICTS`)
+    is kept in the evidence as ``receipt_conflict: {answer, value?, detail?,
+    at}`` with a ``receipt`` record (``applied: false``, ``conflict: {status,
+    source}``); the outcome stays as it is, since a definite outcome is
+    recorded once. One that agrees, or says ``unknown``, adds nothing, and so
+    does the same conflict again."""
+    out = view.outcomes.get(attempt.attempt)
+    if out is None or out.status not in CONTRADICTS.get(answer, ()):
+        return Decision((), ReceiptEffect())
+    conflict: dict[str, Any] = {"answer": answer}
+    if answer == "executed" and value is not None:
+        conflict["value"] = value
+    if detail:
+        conflict["detail"] = detail[:DETAIL_MAX]
+    evidence = dict(attempt.evidence or {})
+    known = evidence.get("receipt_conflict")
+    if isinstance(known, Mapping) and {k: v for k, v in known.items() if k != "at"} == conflict:
+        return Decision((), ReceiptEffect(conflict=out))
+    evidence["receipt_conflict"] = {**conflict, "at": at}
+    data: dict[str, Any] = {
+        "answer": answer,
+        "applied": False,
+        "conflict": {"status": out.status.value, "source": out.source},
+    }
+    if "detail" in conflict:
+        data["detail"] = conflict["detail"]
+    return Decision(_keep_receipt(view, attempt, evidence, data), ReceiptEffect(conflict=out))
+
+
+def _keep_receipt(
+    view: OpView, attempt: Attempt, evidence: Mapping[str, Any], data: Mapping[str, Any]
+) -> tuple[Change, ...]:
+    """An answer kept in the attempt's evidence, and its ``receipt`` record;
+    the attempt's state stays as it is."""
     op = view.op
     assert op is not None
-    changes: list[Change] = [
+    return (
         SetAttempt(op.id, attempt.attempt, evidence=evidence),
         AppendEvent("receipt", op.neuron_id, op_id=op.id, attempt=attempt.attempt, data=data),
-    ]
-    return Decision(tuple(changes), False)
+    )

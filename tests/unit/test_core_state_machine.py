@@ -23,6 +23,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core.attempts import (
+    CONTRADICTS,
+    ReceiptEffect,
     claim,
     invoke_claim,
     manual_take,
@@ -65,6 +67,7 @@ NAMES = ("op-a", "op-b", "op-c", "op-d")
 #: which attempt of an op a rule names: mostly the latest
 PICK = st.sampled_from([-1, -1, -1, 0, 1, 2])
 OPEN = frozenset({A.PREPARED, A.RUNNING, A.UNKNOWN})
+AT = "2026-01-02T03:04:05.678Z"  # the time a receipt's answer is recorded
 #: every event kind of contract §2 about an op
 EVENT_KINDS = (
     "submitted",
@@ -569,35 +572,47 @@ class CoreMachine(RuleBasedStateMachine):
         detail=st.sampled_from([None, "d1", "d2"]),
     )
     def receipt(self, name: str, index: int, answer: str, applies: bool, detail: str | None):
+        """A receipt's answer for any attempt, the resolved ones included (an
+        answer that comes after a reconcile): a resolved attempt's outcome
+        never changes, and an answer that contradicts it is kept as
+        ``receipt_conflict`` (contract §3.4)."""
         r = self.r
         a = _attempt_pick(r, name, index)
         if a is None or a.kind == AttemptKind.MANUAL:  # receipts never ask for a manual one
             return
-        self.decide(
+        key = (a.op_id, a.attempt)
+        recorded = r.outcomes.get(key)
+        events = len(r.events)
+        got = self.decide(
             "receipt",
-            lambda: receipt(r.op_view(name), a.id, answer, "rv", None, detail, applies=applies),
+            lambda: receipt(
+                r.op_view(name), a.id, answer, "rv", None, detail, applies=applies, at=AT
+            ),
         )
-
-    @rule(
-        answer=st.sampled_from(["executed", "not_executed", "unknown"]),
-        applies=st.booleans(),
-        detail=st.sampled_from([None, "d1"]),
-    )
-    def check_receipts(self, answer: str, applies: bool, detail: str | None) -> None:
-        """check_receipts: every unknown guarded attempt's adapter is asked (contract §3.4)."""
-        r = self.r
-        for (op_id, _n), a in sorted(r.attempts.items()):
-            if a.state == A.UNKNOWN and a.kind == AttemptKind.GUARDED:
-                name = r.ops[op_id].op
-                got = self.decide(
-                    "receipt",
-                    lambda n=name, a=a: receipt(
-                        r.op_view(n), a.id, answer, "rv", None, detail, applies=applies
-                    ),
-                )
-                resolved = applies and answer != "unknown"
-                assert got.reply == resolved
-                assert (r.attempts[(op_id, a.attempt)].state == A.UNKNOWN) != resolved
+        after = r.attempts[key]
+        if a.state == A.UNKNOWN:
+            assert got.reply.conflict is None
+            return
+        assert after.state == a.state and r.outcomes.get(key) == recorded
+        assert not got.reply.resolved
+        contradicts = recorded is not None and recorded.status in CONTRADICTS.get(answer, ())
+        assert (got.reply.conflict == recorded) if contradicts else got.reply.conflict is None
+        if not contradicts:
+            assert not got.changes and after.evidence == a.evidence
+            return
+        kept = (after.evidence or {})["receipt_conflict"]
+        assert kept["answer"] == answer and kept["at"] == AT
+        assert kept.get("value") == ("rv" if answer == "executed" else None)
+        assert kept.get("detail") == detail
+        if got.changes:  # a new conflict: one receipt record says which outcome it contradicts
+            (record,) = r.events[events:]
+            assert record.kind == "receipt" and record.data["applied"] is False
+            assert record.data["conflict"] == {
+                "status": recorded.status.value,
+                "source": recorded.source,
+            }
+        else:  # the same conflict again: nothing new to record
+            assert (a.evidence or {}).get("receipt_conflict") == kept
 
     @rule(
         name=st.sampled_from(NAMES),
@@ -881,3 +896,81 @@ def test_an_unknown_attempt_leaves_unknown_only_by_receipt_or_reconcile():
 def test_the_table_names_only_the_contracts_event_kinds():
     """Every move of the table is made by an event kind of contract §2 (so the triples cover it)."""
     assert {k for kinds in ATTEMPT_MOVES.values() for k in kinds} <= set(EVENT_KINDS)
+
+
+# -- a receipt for an attempt resolved meanwhile (contract §3.4) -------------------------------
+
+
+def _resolved(status: AttemptState, source: str = "reconcile", evidence: Any = None) -> OpView:
+    """An op whose one attempt was unknown and is now resolved with ``status``."""
+    op, a = _op_with(status)
+    a = attrs.evolve(a, ever_unknown=True, evidence=evidence)
+    out = Outcome(a.id, status, b"v" if status == A.SUCCEEDED else None, None, source)
+    return OpView(neuron=None, name="op", op=op, prog=None, attempts=(a,), outcomes={1: out})
+
+
+ANSWERS = ("executed", "not_executed", "unknown")
+RESOLVED = (A.SUCCEEDED, A.FAILED, A.NOT_EXECUTED)
+CONFLICTS = {("executed", A.FAILED), ("executed", A.NOT_EXECUTED), ("not_executed", A.SUCCEEDED)}
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"),
+    [(x, s) for x in ANSWERS for s in RESOLVED],
+    ids=[f"{x}-after-{s}" for x in ANSWERS for s in RESOLVED],
+)
+@pytest.mark.parametrize("applies", [True, False])
+def test_a_receipt_that_contradicts_the_recorded_outcome_is_kept_as_receipt_conflict(
+    answer, status, applies
+):
+    """Exactly an answer that contradicts the outcome (executed after failed or
+    not_executed, not_executed after succeeded) is kept as receipt_conflict, with
+    a receipt record naming that outcome; the outcome itself never changes."""
+    view = _resolved(status, evidence={"claimed": True})
+    got = receipt(view, 1, answer, b"rv", None, "seen", applies=applies, at=AT)
+    assert not got.reply.resolved
+    if (answer, status) not in CONFLICTS:
+        assert got.changes == () and got.reply.conflict is None
+        return
+    assert got.reply.conflict == view.outcomes[1]
+    kept = {"answer": answer, "detail": "seen", "at": AT}
+    if answer == "executed":
+        kept["value"] = b"rv"
+    data = {
+        "answer": answer,
+        "applied": False,
+        "conflict": {"status": status.value, "source": "reconcile"},
+        "detail": "seen",
+    }
+    assert got.changes == (
+        ch.SetAttempt(1, 1, evidence={"claimed": True, "receipt_conflict": kept}),
+        ch.AppendEvent("receipt", 1, op_id=1, attempt=1, data=data),
+    )
+
+
+def test_the_same_receipt_conflict_again_records_nothing_and_another_replaces_it():
+    """A second check that finds the same contradiction adds no record (a poller
+    never grows the history); a different answer or detail is kept instead."""
+    first = {"answer": "executed", "at": "2026-01-01T00:00:00.000Z"}
+    view = _resolved(A.NOT_EXECUTED, evidence={"claimed": True, "receipt_conflict": first})
+    again = receipt(view, 1, "executed", None, None, None, applies=True, at=AT)
+    assert again.changes == () and again.reply.conflict == view.outcomes[1]
+    other = receipt(view, 1, "executed", None, None, "found again", applies=True, at=AT)
+    (set_attempt, _record) = other.changes
+    assert set_attempt.evidence["receipt_conflict"] == {
+        "answer": "executed",
+        "detail": "found again",
+        "at": AT,
+    }
+
+
+def test_a_receipt_for_an_attempt_still_open_or_pruned_records_nothing():
+    """Only an unknown attempt takes a receipt's answer and only a resolved one a
+    conflict: a prepared, running or void attempt (no outcome), or one pruned, none."""
+    for state in (A.PREPARED, A.RUNNING, A.VOID):
+        op, a = _op_with(state)
+        view = OpView(neuron=None, name="op", op=op, prog=None, attempts=(a,))
+        got = receipt(view, 1, "executed", None, None, None, applies=True, at=AT)
+        assert got.changes == () and got.reply == ReceiptEffect()
+    gone = OpView(neuron=None, name="op", op=None, prog=None)
+    assert receipt(gone, 1, "executed", None, None, None, applies=True, at=AT).changes == ()
