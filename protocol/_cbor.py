@@ -16,12 +16,14 @@ and builds the value as it goes. Anything else is `BadFrame`:
 - container nesting deeper than `max_depth` (contract §4: the top-level item is
   at depth 1, so 64 nested arrays or maps are fine and 65 are not). Depth
   counts containers only: a scalar inside the 64th array is still fine;
-- a map with a duplicate key. Keys are compared as decoded values, so two
-  keys that Python would merge into one dict entry (``1``, ``1.0`` and
-  ``true``; ``0.0`` and ``-0.0``) are duplicates too: a decoded map never
-  silently loses an entry. Keys that are not text, bytes or integers are
-  also compared by their encoded bytes (this catches NaN keys, which are
-  never equal to themselves);
+- a map key that is not a text or byte string (contract §4), refused on
+  its initial byte, before the key is decoded or any dict entry is made.
+  Python hashes text and bytes with a per-process random key; integers,
+  floats and the tuples an array key would become hash predictably (``i``
+  and ``i + 2**61 - 1`` collide), so a frame of colliding keys would make
+  building its dict quadratic (seconds of event loop per 64 KiB frame). A
+  value that needs other keys travels as bytes;
+- a map with a duplicate key (text and bytes never equal each other);
 - **our decisions beyond well-formedness**: every CBOR tag (major type 6;
   wardd uses none, and tags would let the peer choose Python types such as
   bignums, datetimes or sets), and every simple value except false, true
@@ -31,8 +33,12 @@ and builds the value as it goes. Anything else is `BadFrame`:
 
 Non-preferred serializations (e.g. ``0x18 0x05`` for 5) and indefinite-length
 strings, arrays and maps are well-formed and accepted. Arrays decode to
-`list` and maps to `dict`, except as map keys, where they become `tuple` and
-`cbor2.frozendict` so they can be hashed.
+`list` and maps to `dict`.
+
+The work is linear in the body's length whatever its shape (no step is
+worse than a dict insertion of a randomly hashed key); the daemon bounds
+what one frame may cost its event loop by decoding only small bodies there
+(`wardd.daemon.server`).
 
 `reference_decode` is that decoder: the definition of what is accepted and
 the source of every `BadFrame` message. `decode_item` first tries a fast
@@ -58,7 +64,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import math
 import struct
 from typing import Any, NoReturn
 
@@ -94,9 +99,9 @@ for _n in range(24):
 _ONE_BYTE[0x40], _ONE_BYTE[0x60] = b"", ""
 _ONE_BYTE[0xF4], _ONE_BYTE[0xF5], _ONE_BYTE[0xF6] = False, True, None
 del _n
-# Key types compared by decoded value only; any other key is also compared by
-# its encoded bytes.
-_PLAIN_KEYS = (str, bytes, int)
+# The initial bytes a map key may start with: text and byte strings, definite
+# or indefinite (major types 2 and 3).
+_KEY_MAJORS = frozenset({2, 3})
 _UINT_LIMIT = 1 << 64
 # Python types encode_item passes without a look inside (bool: True/False).
 _SCALAR_TYPES = frozenset({str, bytes, bytearray, float, bool, type(None)})
@@ -193,7 +198,7 @@ def _plain(container: Any) -> bool:
         if kind is float:
             if value != value:
                 return False
-        elif (kind is dict or kind is list) and not _plain(value):
+        elif (kind is dict or kind is list) and value and not _plain(value):
             return False
     return True
 
@@ -215,6 +220,8 @@ def _fast_path_is_sound() -> bool:
         "0102",  # trailing bytes
         "a201000100",  # duplicate key
         "9f01ff",  # indefinite array
+        "a10100",  # an integer map key
+        "a182010200",  # an array map key
     )
     return all(_fast_decode(bytes.fromhex(h), MAX_DEPTH) is _UNSURE for h in tricky)
 
@@ -286,9 +293,8 @@ def _item(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
         if arg > (len(data) - pos) >> 1:
             raise BadFrame("map longer than the frame")
         result: dict[Any, Any] = {}
-        raw_keys: set[bytes] = set()
         for _ in range(arg):
-            pos = _map_entry(data, pos, depth - 1, result, raw_keys)
+            pos = _map_entry(data, pos, depth - 1, result)
         return result, pos
     if major == 2:
         end = pos + arg
@@ -328,21 +334,14 @@ def _item(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
     raise BadFrame(f"CBOR tag at offset {start} (wardd allows none)")
 
 
-def _map_entry(
-    data: bytes, pos: int, depth: int, result: dict[Any, Any], raw_keys: set[bytes]
-) -> int:
+def _map_entry(data: bytes, pos: int, depth: int, result: dict[Any, Any]) -> int:
     """Decode one key/value pair at `pos` into `result`; return the position after it."""
     start = pos
+    if data[pos] >> 5 not in _KEY_MAJORS:  # before anything is built (contract §4)
+        raise BadFrame(f"map key at offset {start} is not a text or byte string")
     key, pos = _item(data, pos, depth)
-    if type(key) is list or type(key) is dict:
-        key = _freeze(key)
     if key in result:
         raise BadFrame(f"duplicate map key at offset {start}")
-    if not isinstance(key, _PLAIN_KEYS) or type(key) is bool:
-        raw = data[start:pos]
-        if raw in raw_keys:
-            raise BadFrame(f"duplicate map key at offset {start}")
-        raw_keys.add(raw)
     value = _ONE_BYTE[data[pos]]
     if value is _NOT_ONE_BYTE:
         value, pos = _item(data, pos, depth)
@@ -350,15 +349,6 @@ def _map_entry(
         pos += 1
     result[key] = value
     return pos
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable twin of a decoded container, for use as a map key."""
-    if type(value) is list:
-        return tuple(_freeze(v) for v in value)
-    if type(value) is dict:
-        return cbor2.frozendict({k: _freeze(v) for k, v in value.items()})
-    return value
 
 
 def _indefinite(data: bytes, pos: int, major: int, depth: int) -> tuple[Any, int]:
@@ -384,9 +374,8 @@ def _indefinite(data: bytes, pos: int, major: int, depth: int) -> tuple[Any, int
         if depth < 1:
             raise BadFrame("CBOR item nested too deeply")
         result: dict[Any, Any] = {}
-        raw_keys: set[bytes] = set()
         while data[pos] != _BREAK:
-            pos = _map_entry(data, pos, depth - 1, result, raw_keys)
+            pos = _map_entry(data, pos, depth - 1, result)
         return result, pos + 1
     if major == 7:
         raise BadFrame(f"break outside an indefinite-length item at offset {pos - 1}")
@@ -397,8 +386,8 @@ def check_value(obj: Any, *, max_depth: int = MAX_DEPTH) -> None:
     """Raise TypeError/ValueError unless `decode_item` would accept `obj`'s encoding.
 
     Allowed: None, bool, int in [-2**64, 2**64), float, str, bytes,
-    bytearray, list, tuple, dict (and `cbor2.frozendict` keys), containers
-    nested at most `max_depth` deep, map keys that are not NaN.
+    bytearray, list, tuple, dict whose keys are str or bytes (contract §4),
+    containers nested at most `max_depth` deep.
     """
     _check(obj, max_depth)
 
@@ -411,14 +400,12 @@ def _check(obj: Any, depth: int) -> None:
         if not -_UINT_LIMIT <= obj < _UINT_LIMIT:
             raise ValueError("integer outside the CBOR 64-bit range (bignum tags are refused)")
         return
-    if kind is dict or isinstance(obj, (dict, cbor2.frozendict)):
+    if kind is dict or isinstance(obj, dict):
         if depth < 1:
             raise ValueError("value nested deeper than the CBOR depth limit")
         for key, item in obj.items():
-            if type(key) is not str:
-                if isinstance(key, float) and math.isnan(key):
-                    raise ValueError("NaN map key")
-                _check(key, depth - 1)
+            if type(key) is not str and not isinstance(key, (str, bytes)):
+                raise TypeError(f"a {type(key).__name__} map key (keys are text or bytes)")
             _check(item, depth - 1)
         return
     if kind is list or isinstance(obj, (list, tuple)):

@@ -163,6 +163,8 @@ class TestFastPathAgreesWithTheReference:
     @example(bytes.fromhex("7f62c3a9ff"))  # an indefinite text
     @example(bytes.fromhex("7f61c361a9ff"))  # UTF-8 split over two chunks
     @example(bytes.fromhex("f97e01"))  # a NaN with a payload
+    @example(bytes.fromhex("a2616100820102f6"))  # an array key after a text key
+    @example(bytes.fromhex("bf6161a0a10100ff"))  # an integer key in a nested map
     def test_raw_cbor_gets_the_same_answer(self, data: bytes) -> None:
         """Any raw CBOR (tags, simple values, indefinite lengths, duplicate keys,
         bad UTF-8, truncation, trailing bytes): the same value or the same error."""
