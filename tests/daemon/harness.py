@@ -18,9 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
+from tests import _leftovers
 from wardd.client import Client, Neuron
 
 NETWORK = "test-net"
@@ -29,6 +31,15 @@ START_TIMEOUT = 30.0
 #: with SIGTERM at cleanup so that they write their coverage data.
 MEASURED = "COVERAGE_PROCESS_CONFIG" in os.environ
 _BASE: list[str] = []
+#: Daemons a module-scoped fixture keeps for several tests (``Daemon(env,
+#: shared=True)``): the guard in tests/conftest.py leaves them, and what runs
+#: below them, alone after each test; not after the last (the session's end).
+_SHARED: weakref.WeakSet[Daemon] = weakref.WeakSet()
+
+
+def shared_pids() -> set[int]:
+    """The pids of the shared daemons now running (see `_SHARED`)."""
+    return {d.proc.pid for d in list(_SHARED) if d.proc is not None}
 
 
 def _base() -> str:
@@ -142,14 +153,21 @@ class DaemonFailed(AssertionError):
 
 
 class Daemon:
-    """One daemon process at a time on an Env; restartable."""
+    """One daemon process at a time on an Env; restartable.
 
-    def __init__(self, env: Env) -> None:
+    `cleanup` ends it and everything it started, also the programs an
+    earlier `kill` left running without a parent: a test leaves nothing.
+    """
+
+    def __init__(self, env: Env, *, shared: bool = False) -> None:
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.boot: str | None = None
         self.logs: list[Path] = []
         self.clients: list[Client] = []
+        self.orphans: list[_leftovers.Proc] = []  # what a `kill` left running
+        if shared:
+            _SHARED.add(self)
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "wardd.daemon.cli", "run", "--config", str(self.env.config)]
@@ -218,8 +236,9 @@ class Daemon:
                 pass
 
     def kill(self) -> None:
-        """A real crash: SIGKILL (the adapters' children live on)."""
+        """A real crash: SIGKILL (the adapters' children live on, until `cleanup`)."""
         if self.proc is not None and self.proc.poll() is None:
+            self.orphans.extend(_leftovers.descendants(self.proc.pid))
             self.proc.kill()
             self.proc.wait()
         self.close_clients()
@@ -230,8 +249,13 @@ class Daemon:
         self.clients.clear()
 
     def cleanup(self) -> None:
+        """End the daemon and every process it started (its adapters' programs
+        and what they started, also those a `kill` orphaned)."""
+        _SHARED.discard(self)
         self.close_clients()
+        below = list(self.orphans)
         if self.proc is not None and self.proc.poll() is None:
+            below.extend(_leftovers.descendants(self.proc.pid))
             if MEASURED:
                 self._stop_to_keep_coverage()
             self.proc.kill()
@@ -241,6 +265,8 @@ class Daemon:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        _leftovers.end(below)
+        self.orphans.clear()
 
 
 class Actor:
@@ -378,7 +404,11 @@ def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> None:
 
 
 class Background:
-    """A blocking call run on a thread, its result taken later."""
+    """A blocking call run on a thread, its result taken later.
+
+    Not a daemon thread: the call is to a daemon the test's fixture ends,
+    which ends the call; the guard in tests/conftest.py checks that it did.
+    """
 
     def __init__(self, fn: Any, *args: Any) -> None:
         import threading
@@ -395,7 +425,7 @@ class Background:
             finally:
                 self.done.set()
 
-        threading.Thread(target=run, daemon=True).start()
+        threading.Thread(target=run, name=f"background {fn!r}").start()
 
     def result(self, timeout: float = 60) -> Any:
         assert self.done.wait(timeout), "background call did not finish"
@@ -490,6 +520,16 @@ _ACTIVATE = (
     "os.environ['LISTEN_PID'] = str(os.getpid())\n"
     "os.execv(sys.executable, [sys.executable] + sys.argv[2:])\n"
 )
+
+
+def reap(proc: subprocess.Popen[Any]) -> None:
+    """End ``proc`` and everything below it, unless it has exited, and reap it
+    (for a ``finally``: a test leaves no process behind, pass or fail)."""
+    if proc.poll() is None:  # unreaped, so its pid still names it
+        me = _leftovers.identify(proc.pid)
+        _leftovers.end([me] if me is not None else [])
+    proc.kill()  # does nothing once it has been reaped
+    proc.wait()
 
 
 def spawn_activated(env: Env, sock: socket.socket, log: Path) -> subprocess.Popen[bytes]:

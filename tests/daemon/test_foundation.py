@@ -14,7 +14,7 @@ import sys
 import cbor2
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Env, spawn_activated
+from tests.daemon.harness import NETWORK, Actor, Env, reap, spawn_activated
 
 
 def raw(path, timeout=10.0):
@@ -359,9 +359,10 @@ class TestSystemd:
                 frames, _ = read_frames(s, limit=2)
             assert frames[1]["result"]["network"] == NETWORK
             assert not env.socket.exists(), "an activated daemon binds no socket of its own"
-        finally:
             proc.terminate()
             assert proc.wait(30) == 0
+        finally:
+            reap(proc)
 
     def test_notify_sends_ready_watchdog_and_stopping(self, make_daemon):
         env = Env()

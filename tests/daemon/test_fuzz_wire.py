@@ -34,7 +34,6 @@ import os
 import random
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -164,9 +163,19 @@ class Target:
 
     def __init__(self) -> None:
         self.env = Env(workers=2, token_ttl_s=10**6)  # the held token must not expire
-        self.daemon = Daemon(self.env).start()
+        self.daemon = Daemon(self.env, shared=True)
         self.deaths: list[str] = []
         self.cases = 0
+        try:
+            self.actor = self._populate()
+        except BaseException:
+            self.daemon.cleanup()
+            raise
+        self.ops = ["fz-pending", "fz-retained", "fz-unknown", "fz-prepared"]
+        self.wire: Wire | None = None
+
+    def _populate(self) -> Actor:
+        self.daemon.start()
         a = Actor(self.daemon, acts=("echo", "ledger", "boom"))
         a.submit("fz-pending", "echo", b"p")
         a.submit("fz-retained", "echo", b"r")
@@ -175,9 +184,7 @@ class Target:
         a.invoke("fz-unknown")
         a.submit("fz-prepared", "ledger", b"t")
         self.token, _ = a.prepare("fz-prepared")  # held on a.client for the module's life
-        self.actor = a
-        self.ops = ["fz-pending", "fz-retained", "fz-unknown", "fz-prepared"]
-        self.wire: Wire | None = None
+        return a
 
     @property
     def path(self) -> str:
@@ -259,6 +266,13 @@ class Target:
         self.daemon.cleanup()
 
 
+def _end_wire(w: Wire) -> None:
+    """Shut the connection down (which wakes a thread blocked on it), then close it."""
+    with contextlib.suppress(OSError):
+        w.sock.shutdown(socket.SHUT_RDWR)
+    w.close()
+
+
 class _closing:
     def __init__(self, w: Wire) -> None:
         self.w = w
@@ -273,9 +287,11 @@ class _closing:
 @pytest.fixture(scope="module")
 def target() -> Iterator[Target]:
     t = Target()
-    yield t
-    print(f"\nwire fuzz: {t.cases} cases")
-    t.cleanup()
+    try:
+        yield t
+        print(f"\nwire fuzz: {t.cases} cases")
+    finally:
+        t.cleanup()
 
 
 @pytest.fixture
@@ -847,7 +863,7 @@ class TestSlowHalfClosedIdle:
             time.sleep(0.02)  # bounded polling of the daemon's count
         base.close()
 
-    def test_a_flood_of_pipelined_requests_is_answered_or_overloaded(self, unchanged):
+    def test_a_flood_of_pipelined_requests_is_answered_or_overloaded(self, unchanged, start_thread):
         """2,000 requests in one write: each gets one reply by id (a result or
         ``overloaded`` past max_in_flight), and the connection stays usable."""
         t = unchanged
@@ -859,8 +875,14 @@ class TestSlowHalfClosedIdle:
             )
             for i in ids
         )
-        sender = threading.Thread(target=w.send, args=(burst,), daemon=True)
-        sender.start()  # the daemon may stop reading until we read (backpressure)
+
+        def send() -> None:
+            with contextlib.suppress(OSError):  # the test failed and ended the connection
+                w.send(burst)
+
+        # the daemon may stop reading until we read (backpressure); a failure
+        # must not leave the sender blocked: shutdown wakes its sendall
+        sender = start_thread(send, stop=lambda: _end_wire(w))
         seen: dict[int, str] = {}
         while len(seen) < len(ids):
             r = w.reply()

@@ -17,14 +17,20 @@ import resource
 import shlex
 import shutil
 import sqlite3
-import threading
 from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import Actor, Daemon, Env, ReadLease, code_of, key, poll_until
-from wardd.client import ClientError
-from wardd.protocol import WarddError
+from tests.daemon.harness import (
+    Actor,
+    Background,
+    Daemon,
+    Env,
+    ReadLease,
+    code_of,
+    key,
+    poll_until,
+)
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -34,39 +40,41 @@ def line(actor: Actor, op: str, args: bytes) -> str:
 
 
 def invoke_in_background(actor: Actor, op: str) -> None:
-    client = actor.daemon.connect()
-
-    def run() -> None:
-        try:
-            actor.invoke(op, 1, client)
-        except (WarddError, ClientError, OSError):
-            pass  # the daemon died under the call: that is the history
-
-    threading.Thread(target=run, daemon=True).start()
+    """The daemon dies under the call (that is the history): its error is not read;
+    the call ends when the daemon does, at the latest at the test's end."""
+    Background(actor.invoke, op, 1, actor.daemon.connect())
 
 
 def hold_after_claim(d: Daemon, actor: Actor, op: str) -> ReadLease:
     """Invoke ``op`` (a file.append act) and return once its claim is committed
     and its call waits to open the file."""
     lease = ReadLease(d.env.ledger)
-    invoke_in_background(actor, op)
-    poll_until(lease.breaking, "the file.append call to wait for its file")
+    try:
+        invoke_in_background(actor, op)
+        poll_until(lease.breaking, "the file.append call to wait for its file")
+    except BaseException:
+        lease.release()
+        raise
     return lease
 
 
 def kill_before_the_write(d: Daemon, actor: Actor, op: str) -> None:
     lease = hold_after_claim(d, actor, op)
-    d.kill()
-    lease.release()
+    try:
+        d.kill()
+    finally:
+        lease.release()
 
 
 def fail_stop_after_the_write(d: Daemon, actor: Actor, op: str) -> None:
     """The line lands; the outcome's commit fails (EFBIG); the daemon exits 70."""
     lease = hold_after_claim(d, actor, op)
-    assert d.proc is not None
-    wal = Path(f"{d.env.database}-wal").stat().st_size
-    resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (wal, resource.RLIM_INFINITY))
-    lease.release()
+    try:
+        assert d.proc is not None
+        wal = Path(f"{d.env.database}-wal").stat().st_size
+        resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (wal, resource.RLIM_INFINITY))
+    finally:
+        lease.release()
     assert d.proc.wait(30) == 70
     d.close_clients()
 

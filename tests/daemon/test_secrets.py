@@ -40,9 +40,11 @@ from wardd.protocol import Pager
 
 @pytest.fixture(scope="module")
 def shared() -> Iterator[Daemon]:
-    d = Daemon(Env(workers=2)).start()
-    yield d
-    d.cleanup()
+    d = Daemon(Env(workers=2), shared=True)
+    try:
+        yield d.start()
+    finally:
+        d.cleanup()
 
 
 def snapshot(a: Actor) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.daemon.harness import Env, spawn_activated
+from tests.daemon.harness import Env, reap, spawn_activated
 
 EX_DATAERR, EX_TEMPFAIL, EX_CONFIG = 65, 75, 78
 
@@ -73,7 +73,10 @@ class TestActivationDescriptors:
         log = tmp_path / "daemon.log"
         with sock:
             proc = spawn_activated(env, sock, log)
-        assert proc.wait(30) == EX_CONFIG
+        try:
+            assert proc.wait(30) == EX_CONFIG
+        finally:
+            reap(proc)
         line = one_line(log.read_text())
         assert "socket activation" in line
         assert not env.database.exists()
@@ -98,6 +101,7 @@ class TestActivationDescriptors:
                 events = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
             (said,) = [e for e in events if e["event"] == "activated_socket"]
             assert said["socket"] == str(path) and said["configured"] == str(env.socket)
-        finally:
             proc.terminate()
             assert proc.wait(30) == 0
+        finally:
+            reap(proc)

@@ -399,6 +399,15 @@ class TerminalDaemon(Daemon):
         os.close(self.master)
         os.close(self._stop_r)
         os.close(self._stop_w)
+        self._copier = None
+
+    def cleanup(self) -> None:
+        """Also the terminal (and its copier thread) when the test did not close it."""
+        try:
+            super().cleanup()
+        finally:
+            if getattr(self, "_copier", None) is not None:
+                self.close_terminal()
 
 
 class TestStopSignals:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -34,14 +36,40 @@ def wardctl(env: Env, *args: str, check: bool = True) -> subprocess.CompletedPro
     return out
 
 
-def background(env: Env, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "wardd.client.wardctl", *args],
+# wardctl as a terminal starts a foreground job: SIGINT at its default, which
+# Python turns into KeyboardInterrupt. Started plainly, wardctl would inherit
+# our disposition, and a suite run by a non-interactive shell with `&` has
+# SIGINT ignored (POSIX asks that of such a shell); an ignored signal stays
+# ignored through exec, and the Ctrl-C below would then do nothing at all.
+_AS_A_FOREGROUND_JOB = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('wardd.client.wardctl', run_name='__main__', alter_sys=True)"
+)
+
+
+@contextlib.contextmanager
+def background(env: Env, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """A wardctl process for the ``with`` body; killed at its end, pass or fail."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _AS_A_FOREGROUND_JOB, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=environ(env),
     )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Process ``pid`` has a handler for ``sig`` (/proc/PID/status, SigCgt)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    raise AssertionError(f"no SigCgt for pid {pid}")
 
 
 def wait_for_file(path: Path, within: float = 30.0) -> None:
@@ -65,10 +93,10 @@ class TestLostAnswers:
         d = make_daemon()
         set_up(d.env)
         wardctl(d.env, "submit", "p", "op-g", "gated")
-        proc = background(d.env, "invoke", "op-g")
-        wait_for_file(d.env.started_marker("op-g"))
-        d.kill()
-        _, err = proc.communicate(timeout=60)
+        with background(d.env, "invoke", "op-g") as proc:
+            wait_for_file(d.env.started_marker("op-g"))
+            d.kill()
+            _, err = proc.communicate(timeout=60)
         assert proc.returncode == 1
         assert "may have run" in err and "wardctl op show op-g" in err, err
 
@@ -77,12 +105,14 @@ class TestLostAnswers:
         d = make_daemon()
         set_up(d.env)
         wardctl(d.env, "submit", "p", "op-i", "gated")
-        proc = background(d.env, "invoke", "op-i")
-        wait_for_file(d.env.started_marker("op-i"))
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        with background(d.env, "invoke", "op-i") as proc:
+            # the act started: the request is out and wardctl waits for its answer
+            wait_for_file(d.env.started_marker("op-i"))
+            assert catches(proc.pid, signal.SIGINT), "wardctl would not see the Ctrl-C"
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
         d.env.open_gate("op-i")
-        assert proc.returncode == 130
+        assert proc.returncode == 130, err
         assert "interrupted" in err and "may have run" in err and "wardctl op show op-i" in err
 
 
@@ -132,10 +162,8 @@ class TestPlainAnswers:
 
 
 class TestClientLibrary:
-    def test_a_lost_invoke_answer_says_the_attempt_may_have_run(self, make_daemon):
+    def test_a_lost_invoke_answer_says_the_attempt_may_have_run(self, make_daemon, start_thread):
         """Session.invoke cut off by a crash raises ConnectionClosed naming op show."""
-        import threading
-
         from tests.daemon.harness import Actor
         from wardd.client import ConnectionClosed, Session
 
@@ -151,8 +179,7 @@ class TestClientLibrary:
             except BaseException as exc:  # noqa: BLE001 - handed to the test thread
                 caught.append(exc)
 
-        t = threading.Thread(target=run)
-        t.start()
+        t = start_thread(run, stop=d.kill)
         wait_for_file(d.env.started_marker("op-l"))
         d.kill()
         t.join(60)

@@ -418,20 +418,24 @@ class Cluster:
             for i, n in enumerate(self.neurons)
         ]
         threads.append(threading.Thread(target=Chaos(self, stop).run, name="chaos", daemon=True))
-        for t in threads:
-            t.start()
-        time.sleep(self.rng.uniform(*delay))  # the random moment is the point
         try:
-            with Client(str(self.env.socket), timeout=10) as c:
-                c.call("status")
-        except (ClientError, OSError) as exc:
-            self.violations.append(f"status did not answer before the kill: {exc!r}")
-        self.kill()
-        stop.set()
-        for t in threads:
-            t.join(30)
-            if t.is_alive():
-                self.violations.append(f"{t.name} still blocked 30 s after the kill")
+            for t in threads:
+                t.start()
+            time.sleep(self.rng.uniform(*delay))  # the random moment is the point
+            try:
+                with Client(str(self.env.socket), timeout=10) as c:
+                    c.call("status")
+            except (ClientError, OSError) as exc:
+                self.violations.append(f"status did not answer before the kill: {exc!r}")
+            self.kill()
+        finally:  # also when the cycle failed: no driver outlives it
+            stop.set()
+            for t in threads:
+                if t.ident is None:
+                    continue  # never started
+                t.join(30)
+                if t.is_alive():
+                    self.violations.append(f"{t.name} still blocked 30 s after the kill")
 
     def figures(self) -> dict[str, Any]:
         effects, torn = self.effects()

@@ -75,7 +75,7 @@ def wait_dead(pid: int, within: float = 10.0) -> bool:
     return False
 
 
-def wait_for_file(path: Path, within: float = 10.0) -> str:
+def wait_for_file(path: Path, within: float = 30.0) -> str:
     """Poll (bounded) until a child process has written ``path``."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -261,18 +261,15 @@ class TestFileAppend:
         assert path.stat().st_size == 100  # the torn line the short write left
         assert appender(path).receipt(key()).answer == "unknown"
 
-    def test_concurrent_appends_never_interleave(self, tmp_path: Path) -> None:
+    def test_concurrent_appends_never_interleave(self, tmp_path: Path, start_thread) -> None:
         """Several worker threads appending to one file each leave one whole line."""
         path = tmp_path / "notes.log"
         adapter = appender(path)
         threads = [
-            threading.Thread(target=adapter.call, args=(request(bytes([i]) * 5000, op=f"o{i}"),))
-            for i in range(16)
+            start_thread(adapter.call, request(bytes([i]) * 5000, op=f"o{i}")) for i in range(16)
         ]
         for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            t.join(60)
         lines = path.read_bytes().split(b"\n")
         assert lines[-1] == b"" and len(lines) == 17
         for i in range(16):
@@ -477,6 +474,20 @@ class TestFileAppendClaimedReceipt:
         assert file_identity(str(tmp_path)) is None  # a directory has no identity
         os.mkfifo(tmp_path / "fifo")
         assert file_identity(str(tmp_path / "fifo")) is None  # and a FIFO never blocks
+
+
+class _AnnouncedGroups(_process.ProcessGroups):
+    """`ProcessGroups` that tells when a child has been registered: `spawn`
+    returns only once the child is in the groups, under its key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered = threading.Event()
+
+    def spawn(self, *args: Any, **kw: Any) -> subprocess.Popen[bytes]:
+        proc = super().spawn(*args, **kw)
+        self.registered.set()
+        return proc
 
 
 class TestCli:
@@ -692,7 +703,9 @@ class TestCli:
         assert not has_receipt(cli("true"))
         assert cli("true").receipt(key()).answer == "unknown"
 
-    def test_kill_all_kills_running_groups_and_ends_the_adapter(self, tmp_path: Path) -> None:
+    def test_kill_all_kills_running_groups_and_ends_the_adapter(
+        self, tmp_path: Path, start_thread
+    ) -> None:
         """kill_all SIGKILLs a call's group (its outcome unknown) and refuses new calls."""
         pidfile = tmp_path / "bg.pid"
         adapter = cli(f"sleep 1000 & echo $! > {pidfile}; wait")
@@ -704,8 +717,7 @@ class TestCli:
             except BaseException as exc:
                 errors.append(exc)
 
-        worker = threading.Thread(target=run)
-        worker.start()
+        worker = start_thread(run, stop=adapter.kill_all)
         background = int(wait_for_file(pidfile))
         adapter.kill_all()
         worker.join(timeout=30)
@@ -715,7 +727,7 @@ class TestCli:
         with pytest.raises(DefiniteFailure):
             adapter.call(request())
 
-    def test_concurrent_calls_keep_their_own_output(self) -> None:
+    def test_concurrent_calls_keep_their_own_output(self, start_thread) -> None:
         """Several worker threads may call one cli adapter at once."""
         adapter = build_adapter("t", {"adapter": "cli", "argv": ["/bin/cat"]}, max_frame=MAX_FRAME)
         results: dict[int, bytes] = {}
@@ -723,11 +735,9 @@ class TestCli:
         def run(i: int) -> None:
             results[i] = adapter.call(request(str(i).encode() * 1000, op=f"o{i}"))["stdout"]
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(12)]
+        threads = [start_thread(run, i) for i in range(12)]
         for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            t.join(60)
         assert results == {i: str(i).encode() * 1000 for i in range(12)}
 
     @pytest.mark.parametrize(
@@ -804,11 +814,11 @@ class TestCli:
         assert groups.live == 0
 
     def test_abort_kills_a_running_call_and_refuses_one_not_yet_started(
-        self, tmp_path: Path
+        self, tmp_path: Path, start_thread
     ) -> None:
         """abort(key) SIGKILLs the named call's group; an abort that comes before
         the program started keeps it from starting (nothing runs)."""
-        groups = _process.ProcessGroups()
+        groups = _AnnouncedGroups()
         env = {"PATH": "/usr/bin:/bin"}
         pidfile = tmp_path / "hung.pid"
         box: dict[str, Any] = {}
@@ -825,8 +835,10 @@ class TestCli:
                 key="n/op/1",
             )
 
-        t = threading.Thread(target=hung)
-        t.start()
+        # pass or fail, no `sleep 1000` (nor the thread waiting for it) outlives the test
+        t = start_thread(hung, stop=groups.kill_all)
+        # registered, not only started: the abort below must find the call by its key
+        assert groups.registered.wait(30), "the call's program was never registered"
         pid = int(wait_for_file(pidfile))
         groups.abort("n/op/2")  # another call's key: nothing happens to this one
         assert groups.live == 1

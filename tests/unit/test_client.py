@@ -7,6 +7,7 @@ daemon tests cover the real end-to-end paths.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import pickle
@@ -490,7 +491,10 @@ def peer(short_dir: Path) -> Iterator[Callable[[Script], str]]:
         listeners.append(listener)
 
         def serve() -> None:
-            conn, _ = listener.accept()
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # the test ended before it connected
             with conn:
                 decoder = FrameDecoder()
                 try:
@@ -504,11 +508,15 @@ def peer(short_dir: Path) -> Iterator[Callable[[Script], str]]:
         threads.append(thread)
         return path
 
-    yield start
-    for listener in listeners:
-        listener.close()
-    for thread in threads:
-        thread.join(5)
+    try:
+        yield start
+    finally:
+        for listener in listeners:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes a serve() still in accept()
+            listener.close()
+        for thread in threads:
+            thread.join(5)
     assert not errors, errors
 
 
