@@ -281,15 +281,12 @@ class TestConfigErrors:
             assert out.stderr.count("\n") == 1
         assert not env.database.exists()  # the start stopped before anything was opened
 
-    def test_python_path_must_be_a_list_of_strings(self, tools):
+    @pytest.mark.parametrize("value,where", [("/opt/x", "python_path"), ([1], "python_path[0]")])
+    def test_python_path_must_be_a_list_of_strings(self, tools, value, where):
         """python_path as one string, or holding a number, is refused naming the key."""
-        for value, where in (('"/opt/x"', "python_path"), ("[1]", "python_path[0]")):
-            env = python_env(tools)
-            text = env.config.read_text()
-            at = text.index("python_path = ")
-            end = text.index("\n", at)
-            env.config.write_text(text[:at] + f"python_path = {value}" + text[end:])
-            out = wardd("check-config", str(env.config))
+        env = python_env(tools, **{"crm.create": tools.act(python_path=value)})
+        for args in (("check-config", str(env.config)), ("run", "--config", str(env.config))):
+            out = wardd(*args)
             assert out.returncode == 78
             assert f'acts."crm.create".{where}: ' in out.stderr
 
