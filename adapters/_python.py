@@ -44,7 +44,8 @@ Decisions:
   its receipt is ``not_executed`` without asking.
 - The receipt function gets the idempotency key and returns
   ``"executed"``, ``"not_executed"``, ``"unknown"`` or ``("executed",
-  value)``. It runs on a thread of its own and is given `RECEIPT_TIMEOUT_S`
+  value)`` (a value that is not a wire value makes the answer ``unknown``,
+  as for a call). It runs on a thread of its own and is given `RECEIPT_TIMEOUT_S`
   (as ``cli``'s receipt program), so that a receipt that hangs cannot hold
   the start forever; past it the answer is ``unknown`` and the thread is
   left to end on its own. A receipt that raises, returns anything else or
@@ -179,8 +180,8 @@ class PythonAdapter:
 
         threading.Thread(target=run, name=f"wardd-receipt-{self.tag}", daemon=True).start()
         if not done.wait(self.receipt_timeout_s):
-            why = f"the receipt did not answer within {self.receipt_timeout_s:g} s"
-            return _failed(key, "timeout", why)
+            late = f"the receipt did not answer within {self.receipt_timeout_s:g} s"
+            return _failed(key, "timeout", late)
         if "error" in box:
             exc = box["error"]
             return _failed(key, type(exc).__name__, f"the receipt raised {describe(exc)}")
@@ -188,7 +189,11 @@ class PythonAdapter:
         if not _is_answer(answer):
             what = f"the receipt returned a value of type {type(answer).__name__}, not an answer"
             return _failed(key, "no_answer", what)
-        return as_receipt(answer)
+        got = as_receipt(answer)
+        _, why = wire_safe(got.value)
+        if why is not None:  # as for a call: the result could not be recorded
+            return _failed(key, "no_answer", f"the receipt answered {got.answer} with {why}")
+        return got
 
 
 def describe(exc: BaseException) -> str:

@@ -89,6 +89,9 @@ SOURCE = textwrap.dedent(
     def receipt_garbage(key):
         return ["executed"]
 
+    def receipt_unencodable(key):
+        return ("executed", {1, 2})
+
     def receipt_waits(key):
         gate.wait()
         return "executed"
@@ -222,6 +225,7 @@ class TestReceipt:
         [
             ("receipt_raises", "PermissionError", "PermissionError: token expired for api.example"),
             ("receipt_garbage", "no_answer", "returned a value of type list, not an answer"),
+            ("receipt_unencodable", "no_answer", "answered executed with a set that is not a wire"),
         ],
     )
     def test_a_receipt_that_raises_or_answers_garbage_is_unknown_and_logged(
