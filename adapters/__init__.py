@@ -1,6 +1,7 @@
 """wardd.adapters: the acts' adapters and the contract between them and the daemon.
 
-Built in: ``echo`` (always present), ``file.append`` and ``cli`` (contract §6).
+Built in: ``echo`` (always present), ``file.append``, ``cli`` and ``python``
+(contract §6).
 Third-party adapters register in the ``wardd.adapters`` entry-point group and
 are built by `build_adapter` (see `wardd.adapters._registry`).
 
@@ -27,6 +28,7 @@ from ._base import (
 from ._cli import CliAdapter, SecretFile
 from ._echo import EchoAdapter, echo_adapter
 from ._file_append import FileAppendAdapter
+from ._python import PythonAdapter
 from ._registry import ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "EntryPointAdapter",
     "FileAppendAdapter",
     "OutcomeUnknown",
+    "PythonAdapter",
     "Receipt",
     "ReceiptAnswer",
     "SecretFile",

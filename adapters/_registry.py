@@ -11,6 +11,9 @@ wrapped in an `EntryPointAdapter`, which gives it the act's tag, the act's
 it gets automatic ``not_executed`` receipts), ``abortable`` (True only when
 the object declares it and has an ``abort(key)``), and which calls its
 ``receipt`` with or without ``claim_info`` as its signature allows.
+
+``adapter = "python"`` is built in too: a function of the operator's own,
+imported from ``callable`` (`wardd.adapters._python`).
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from ._base import (
 )
 from ._cli import CliAdapter
 from ._file_append import FileAppendAdapter
+from ._python import PythonAdapter
 
 ENTRY_POINT_GROUP = "wardd.adapters"
 
 _BUILT_IN: dict[str, Callable[..., Adapter]] = {
     "cli": CliAdapter.from_table,
     "file.append": FileAppendAdapter.from_table,
+    "python": PythonAdapter.from_table,
 }
 
 

@@ -16,6 +16,9 @@ Checks beyond the types and bounds:
   absolute path to an existing executable file, so that a typo is found by
   ``check-config`` and at start, not as a failed call later (the adapter
   still answers a program removed after the start with a failed call);
+- a ``python`` act's ``callable`` and ``receipt`` are imported (the
+  adapter's table parser does it), so a module that does not import or a
+  function that is not there is a config error, not a failed call;
 - ``shutdown_grace_s`` must be above 0: a zero grace would leave every call
   in progress unknown at every stop. To end a grace early, send a second
   SIGTERM.
@@ -98,6 +101,13 @@ prune_interval_s = 60
 # timeout_s = 600                # optional: past it the process group is killed -> unknown
 # env = { API_TOKEN = { file = "/run/secrets/token" } }   # a secret: read per call, redacted
 # receipt_argv = ["/opt/tool-receipt"]   # optional: prints executed/not_executed/unknown
+#
+# [acts."crm.create"]            # calls a Python function of yours in the daemon's process
+# adapter = "python"
+# callable = "mytools.crm:create"   # module:function, imported at start; gets the ActRequest
+# receipt = "mytools.crm:receipt"   # optional: key -> executed/not_executed/unknown
+# python_path = ["/opt/mytools"]    # optional: absolute paths put before sys.path
+# max_arg_bytes = 65536
 """
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -179,6 +189,12 @@ def default_database_path() -> Path:
 
 def _quote(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key + '"'
+
+
+def _quote_indexed(key: str) -> str:
+    """An adapter's key with its list indices outside the quotes: ``python_path[0]``."""
+    match = re.fullmatch(r"(.+?)((?:\[[0-9]+\])*)", key)
+    return _quote(key) if match is None else _quote(match[1]) + match[2]
 
 
 def _uint(file: str, key: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
@@ -285,7 +301,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
             build_adapter(tag, table, max_frame=max_frame)
         except AdapterConfigError as exc:
             raise ConfigError(
-                source, f"{where}.{_quote(exc.key)}" if exc.key else where, exc.reason
+                source, f"{where}.{_quote_indexed(exc.key)}" if exc.key else where, exc.reason
             ) from None
         _check_programs(source, where, table)
         acts.append(ActConfig(tag=tag, table=dict(table)))

@@ -54,9 +54,10 @@ class TestDefaultConfig:
 
     def test_every_key_is_documented(self):
         """docs/configuration.md has a row for every key the daemon and the built-in acts take."""
-        from wardd.adapters import _cli, _file_append
+        from wardd.adapters import _cli, _file_append, _python
 
         keys = set(config_module._TOP_KEYS) | set(_cli._KEYS) | set(_file_append._KEYS)
+        keys |= set(_python._KEYS)
         assert keys - documented_keys() == set()
 
     def test_a_daemon_runs_on_the_printed_default(self, make_daemon):

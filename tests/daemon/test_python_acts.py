@@ -1,0 +1,303 @@
+"""``python`` acts in a real daemon: a package written to disk, imported at start (contract §6).
+
+The package's function appends the attempt's key to a ledger file (its
+effect) and, while the test holds it, blocks on a FIFO the test controls:
+a call the test can SIGKILL the daemon in the middle of, with or without
+its effect done. Its receipt reads the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.harness import Actor, Background, Daemon, Env, code_of, key, wait_for
+
+TOOLS = textwrap.dedent(
+    """
+    import os
+    from wardd.adapters import DefiniteFailure
+
+    ROOT = {root!r}
+
+    def _hold(request, name):
+        # while the test holds this point: say so, then block on the FIFO
+        if os.path.exists(os.path.join(ROOT, name)):
+            open(os.path.join(ROOT, "held", f"{{request.op}}.{{request.attempt}}"), "w").close()
+            with open(os.path.join(ROOT, "fifo")) as f:
+                f.read()
+
+    def _effect(request):
+        with open(os.path.join(ROOT, "ledger"), "a") as f:
+            f.write(request.idempotency_key + "\\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def create(request):
+        _hold(request, "hold-before")
+        _effect(request)
+        _hold(request, "hold-after")
+        return {{"key": request.idempotency_key, "act": request.act, "args": request.args}}
+
+    def refuse(request):
+        raise DefiniteFailure("the CRM refused: " + request.args.decode())
+
+    def crash(request):
+        raise ConnectionResetError("the CRM reset the connection")
+
+    def unencodable(request):
+        _effect(request)
+        return {{"created": {{1, 2}}}}
+
+    def receipt(key):
+        with open(os.path.join(ROOT, "ledger")) as f:  # raises while there is none
+            keys = f.read().split()
+        return ("executed", {{"ledger": keys.index(key)}}) if key in keys else "not_executed"
+    """
+)
+
+
+class Tools:
+    """The package ``crmtools`` in ``<root>/lib``, and the files its functions use."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.lib = root / "lib"
+        (self.lib / "crmtools").mkdir(parents=True)
+        (self.lib / "crmtools" / "__init__.py").write_text(TOOLS.format(root=str(root)))
+        (root / "held").mkdir()
+        self.ledger = root / "ledger"
+        self.fifo = root / "fifo"
+        os.mkfifo(self.fifo)
+
+    def act(self, function: str = "create", **table: Any) -> dict[str, Any]:
+        return {
+            "adapter": "python",
+            "callable": f"crmtools:{function}",
+            "python_path": [str(self.lib)],
+            **table,
+        }
+
+    def hold(self, where: str) -> None:
+        """Calls from now on block before (``before``) or after their effect (``after``)."""
+        (self.root / f"hold-{where}").touch()
+
+    def unhold(self) -> None:
+        for where in ("before", "after"):
+            (self.root / f"hold-{where}").unlink(missing_ok=True)
+
+    def held(self, op: str, attempt: int = 1) -> bool:
+        """The call of ``op`` is at the point held (and blocks on the FIFO)."""
+        return (self.root / "held" / f"{op}.{attempt}").exists()
+
+    def release(self) -> None:
+        """Let a held call go on: open the FIFO's other end once the call has its end
+        open (a non-blocking open fails until then), and close it (EOF)."""
+        self.unhold()
+
+        def opened() -> bool:
+            try:
+                os.close(os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # ENXIO: no reader yet
+                return False
+            return True
+
+        wait_for(opened, what="the held call to open the FIFO")
+
+    def ledger_keys(self) -> list[str]:
+        return self.ledger.read_text().split() if self.ledger.exists() else []
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Tools:
+    return Tools(tmp_path)
+
+
+def python_env(tools: Tools, **acts: dict[str, Any]) -> Env:
+    return Env(acts=acts or {"crm.create": tools.act(receipt="crmtools:receipt")})
+
+
+def crash_in_a_held_call(d: Daemon, a: Actor, tools: Tools, op: str) -> None:
+    """Invoke ``op``, wait until the function is held, then SIGKILL and restart."""
+    call = Background(a.invoke, op, 1, d.connect())
+    wait_for(lambda: tools.held(op), what="the function to block")
+    d.kill()
+    call.done.wait(10)
+    d.start()
+    a.client = d.connect()
+
+
+def log_events(d: Daemon, event: str) -> list[dict[str, Any]]:
+    lines = (json.loads(x) for x in d.log_text().splitlines() if x.startswith("{"))
+    return [x for x in lines if x.get("event") == event]
+
+
+class TestOutcomes:
+    def test_each_way_a_function_ends_gives_its_outcome(self, make_daemon, tools):
+        """Returned wire value → succeeded; DefiniteFailure → failed; another exception
+        or a value that cannot be sent back → unknown, with the exception's text."""
+        acts = {
+            "crm.create": tools.act(),
+            "crm.refuse": tools.act("refuse"),
+            "crm.crash": tools.act("crash"),
+            "crm.odd": tools.act("unencodable"),
+        }
+        d = make_daemon(python_env(tools, **acts))
+        a = Actor(d, acts=tuple(acts))
+        for op, act in [("ok", "crm.create"), ("no", "crm.refuse"), ("rst", "crm.crash")]:
+            a.submit(op, act, b"acme")
+        a.submit("odd", "crm.odd")
+        ok = a.invoke("ok")
+        assert ok["status"] == "succeeded"
+        assert ok["result"] == {"key": key(a, "ok"), "act": "crm.create", "args": b"acme"}
+        assert a.state("ok") == "retained"
+        no = a.invoke("no")
+        assert no["status"] == "failed" and no["error"] == "the CRM refused: acme"
+        assert a.state("no") == "pending"
+        rst = a.invoke("rst")
+        assert rst["status"] == "unknown"
+        assert rst["error"] == "ConnectionResetError: the CRM reset the connection"
+        odd = a.invoke("odd")
+        assert odd["status"] == "unknown" and "the function returned a dict" in odd["error"]
+        assert a.state("odd") == "unknown"
+        # the effect of the unencodable call happened: the operator reconciles it
+        assert tools.ledger_keys() == [key(a, "ok"), key(a, "odd")]
+
+    def test_a_running_call_cannot_be_aborted(self, make_daemon, tools):
+        """abort of an in-process call is not_abortable and changes nothing; the call's
+        own outcome stands once it returns."""
+        d = make_daemon(python_env(tools))
+        a = Actor(d, acts=("crm.create",))
+        a.submit("op", "crm.create")
+        tools.hold("after")
+        call = Background(a.invoke, "op", 1, d.connect())
+        try:
+            wait_for(lambda: tools.held("op"), what="the function to block")
+            assert code_of(a.call, "abort", {"op": "op", "attempt": 1}).code == "not_abortable"
+            assert a.state("op") == "running"
+        finally:
+            if tools.held("op"):
+                tools.release()
+        assert call.result()["status"] == "succeeded"
+        assert tools.ledger_keys() == [key(a, "op")]
+
+
+class TestReceiptsAfterACrash:
+    def test_a_call_killed_after_its_effect_is_executed_by_its_receipt(self, make_daemon, tools):
+        """SIGKILL after the effect: the start's receipt records succeeded with its value."""
+        d = make_daemon(python_env(tools))
+        a = Actor(d, acts=("crm.create",))
+        a.submit("op", "crm.create")
+        tools.hold("after")
+        crash_in_a_held_call(d, a, tools, "op")
+        info = a.op("op")
+        assert info["state"] == "retained"
+        assert info["attempts"][0]["outcome"] == {
+            "status": "succeeded",
+            "value": {"ledger": 0},
+            "source": "receipt",
+        }
+        assert a.read("status")["recovery"] == {"marked_unknown": 1, "resolved_by_receipt": 1}
+        assert tools.ledger_keys() == [key(a, "op")]
+
+    def test_a_call_killed_before_its_effect_is_not_executed_and_runs_once(
+        self, make_daemon, tools
+    ):
+        """SIGKILL before the effect: the receipt's not_executed is applied at start
+        (in-process), the op is pending, and its next attempt has the one effect."""
+        d = make_daemon(python_env(tools))
+        a = Actor(d, acts=("crm.create",))
+        a.submit("op", "crm.create")
+        tools.ledger.write_text("")  # the service is up: the receipt can answer
+        tools.hold("before")
+        crash_in_a_held_call(d, a, tools, "op")
+        info = a.op("op")
+        assert info["state"] == "pending"
+        assert info["attempts"][0]["outcome"]["status"] == "not_executed"
+        assert info["attempts"][0]["outcome"]["source"] == "receipt"
+        tools.unhold()
+        a.bind(0)
+        assert a.invoke("op", 2)["status"] == "succeeded"
+        assert tools.ledger_keys() == [key(a, "op", 2)]
+
+    def test_a_receipt_that_raises_leaves_unknown_until_check_receipts(self, make_daemon, tools):
+        """A receipt that raises at start is unknown, logged, its detail kept; once it
+        can answer, check_receipts resolves the attempt."""
+        d = make_daemon(python_env(tools))
+        a = Actor(d, acts=("crm.create",))
+        a.submit("op", "crm.create")
+        tools.hold("before")
+        crash_in_a_held_call(d, a, tools, "op")  # no ledger yet: the receipt raises
+        att = a.op("op")["attempts"][0]
+        assert att["state"] == "unknown"
+        assert att["evidence"]["receipt_hint"] == "unknown"
+        assert att["evidence"]["receipt_detail"].startswith("the receipt raised FileNotFoundError")
+        failed = log_events(d, "receipt_failed")
+        assert [(x["op"], x["attempt"], x["error"]) for x in failed] == [
+            ("op", 1, "FileNotFoundError")
+        ]
+        tools.ledger.write_text("")
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
+        assert a.op("op")["attempts"][0]["outcome"]["status"] == "not_executed"
+
+
+def wardd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wardd.daemon.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+class TestConfigErrors:
+    @pytest.mark.parametrize("key", ["callable", "receipt"])
+    @pytest.mark.parametrize(
+        "spec,reason",
+        [
+            ("crmtool:create", "module 'crmtool' does not import"),
+            ("crmtools:make", "module 'crmtools' has no attribute 'make'"),
+            ("crmtools:ROOT", "'crmtools:ROOT' is not callable"),
+            ("crmtools.create", "(no ':' between them)"),
+        ],
+    )
+    def test_check_config_and_a_start_refuse_it_in_one_line(self, tools, key, spec, reason):
+        """check-config and `wardd run` exit 78 with one line naming the dotted key."""
+        act = tools.act(receipt="crmtools:receipt")
+        act[key] = spec
+        env = python_env(tools, **{"crm.create": act})
+        for args in (("check-config", str(env.config)), ("run", "--config", str(env.config))):
+            out = wardd(*args)
+            assert out.returncode == 78, out
+            line = f'wardd: config error: {env.config}: acts."crm.create".{key}: '
+            assert out.stderr.startswith(line) and reason in out.stderr
+            assert out.stderr.count("\n") == 1
+        assert not env.database.exists()  # the start stopped before anything was opened
+
+    @pytest.mark.parametrize("value,where", [("/opt/x", "python_path"), ([1], "python_path[0]")])
+    def test_python_path_must_be_a_list_of_strings(self, tools, value, where):
+        """python_path as one string, or holding a number, is refused naming the key."""
+        env = python_env(tools, **{"crm.create": tools.act(python_path=value)})
+        for args in (("check-config", str(env.config)), ("run", "--config", str(env.config))):
+            out = wardd(*args)
+            assert out.returncode == 78
+            assert f'acts."crm.create".{where}: ' in out.stderr
+
+    def test_check_config_accepts_the_package_and_default_config_shows_the_keys(self, tools):
+        """A good python act passes check-config; default-config shows every python key."""
+        env = python_env(tools)
+        out = wardd("check-config", str(env.config))
+        assert out.returncode == 0, out.stderr
+        assert "crm.create" in out.stdout
+        from wardd.adapters import _python
+
+        shown = wardd("default-config").stdout
+        for name in _python._KEYS:
+            assert f"\n# {name} = " in shown, name
