@@ -162,7 +162,10 @@ class Target:
     """The shared daemon, an actor with ops in several states, and a snapshot."""
 
     def __init__(self) -> None:
-        self.env = Env(workers=2, token_ttl_s=10**6)  # the held token must not expire
+        # The held token must not expire, and no pruner look may commit in the middle of a
+        # batch (a look every prune_interval_s commits a batch even with nothing to prune,
+        # and a batch outlasts 60 s on a loaded machine): the snapshot compares writer batches.
+        self.env = Env(workers=2, token_ttl_s=10**6, retention_s=0)
         self.daemon = Daemon(self.env, shared=True)
         self.deaths: list[str] = []
         self.cases = 0
