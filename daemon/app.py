@@ -40,6 +40,7 @@ from . import _units
 from ._activation import listen_fds
 from ._bridge import ThreadReply, wait_future
 from ._lock import OwnerLock
+from ._metrics import Metrics
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import check_params
 from ._records import now
@@ -135,6 +136,16 @@ class Daemon:
             boot=self.boot,
         )
         self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
+        prev = self.previous_boot
+        self.metrics = Metrics(
+            boot=self.boot,
+            version=VERSION,
+            previous_boot_clean=prev is None or prev["clean"],
+            methods=METHODS,
+        )
+        self.writer.on_batch = self.metrics.batch
+        self.pool.on_act = self.metrics.act_call
+        self.recovery.on_receipt = self.metrics.receipt
         self.pruner = Pruner(
             self.writer,
             self.db_path,
@@ -176,7 +187,7 @@ class Daemon:
         listener = trio.socket.from_stdlib_socket(lsock)
         uids = {os.getuid(), *self.config.allowed_uids}
         self.server = Server(
-            handle=self.handle,
+            handle=self.metrics.counting(self.handle),
             hello=self._hello,
             allowed_uids=uids,
             max_frame=self.config.max_frame,
@@ -487,6 +498,7 @@ class Daemon:
 
     async def dispatch(self, worker: str, d: Dispatch) -> Any:
         d.reply = reply = ThreadReply()
+        self.metrics.dispatching(d.act)
         if not self.pool.submit(worker, d):  # shutting down: never claimed
             await self._refuse_dispatch(d)
         return await self.wait_call(reply)

@@ -37,7 +37,7 @@ claim row, not by the record.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -128,6 +128,7 @@ class Recovery:
         self.marked = 0
         self._marked_ids: set[int] = set()
         self.resolved_by_receipt = 0  # of the attempts this start marked (contract §3.8)
+        self.on_receipt: Callable[[str], None] = _ignore  # told each answer recorded
 
     @property
     def pending(self) -> int:
@@ -232,6 +233,7 @@ class Recovery:
                 log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
                 return False
             answered = True
+            self.on_receipt(receipt.answer)
             log.info(
                 "receipt",
                 neuron=c.neuron,
@@ -285,6 +287,10 @@ class Recovery:
                 "once a check has answered (check_receipts, or after the restart)",
                 {"reason": "receipt_pending"},
             )
+
+
+def _ignore(answer: str) -> None:
+    """``on_receipt`` until the daemon sets its own."""
 
 
 def _receipt(adapter: Adapter, c: Candidate, question: ReceiptQuestion) -> Receipt:
