@@ -312,7 +312,7 @@ class Daemon:
         if sig not in STOP_SIGNALS:
             log.warning("signal_ignored", signal=name)
         elif not self._stop_event.is_set():
-            log.info("signal", signal=name)
+            log.info("signal", signal=name, action="stop")
             self._stop_event.set()
         elif not self._grace_cut.is_set():
             log.warning("signal", signal=name, action="end_grace")

@@ -74,8 +74,12 @@ shutdown_grace_s = 30
 max_connections = 4096
 max_in_flight = 256
 
-# Log level of the JSON lines on stderr: debug, info, warning or error.
+# Log level of the lines on stderr: debug, info, warning or error.
 log_level = "info"
+# Their format: "json" (one object per line), "text" (readable key=value
+# lines, the same fields), or "auto": text when stderr is a terminal, JSON
+# otherwise. Under journald each line also gets its priority prefix.
+log_format = "auto"
 
 # Retention (docs/operations.md): whole seconds a finished (consumed or
 # cancelled) op keeps its records before it is pruned to a tombstone, which
@@ -101,6 +105,7 @@ prune_interval_s = 60
 """
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "text")
 
 DEFAULT_RETENTION_S = 2_592_000  # 30 days (contract §3.9)
 MAX_SECONDS_KEY = 2**32 - 1  # ~136 years: anything longer is a typo
@@ -118,6 +123,7 @@ _TOP_KEYS = {
     "max_connections",
     "max_in_flight",
     "log_level",
+    "log_format",
     "retention_s",
     "prune_interval_s",
 }
@@ -157,6 +163,7 @@ class Config:
     max_in_flight: int
     acts: tuple[ActConfig, ...]
     log_level: str = "info"
+    log_format: str = "auto"
     database_is_default: bool = False
     retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
     prune_interval_s: int = 60
@@ -255,6 +262,9 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     log_level = data.get("log_level", "info")
     if log_level not in LOG_LEVELS:
         raise ConfigError(source, "log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    log_format = data.get("log_format", "auto")
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(source, "log_format", f"must be one of {', '.join(LOG_FORMATS)}")
     # contract §3.9: whole seconds; 0 keeps every finished op for ever
     retention_s = _uint(
         source,
@@ -304,6 +314,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         max_in_flight=max_inflight,
         acts=tuple(acts),
         log_level=log_level,
+        log_format=log_format,
         database_is_default="database" not in data,
         retention_s=retention_s,
         prune_interval_s=prune_interval_s,

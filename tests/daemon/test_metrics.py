@@ -8,7 +8,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.daemon.harness import Actor, Background, Env, key, run_wardctl, wait_for
+from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
+from tests.daemon.harness import Actor, Env, run_wardctl, wait_for
 from wardd.daemon._metrics import CONTENT_TYPE, SERIES
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -95,17 +96,7 @@ class TestMetrics:
         # a call blocked in its act when the daemon is SIGKILLed, and a
         # file.append whose write landed just before: unknown at the restart,
         # the second resolved by its receipt
-        a.submit("g1", "gated")
-        a.submit("l1", "ledger", b"x")
-        a.prepare("l1")
-        with open(env.ledger, "a") as f:
-            f.write(f"{key(a, 'l1')}\t{b'x'.hex()}\n")
-        call = Background(a.invoke, "g1", 1, d.connect())
-        wait_for(env.started_marker("g1").exists, what="the gated act to start")
-        d.kill()
-        d.start()
-        call.done.wait(10)
-        a.client = d.connect()
+        crash_with_a_blocked_call_and_a_landed_write(d, a)
         wait_for(lambda: a.read("status")["receipts_pending"] == 0, what="receipts")
 
         families, s = scrape(a)
