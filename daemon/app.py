@@ -39,6 +39,7 @@ from wardd.protocol import (
 from . import _units
 from ._activation import listen_fds
 from ._bridge import ThreadReply, wait_future
+from ._hook import NotifyHook
 from ._lock import OwnerLock
 from ._metrics import Metrics
 from ._notify import Notifier, scrub_environment, watchdog_interval
@@ -146,6 +147,10 @@ class Daemon:
         self.writer.on_batch = self.metrics.batch
         self.pool.on_act = self.metrics.act_call
         self.recovery.on_receipt = self.metrics.receipt
+        self.hook = NotifyHook(
+            self.config.notify_argv, self.boot, timeout_s=self.config.notify_timeout_s
+        )
+        self.pool.notify = self.recovery.notify = self.hook.post
         self.pruner = Pruner(
             self.writer,
             self.db_path,
@@ -184,6 +189,11 @@ class Daemon:
         scrub_environment(os.environ)  # no child ever inherits NOTIFY_SOCKET or LISTEN_*
         self.writer.start()
         self.pool.start()
+        self.hook.start()
+        if self.previous_boot is not None and not self.previous_boot["clean"]:
+            self.hook.post(
+                "previous_boot_unclean", evidence={"previous_boot": self.previous_boot["boot"]}
+            )
         listener = trio.socket.from_stdlib_socket(lsock)
         uids = {os.getuid(), *self.config.allowed_uids}
         self.server = Server(
@@ -270,6 +280,7 @@ class Daemon:
         if self.fatal is None:
             await self._mark_clean_stop()
         self.writer.stop()
+        self.hook.stop()
         # contract §3.6: the owner lock stays held until the process is gone (a
         # call may still be in progress in it); the kernel drops it at exit
         log.info("stopped", boot=self.boot, clean=self.fatal is None)

@@ -88,6 +88,14 @@ retention_s = 2592000
 # Whole seconds between two looks for prunable ops (at least 1).
 prune_interval_s = 60
 
+# A program run, never through a shell, when an attempt becomes unknown, when a
+# receipt resolves one, and when a start finds the previous boot did not stop
+# cleanly: one JSON object on its stdin (docs/operations.md, "Notify hook").
+# argv[0] is an absolute path to an executable. Empty: no hook.
+notify_argv = []
+# Seconds a hook may run; past it its process group is killed and the event dropped.
+notify_timeout_s = 10
+
 # Acts besides the built-in `echo` (which returns its args). Examples:
 #
 # [acts."notes.append"]          # one line "<neuron>/<op>/<attempt>\\t<hex args>\\n" per call
@@ -124,6 +132,8 @@ _TOP_KEYS = {
     "max_in_flight",
     "log_level",
     "log_format",
+    "notify_argv",
+    "notify_timeout_s",
     "retention_s",
     "prune_interval_s",
 }
@@ -164,6 +174,8 @@ class Config:
     acts: tuple[ActConfig, ...]
     log_level: str = "info"
     log_format: str = "auto"
+    notify_argv: tuple[str, ...] = ()
+    notify_timeout_s: float = 10.0
     database_is_default: bool = False
     retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
     prune_interval_s: int = 60
@@ -279,6 +291,8 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         minimum=1,
         maximum=MAX_SECONDS_KEY,
     )
+    notify_argv = _notify_argv(source, data.get("notify_argv", []))
+    notify_timeout_s = _seconds(source, "notify_timeout_s", data.get("notify_timeout_s", 10))
     acts_raw = data.get("acts", {})
     if not isinstance(acts_raw, dict):
         raise ConfigError(source, "acts", "must be a table of act tables")
@@ -315,6 +329,8 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         acts=tuple(acts),
         log_level=log_level,
         log_format=log_format,
+        notify_argv=notify_argv,
+        notify_timeout_s=notify_timeout_s,
         database_is_default="database" not in data,
         retention_s=retention_s,
         prune_interval_s=prune_interval_s,
@@ -332,6 +348,17 @@ def _check_programs(source: str, where: str, table: Mapping[str, Any]) -> None:
         why = _not_executable(program)
         if why:
             raise ConfigError(source, f"{where}.{key}[0]", f"{program!r} {why}")
+
+
+def _notify_argv(source: str, value: Any) -> tuple[str, ...]:
+    """``notify_argv``: empty (no hook) or strings whose first is an executable's absolute path."""
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        raise ConfigError(source, "notify_argv", "must be a list of non-empty strings")
+    if value:
+        why = _not_executable(value[0])
+        if why:
+            raise ConfigError(source, "notify_argv[0]", f"{value[0]!r} {why}")
+    return tuple(value)
 
 
 def _not_executable(program: str) -> str | None:

@@ -87,7 +87,13 @@ def mark_unknown(
             marked.append(attempt.id)
             if marks is not None:
                 marks.append(
-                    {"neuron": neuron, "op": op.op, "attempt": attempt.attempt, **evidence}
+                    {
+                        "neuron": neuron,
+                        "op": op.op,
+                        "attempt": attempt.attempt,
+                        "act": op.act,
+                        **evidence,
+                    }
                 )
         return marked
 
@@ -129,6 +135,7 @@ class Recovery:
         self._marked_ids: set[int] = set()
         self.resolved_by_receipt = 0  # of the attempts this start marked (contract §3.8)
         self.on_receipt: Callable[[str], None] = _ignore  # told each answer recorded
+        self.notify: Callable[..., None] = _ignore_event  # the notify hook's post
 
     @property
     def pending(self) -> int:
@@ -164,6 +171,9 @@ class Recovery:
         self.marked = len(self._marked_ids)
         for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
             log.warning("marked_unknown", **mark)
+            where = {k: mark[k] for k in ("neuron", "op", "attempt", "act")}
+            evidence = {k: v for k, v in mark.items() if k not in where}
+            self.notify("attempt_unknown", **where, evidence=evidence)
         cands = self._candidates()
         self._later = [c for c in cands if not self._in_process(c)]
         later_ids = {c.attempt_id for c in self._later}
@@ -243,6 +253,16 @@ class Recovery:
                 applicable=question.binding,
                 resolved=resolved,
             )
+            if resolved:
+                detail = {"detail": receipt.detail} if receipt.detail else {}
+                self.notify(
+                    "resolved_by_receipt",
+                    neuron=c.neuron,
+                    op=c.op,
+                    attempt=c.attempt,
+                    act=c.act,
+                    evidence={"answer": receipt.answer, **detail},
+                )
             if resolved and c.attempt_id in self._marked_ids:
                 self.resolved_by_receipt += 1
             return resolved
@@ -291,6 +311,10 @@ class Recovery:
 
 def _ignore(answer: str) -> None:
     """``on_receipt`` until the daemon sets its own."""
+
+
+def _ignore_event(event: str, **about: Any) -> None:
+    """``notify`` until the daemon sets its own."""
 
 
 def _receipt(adapter: Adapter, c: Candidate, question: ReceiptQuestion) -> Receipt:

@@ -112,6 +112,8 @@ class WorkerPool:
         self._grace_over = False
         # told each adapter call's act and duration (the daemon's metrics)
         self.on_act: Callable[[str, float], None] = _ignore_call
+        # told each attempt that became unknown, once durable (the notify hook)
+        self.notify: Callable[..., None] = _ignore_event
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
@@ -435,6 +437,17 @@ class WorkerPool:
             where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}
             if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
                 log.warning("outcome", **where, status=status, error=error)
+                evidence: dict[str, Any] = {"claimed": True, "error": error}
+                if aborted:
+                    evidence["aborted"] = True
+                self.notify(
+                    "attempt_unknown",
+                    neuron=ref.neuron,
+                    op=ref.op,
+                    attempt=ref.attempt,
+                    act=ref.act,
+                    evidence=evidence,
+                )
             elif status == "failed":
                 log.info("outcome", **where, status=status, error=error)
             else:
@@ -455,6 +468,10 @@ class WorkerPool:
 
 def _ignore_call(act: str, seconds: float) -> None:
     """``on_act`` until the daemon sets its own."""
+
+
+def _ignore_event(event: str, **about: Any) -> None:
+    """``notify`` until the daemon sets its own."""
 
 
 def _text(exc: BaseException) -> str:
