@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from wardd.protocol import WarddError
 
-__all__ = ["CONTENT_TYPE", "SERIES", "Figures", "Metrics", "Series", "db_size"]
+__all__ = ["CONTENT_TYPE", "SERIES", "Figures", "Metrics", "Series", "db_size", "read_figures"]
 
 #: The exposition format served (Prometheus text format 0.0.4).
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -166,6 +166,23 @@ def db_size(database: os.PathLike[str] | str) -> int:
         except OSError:
             pass
     return size
+
+
+def read_figures(
+    metrics_figures: Callable[[], tuple[int, str | None, int]],
+    database: os.PathLike[str] | str,
+    connections: int,
+) -> Figures:
+    """The gauges' figures: the database's (``Reads.metrics_figures``, one
+    statement), its size on disk, and the connections open."""
+    unknown, oldest, pruned = metrics_figures()
+    return Figures(
+        unknown_attempts=unknown,
+        oldest_unknown_created_at=oldest,
+        pruned_ops=pruned,
+        db_size_bytes=db_size(database),
+        connections=connections,
+    )
 
 
 def _age_s(created_at: str | None, now: float) -> float:

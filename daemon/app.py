@@ -41,7 +41,8 @@ from ._activation import listen_fds
 from ._bridge import ThreadReply, wait_future
 from ._hook import NotifyHook
 from ._lock import OwnerLock
-from ._metrics import Metrics
+from ._metrics import Metrics, read_figures
+from ._metrics_http import MetricsServer
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import check_params
 from ._records import now
@@ -147,6 +148,7 @@ class Daemon:
         self.writer.on_batch = self.metrics.batch
         self.pool.on_act = self.metrics.act_call
         self.recovery.on_receipt = self.metrics.receipt
+        self.http: MetricsServer | None = None
         self.hook = NotifyHook(
             self.config.notify_argv, self.boot, timeout_s=self.config.notify_timeout_s
         )
@@ -205,6 +207,8 @@ class Daemon:
             max_in_flight=self.config.max_in_flight,
             on_close=self._connection_closed,
         )
+        if self.config.metrics_listen is not None:
+            self._serve_metrics(*self.config.metrics_listen)
         log.info(
             "starting",
             boot=self.boot,
@@ -279,12 +283,28 @@ class Daemon:
                 conns.cancel_scope.cancel()
         if self.fatal is None:
             await self._mark_clean_stop()
+        if self.http is not None:
+            self.http.stop()
         self.writer.stop()
         self.hook.stop()
         # contract §3.6: the owner lock stays held until the process is gone (a
         # call may still be in progress in it); the kernel drops it at exit
         log.info("stopped", boot=self.boot, clean=self.fatal is None)
         return 0 if self.fatal is None else EXIT_FAIL_STOP
+
+    def _serve_metrics(self, host: str, port: int) -> None:
+        """``metrics_listen``: GET /metrics on threads of its own, its figures
+        read through a reader connection of its own (``_metrics_http``)."""
+        reads = Reads(connect_reader(self.db_path), self.config.max_frame)
+
+        def render() -> str:
+            conns = len(self.server.connections)
+            return self.metrics.render(read_figures(reads.metrics_figures, self.db_path, conns))
+
+        self.http = MetricsServer(host, port, render)
+        self.http.start()
+        shown = f"[{host}]" if ":" in host else host
+        log.info("metrics_listening", address=f"{shown}:{self.http.port}")
 
     async def _accept(self, scope: trio.CancelScope, *args: Any) -> None:
         with scope:

@@ -23,6 +23,7 @@ Checks beyond the types and bounds:
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -96,6 +97,11 @@ notify_argv = []
 # Seconds a hook may run; past it its process group is killed and the event dropped.
 notify_timeout_s = 10
 
+# Serve GET /metrics (Prometheus) over HTTP at this address, e.g.
+# "127.0.0.1:9469" (port 0: any free one, logged). Loopback addresses only:
+# there is no authentication. Empty: not served (`wardctl metrics` always is).
+metrics_listen = ""
+
 # Acts besides the built-in `echo` (which returns its args). Examples:
 #
 # [acts."notes.append"]          # one line "<neuron>/<op>/<attempt>\\t<hex args>\\n" per call
@@ -134,6 +140,7 @@ _TOP_KEYS = {
     "log_format",
     "notify_argv",
     "notify_timeout_s",
+    "metrics_listen",
     "retention_s",
     "prune_interval_s",
 }
@@ -176,6 +183,7 @@ class Config:
     log_format: str = "auto"
     notify_argv: tuple[str, ...] = ()
     notify_timeout_s: float = 10.0
+    metrics_listen: tuple[str, int] | None = None  # (loopback host, port)
     database_is_default: bool = False
     retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
     prune_interval_s: int = 60
@@ -293,6 +301,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     )
     notify_argv = _notify_argv(source, data.get("notify_argv", []))
     notify_timeout_s = _seconds(source, "notify_timeout_s", data.get("notify_timeout_s", 10))
+    metrics_listen = _loopback(source, "metrics_listen", data.get("metrics_listen", ""))
     acts_raw = data.get("acts", {})
     if not isinstance(acts_raw, dict):
         raise ConfigError(source, "acts", "must be a table of act tables")
@@ -331,6 +340,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         log_format=log_format,
         notify_argv=notify_argv,
         notify_timeout_s=notify_timeout_s,
+        metrics_listen=metrics_listen,
         database_is_default="database" not in data,
         retention_s=retention_s,
         prune_interval_s=prune_interval_s,
@@ -359,6 +369,29 @@ def _notify_argv(source: str, value: Any) -> tuple[str, ...]:
         if why:
             raise ConfigError(source, "notify_argv[0]", f"{value[0]!r} {why}")
     return tuple(value)
+
+
+def _loopback(source: str, key: str, value: Any) -> tuple[str, int] | None:
+    """``"host:port"`` (``"[::1]:port"`` for IPv6) with a loopback IP, or "" (None)."""
+    if not isinstance(value, str):
+        raise ConfigError(source, key, 'must be a string "host:port" (or "" for none)')
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(
+            source, key, f"{value!r}: the host must be a loopback IP address, such as 127.0.0.1"
+        ) from None
+    if not ip.is_loopback:
+        raise ConfigError(
+            source, key, f"{value!r} is not a loopback address: the metrics have no authentication"
+        )
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(source, key, f"{value!r}: the port must be a number from 0 to 65535")
+    return str(ip), int(port)
 
 
 def _not_executable(program: str) -> str | None:

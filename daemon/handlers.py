@@ -40,7 +40,7 @@ from wardd.protocol import (
 from . import _units
 from . import _units_mgmt as mgmt
 from ._bridge import ThreadReply
-from ._metrics import CONTENT_TYPE, Figures, db_size
+from ._metrics import CONTENT_TYPE, db_size, read_figures
 from ._params import (
     NO_PARAMS,
     PAGE,
@@ -316,14 +316,7 @@ async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) 
 
 async def _metrics(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
     """Every series (docs/operations.md "Metrics") in the Prometheus text format."""
-    unknown, oldest, pruned = d.reads.metrics_figures()  # status's one statement
-    figures = Figures(
-        unknown_attempts=unknown,
-        oldest_unknown_created_at=oldest,
-        pruned_ops=pruned,
-        db_size_bytes=db_size(d.db_path),
-        connections=len(d.server.connections),
-    )
+    figures = read_figures(d.reads.metrics_figures, d.db_path, len(d.server.connections))
     return {"content_type": CONTENT_TYPE, "text": d.metrics.render(figures)}
 
 

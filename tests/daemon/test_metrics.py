@@ -4,6 +4,11 @@ SIGKILL during a blocked call, then a restart), receipts and prunes."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import socket
+import subprocess
+import sys
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -165,3 +170,85 @@ class TestMetrics:
         out = run_wardctl(daemon.env, "metrics").stdout
         names = {f.name for f in text_string_to_metric_families(out)}
         assert {"wardd_boot_info", "wardd_unknown_attempts", "wardd_requests"} <= names
+
+
+def _listening_port(d: Any) -> int:
+    def line() -> dict[str, Any] | None:
+        for x in d.logs[-1].read_text().splitlines():
+            if x.startswith("{") and json.loads(x)["event"] == "metrics_listening":
+                return json.loads(x)
+        return None
+
+    wait_for(lambda: line() is not None, what="the metrics_listening line")
+    found = line()
+    assert found is not None
+    return int(found["address"].rsplit(":", 1)[1])
+
+
+def _get(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, str, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path)
+        r = conn.getresponse()
+        return r.status, r.getheader("Content-Type") or "", r.read().decode()
+    finally:
+        conn.close()
+
+
+class TestMetricsListen:
+    def test_get_metrics_serves_every_series_and_nothing_else(self, make_daemon):
+        """GET /metrics answers the exposition a parser reads whole; other
+        paths are 404 and other methods 405."""
+        d = make_daemon(Env(metrics_listen="127.0.0.1:0"))
+        a = Actor(d, acts=("echo",))
+        a.submit("e1")
+        a.invoke("e1")
+        port = _listening_port(d)
+        status, ctype, body = _get(port)
+        assert (status, ctype) == (200, CONTENT_TYPE)
+        families = {f.name: f for f in text_string_to_metric_families(body)}
+        check_every_series_present(families)
+        samples = {(s.name, frozenset(s.labels.items())): s.value
+                   for f in families.values() for s in f.samples}  # fmt: skip
+        assert value(samples, "wardd_attempts_total", act="echo", outcome="succeeded") == 1
+        assert _get(port, "/")[0] == 404
+        assert _get(port, "/metrics", "POST")[0] == 405
+
+    def test_a_silent_scraper_holds_up_neither_dispatch_nor_other_scrapes(self, make_daemon):
+        """A connection that sends half a request and then nothing ties up only
+        its own thread: invokes are answered and another scrape is served."""
+        d = make_daemon(Env(metrics_listen="127.0.0.1:0"))
+        port = _listening_port(d)
+        stuck = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        try:
+            for s in stuck:
+                s.sendall(b"GET /metr")
+            a = Actor(d, acts=("echo",))
+            a.submit("e1")
+            assert a.invoke("e1")["status"] == "succeeded"
+            status, _, body = _get(port)
+            assert status == 200 and "wardd_boot_info" in body
+        finally:
+            for s in stuck:
+                s.close()
+
+    def test_check_config_refuses_an_address_that_is_not_loopback(self, tmp_path):
+        """metrics_listen takes a loopback IP and a port; anything else is a
+        config error naming the key (there is no authentication on it)."""
+        for bad in ("0.0.0.0:9469", "192.168.1.2:9469", "localhost:9469", "[::]:9469",
+                    "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:x"):  # fmt: skip
+            path = tmp_path / "c.toml"
+            path.write_text(f'metrics_listen = "{bad}"\n')
+            out = _wardd("check-config", str(path))
+            assert out.returncode == 78 and "metrics_listen" in out.stderr, bad
+        for good in ("127.0.0.1:9469", "[::1]:9469", "127.0.0.2:0"):
+            path = tmp_path / "c.toml"
+            path.write_text(f'metrics_listen = "{good}"\n')
+            assert _wardd("check-config", str(path)).returncode == 0, good
+
+
+def _wardd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wardd.daemon.cli", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
