@@ -32,6 +32,8 @@ filesystem). Results, method and analysis: docs/performance.md.
    database on a daemon that keeps everything, and a long run with retention
    on (``--retention-cycles N``; the issue asks 1M, the default run does what
    fits in a few minutes) whose database size and RSS must stay flat.
+7. metrics: the CPU one ``invoke``'s counting adds (``_metrics``:
+   in-process, each repetition paired with the same loop uncounted).
 
 Figures are median [min–max] over repetitions; latencies are pooled
 p50/p99. Ratios to the raw bound and to DBOS are paired (the raw sample, or

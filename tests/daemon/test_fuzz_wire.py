@@ -163,7 +163,9 @@ class Target:
     """The shared daemon, an actor with ops in several states, and a snapshot."""
 
     def __init__(self) -> None:
-        self.env = Env(workers=2, token_ttl_s=10**6)  # the held token must not expire
+        # the held token must not expire; no pruner: its periodic look is a
+        # writer batch, which a batch's before/after snapshot would see
+        self.env = Env(workers=2, token_ttl_s=10**6, retention_s=0)
         self.daemon = Daemon(self.env).start()
         self.deaths: list[str] = []
         self.cases = 0

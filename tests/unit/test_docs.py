@@ -86,10 +86,3 @@ class TestMetricsDocumented:
         row = r"^\| `(wardd_[a-z_]+(?:\{[a-z,]+\})?)` \| ([a-z]+) \| (.+) \|$"
         rows = re.findall(row, text, re.M)
         assert rows == [(s.shown, s.kind, s.help) for s in SERIES]
-
-
-def documented_fields() -> dict[str, set[str]]:
-    """event -> every name in backticks in its fields column (docs/operations.md)."""
-    text = (ROOT / "docs" / "operations.md").read_text()
-    rows = re.findall(r"^\| `([a-z_]+)` \| [a-z;, `]+? \| (.*?) \| .* \|$", text, re.M)
-    return {event: set(re.findall(r"`([a-z_]+)`", fields)) for event, fields in rows}
