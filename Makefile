@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unasync soak bench coverage clean
+.PHONY: run test lint unasync soak integration bench coverage clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ soak: $(STAMP)
 	WARDD_SOAK_KILLS=$${KILLS:-200} WARDD_SOAK_CASES=$${CASES:-100000} \
 	$(BIN)/python -m pytest -q -s -o faulthandler_timeout=0 -m soak \
 	tests/soak tests/daemon/test_fuzz_wire.py
+
+# Opt-in (not in make test nor CI): a real Prometheus server scraping metrics_listen
+# (docs/operations.md "Metrics"); skipped, saying why, without Debian's prometheus package.
+integration: $(STAMP)
+	WARDD_INTEGRATION=1 $(BIN)/python -m pytest -q -rs -m integration tests/integration
 
 # Benchmarks (docs/performance.md): ~6 min; BENCH_ARGS=--quick (~2.5 min) or --full.
 bench: $(STAMP)

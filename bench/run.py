@@ -32,6 +32,8 @@ filesystem). Results, method and analysis: docs/performance.md.
    database on a daemon that keeps everything, and a long run with retention
    on (``--retention-cycles N``; the issue asks 1M, the default run does what
    fits in a few minutes) whose database size and RSS must stay flat.
+7. metrics: the CPU one ``invoke``'s counting adds (``_metrics``:
+   in-process, each repetition paired with the same loop uncounted).
 
 Figures are median [min–max] over repetitions; latencies are pooled
 p50/p99. Ratios to the raw bound and to DBOS are paired (the raw sample, or
@@ -61,13 +63,14 @@ import _common as C  # noqa: E402
 import _dbos  # noqa: E402
 import _dispatch  # noqa: E402
 import _engine  # noqa: E402
+import _metrics  # noqa: E402
 import _raw  # noqa: E402
 import _recovery  # noqa: E402
 import _retention  # noqa: E402
 from _common import Results, fmt_ms, fmt_rate, log, percentile, section  # noqa: E402
 from _wardd import Actor, Daemon  # noqa: E402
 
-SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "rss", "retention")
+SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "rss", "retention", "metrics")
 
 # name -> settings; "default" took 401 s on 2 cores under a load average of 2.4
 MODES: dict[str, dict[str, Any]] = {
@@ -111,6 +114,7 @@ TARGETS: list[tuple[str, str, str, float, str]] = [
 # not in the performance targets' table, kept from the first version's (retention, contract §3.9)
 EXTRA_TARGETS: list[tuple[str, str, str, float, str]] = [
     ("tombstone", "bytes per op kept for ever ≤ 10% of 1,754 (retention)", "<=", 175.4, " B"),
+    ("metrics", "CPU the metrics add per invoke", "<=", 20.0, " µs"),
 ]
 
 
@@ -591,6 +595,16 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
 
 # -- summary ------------------------------------------------------------------------------
 
+def bench_metrics(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
+    section("metrics: the CPU one invoke's counting adds (in-process, paired)")
+    try:
+        added = _metrics.added_us(cfg["reps"], 20_000)
+    except (ImportError, AttributeError, TypeError) as exc:
+        R.note(f"metrics cost unavailable: {exc!r}")
+        return
+    print(f"   added CPU per invoke {R.stat('metrics.added_us', added, ' µs')}")
+
+
 def _num(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
@@ -737,6 +751,10 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
     rows["tombstone"] = dict(value=_num(tomb), paired=None,
                              compared="bytes per pruned op (pages in use)", detail="")
 
+    rows["metrics"] = dict(value=med("metrics.added_us"), paired=True,
+                           compared="one invoke's metrics calls, counted loop − bare loop",
+                           detail="")
+
     def show(table: list[tuple[str, str, str, float, str]], in_issue: bool) -> None:
         for key, figure, cmp, thr, unit in table:
             row = rows[key]
@@ -813,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"same filesystem as the repository: {'yes' if repo_same else 'no'}")
         fns = {"raw": bench_raw, "sequential": bench_sequential,
                "concurrent": bench_concurrent, "dbos": bench_dbos, "recovery": bench_recovery,
-               "rss": bench_rss, "retention": bench_retention}
+               "rss": bench_rss, "retention": bench_retention, "metrics": bench_metrics}
         if "dbos" in only:
             py, how = _dbos.ensure_venv(log)
             R.value("dbos.install", how)

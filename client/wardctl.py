@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--force", action="store_true", help="replace an existing key file")
 
     add("status", _status, "summarize the daemon's state", read=True)
+    add(
+        "metrics",
+        _metrics,
+        "print every metric in the Prometheus text format (docs/operations.md)",
+        read=True,
+    )
     add("workers", _workers, "list the workers and their descriptors", read=True)
     _neuron_option(
         add("neuron", _neuron, "show the neuron's root (epoch, placement, grants)", read=True)
@@ -522,6 +528,15 @@ def _keygen(ctx: _Context) -> int:
 def _status(ctx: _Context) -> int:
     status = ctx.read("status")
     return _out(ctx, status, _status_lines(status))
+
+
+def _metrics(ctx: _Context) -> int:
+    got = ctx.read("metrics")
+    if ctx.json:
+        write_json(got)
+    else:
+        sys.stdout.write(got["text"])
+    return 0
 
 
 def _status_lines(s: Mapping[str, Any]) -> list[str]:

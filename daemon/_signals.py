@@ -37,10 +37,11 @@ is stuck), a stop signal then ends it at once with the stop's exit status
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import signal
 from types import FrameType
+
+from ._logging import render_direct
 
 __all__ = ["CAUGHT_SIGNALS", "LOGGED_SIGNALS", "STOP_SIGNALS", "EarlySignals", "signal_name"]
 
@@ -114,10 +115,9 @@ def _exit_now(signum: int, status: int) -> None:
         "action": "exit",
         "status": status,
         "event": "signal",
-        "level": "warning",
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z"),
     }
     try:
-        os.write(2, (json.dumps(line) + "\n").encode())
+        os.write(2, (render_direct("warning", line) + "\n").encode())
     finally:
         os._exit(status)

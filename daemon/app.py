@@ -39,7 +39,10 @@ from wardd.protocol import (
 from . import _units
 from ._activation import listen_fds
 from ._bridge import ThreadReply, wait_future
+from ._hook import NotifyHook
 from ._lock import OwnerLock
+from ._metrics import Metrics, read_figures
+from ._metrics_http import MetricsServer
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._params import check_params
 from ._records import now
@@ -135,6 +138,21 @@ class Daemon:
             boot=self.boot,
         )
         self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
+        prev = self.previous_boot
+        self.metrics = Metrics(
+            boot=self.boot,
+            version=VERSION,
+            previous_boot_clean=prev is None or prev["clean"],
+            methods=METHODS,
+        )
+        self.writer.on_batch = self.metrics.batch
+        self.pool.on_act = self.metrics.act_call
+        self.recovery.on_receipt = self.metrics.receipt
+        self.http: MetricsServer | None = None
+        self.hook = NotifyHook(
+            self.config.notify_argv, self.boot, timeout_s=self.config.notify_timeout_s
+        )
+        self.pool.notify = self.recovery.notify = self.hook.post
         self.pruner = Pruner(
             self.writer,
             self.db_path,
@@ -173,10 +191,15 @@ class Daemon:
         scrub_environment(os.environ)  # no child ever inherits NOTIFY_SOCKET or LISTEN_*
         self.writer.start()
         self.pool.start()
+        self.hook.start()
+        if self.previous_boot is not None and not self.previous_boot["clean"]:
+            self.hook.post(
+                "previous_boot_unclean", evidence={"previous_boot": self.previous_boot["boot"]}
+            )
         listener = trio.socket.from_stdlib_socket(lsock)
         uids = {os.getuid(), *self.config.allowed_uids}
         self.server = Server(
-            handle=self.handle,
+            handle=self.metrics.counting(self.handle),
             hello=self._hello,
             allowed_uids=uids,
             max_frame=self.config.max_frame,
@@ -184,6 +207,8 @@ class Daemon:
             max_in_flight=self.config.max_in_flight,
             on_close=self._connection_closed,
         )
+        if self.config.metrics_listen is not None:
+            self._serve_metrics(*self.config.metrics_listen)
         log.info(
             "starting",
             boot=self.boot,
@@ -258,11 +283,28 @@ class Daemon:
                 conns.cancel_scope.cancel()
         if self.fatal is None:
             await self._mark_clean_stop()
+        if self.http is not None:
+            self.http.stop()
         self.writer.stop()
+        self.hook.stop()
         # contract §3.6: the owner lock stays held until the process is gone (a
         # call may still be in progress in it); the kernel drops it at exit
         log.info("stopped", boot=self.boot, clean=self.fatal is None)
         return 0 if self.fatal is None else EXIT_FAIL_STOP
+
+    def _serve_metrics(self, host: str, port: int) -> None:
+        """``metrics_listen``: GET /metrics on threads of its own, its figures
+        read through a reader connection of its own (``_metrics_http``)."""
+        reads = Reads(connect_reader(self.db_path), self.config.max_frame)
+
+        def render() -> str:
+            conns = len(self.server.connections)
+            return self.metrics.render(read_figures(reads.metrics_figures, self.db_path, conns))
+
+        self.http = MetricsServer(host, port, render)
+        self.http.start()
+        shown = f"[{host}]" if ":" in host else host
+        log.info("metrics_listening", address=f"{shown}:{self.http.port}")
 
     async def _accept(self, scope: trio.CancelScope, *args: Any) -> None:
         with scope:
@@ -301,7 +343,7 @@ class Daemon:
         if sig not in STOP_SIGNALS:
             log.warning("signal_ignored", signal=name)
         elif not self._stop_event.is_set():
-            log.info("signal", signal=name)
+            log.info("signal", signal=name, action="stop")
             self._stop_event.set()
         elif not self._grace_cut.is_set():
             log.warning("signal", signal=name, action="end_grace")
@@ -487,6 +529,7 @@ class Daemon:
 
     async def dispatch(self, worker: str, d: Dispatch) -> Any:
         d.reply = reply = ThreadReply()
+        self.metrics.dispatching(d.act)
         if not self.pool.submit(worker, d):  # shutting down: never claimed
             await self._refuse_dispatch(d)
         return await self.wait_call(reply)

@@ -23,81 +23,25 @@ database.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
 import sqlite3
 import stat
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import structlog
 import trio
 
+from wardd.daemon._logging import StderrLogger, configure_logging
+
 EXIT_CONFIG = 78
 EXIT_LOCKED = 75
 EXIT_DATA = 65
 EXIT_START = 1
 
-
-class StderrLogger:
-    """structlog's output: one line per event on stderr (fd 2), in one
-    ``write`` per line where the kernel allows.
-
-    A line that cannot be written (the terminal was closed and hung up, the
-    reading end of a pipe is gone, the journal's stream is full) is dropped:
-    a lost log line must never stop the daemon in the middle of its work or
-    of its stop path. (``print`` to ``sys.stderr`` would raise ``OSError``
-    there, and keep the unwritten bytes in its buffer.)
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def msg(self, message: str) -> None:
-        data = (message + "\n").encode("utf-8", "replace")
-        with self._lock:
-            try:
-                while data:
-                    data = data[os.write(2, data) :]
-            except OSError:
-                pass
-
-    debug = info = warning = warn = error = err = critical = fatal = exception = msg
-    failure = log = msg
-
-
-def _stderr_logger(*args: Any) -> StderrLogger:
-    return _STDERR
-
-
-_STDERR = StderrLogger()
-
-
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
-
-
-def configure_logging(level: str = "info") -> None:
-    """structlog JSON lines on stderr: ISO UTC time, level, event name; below ``level`` dropped."""
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(sort_keys=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=_stderr_logger,
-        cache_logger_on_first_use=True,
-    )
+__all__ = ["StderrLogger", "configure_logging", "main", "run"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser(
         "run",
-        help="run the daemon in the foreground (logs JSON to stderr)",
+        help="run the daemon in the foreground (logs to stderr: text on a terminal, else JSON)",
         description="Run the daemon in the foreground. Without --config it "
         "uses the embedded default: XDG paths, network 'local', 2 workers, "
         "act 'echo'.",
@@ -172,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"wardd: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging(cfg.log_level)
+    configure_logging(cfg.log_level, cfg.log_format)
     return run(cfg)
 
 

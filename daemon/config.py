@@ -26,6 +26,7 @@ Checks beyond the types and bounds:
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -77,8 +78,12 @@ shutdown_grace_s = 30
 max_connections = 4096
 max_in_flight = 256
 
-# Log level of the JSON lines on stderr: debug, info, warning or error.
+# Log level of the lines on stderr: debug, info, warning or error.
 log_level = "info"
+# Their format: "json" (one object per line), "text" (readable key=value
+# lines, the same fields), or "auto": text when stderr is a terminal, JSON
+# otherwise. Under journald each line also gets its priority prefix.
+log_format = "auto"
 
 # Retention (docs/operations.md): whole seconds a finished (consumed or
 # cancelled) op keeps its records before it is pruned to a tombstone, which
@@ -86,6 +91,19 @@ log_level = "info"
 retention_s = 2592000
 # Whole seconds between two looks for prunable ops (at least 1).
 prune_interval_s = 60
+
+# A program run, never through a shell, when an attempt becomes unknown, when a
+# receipt resolves one, and when a start finds the previous boot did not stop
+# cleanly: one JSON object on its stdin (docs/operations.md, "Notify hook").
+# argv[0] is an absolute path to an executable. Empty: no hook.
+notify_argv = []
+# Seconds a hook may run; past it its process group is killed and the event dropped.
+notify_timeout_s = 10
+
+# Serve GET /metrics (Prometheus) over HTTP at this address, e.g.
+# "127.0.0.1:9469" (port 0: any free one, logged). Loopback addresses only:
+# there is no authentication. Empty: not served (`wardctl metrics` always is).
+metrics_listen = ""
 
 # Acts besides the built-in `echo` (which returns its args). Examples:
 #
@@ -111,6 +129,7 @@ prune_interval_s = 60
 """
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "text")
 
 DEFAULT_RETENTION_S = 2_592_000  # 30 days (contract §3.9)
 MAX_SECONDS_KEY = 2**32 - 1  # ~136 years: anything longer is a typo
@@ -128,6 +147,10 @@ _TOP_KEYS = {
     "max_connections",
     "max_in_flight",
     "log_level",
+    "log_format",
+    "notify_argv",
+    "notify_timeout_s",
+    "metrics_listen",
     "retention_s",
     "prune_interval_s",
 }
@@ -167,6 +190,10 @@ class Config:
     max_in_flight: int
     acts: tuple[ActConfig, ...]
     log_level: str = "info"
+    log_format: str = "auto"
+    notify_argv: tuple[str, ...] = ()
+    notify_timeout_s: float = 10.0
+    metrics_listen: tuple[str, int] | None = None  # (loopback host, port)
     database_is_default: bool = False
     retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
     prune_interval_s: int = 60
@@ -271,6 +298,9 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
     log_level = data.get("log_level", "info")
     if log_level not in LOG_LEVELS:
         raise ConfigError(source, "log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    log_format = data.get("log_format", "auto")
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(source, "log_format", f"must be one of {', '.join(LOG_FORMATS)}")
     # contract §3.9: whole seconds; 0 keeps every finished op for ever
     retention_s = _uint(
         source,
@@ -285,6 +315,9 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         minimum=1,
         maximum=MAX_SECONDS_KEY,
     )
+    notify_argv = _notify_argv(source, data.get("notify_argv", []))
+    notify_timeout_s = _seconds(source, "notify_timeout_s", data.get("notify_timeout_s", 10))
+    metrics_listen = _loopback(source, "metrics_listen", data.get("metrics_listen", ""))
     acts_raw = data.get("acts", {})
     if not isinstance(acts_raw, dict):
         raise ConfigError(source, "acts", "must be a table of act tables")
@@ -320,6 +353,10 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         max_in_flight=max_inflight,
         acts=tuple(acts),
         log_level=log_level,
+        log_format=log_format,
+        notify_argv=notify_argv,
+        notify_timeout_s=notify_timeout_s,
+        metrics_listen=metrics_listen,
         database_is_default="database" not in data,
         retention_s=retention_s,
         prune_interval_s=prune_interval_s,
@@ -337,6 +374,40 @@ def _check_programs(source: str, where: str, table: Mapping[str, Any]) -> None:
         why = _not_executable(program)
         if why:
             raise ConfigError(source, f"{where}.{key}[0]", f"{program!r} {why}")
+
+
+def _notify_argv(source: str, value: Any) -> tuple[str, ...]:
+    """``notify_argv``: empty (no hook) or strings whose first is an executable's absolute path."""
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        raise ConfigError(source, "notify_argv", "must be a list of non-empty strings")
+    if value:
+        why = _not_executable(value[0])
+        if why:
+            raise ConfigError(source, "notify_argv[0]", f"{value[0]!r} {why}")
+    return tuple(value)
+
+
+def _loopback(source: str, key: str, value: Any) -> tuple[str, int] | None:
+    """``"host:port"`` (``"[::1]:port"`` for IPv6) with a loopback IP, or "" (None)."""
+    if not isinstance(value, str):
+        raise ConfigError(source, key, 'must be a string "host:port" (or "" for none)')
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(
+            source, key, f"{value!r}: the host must be a loopback IP address, such as 127.0.0.1"
+        ) from None
+    if not ip.is_loopback:
+        raise ConfigError(
+            source, key, f"{value!r} is not a loopback address: the metrics have no authentication"
+        )
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(source, key, f"{value!r}: the port must be a number from 0 to 65535")
+    return str(ip), int(port)
 
 
 def _not_executable(program: str) -> str | None:

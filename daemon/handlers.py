@@ -5,8 +5,8 @@ spec (checked first, ``bad_request``), whether it is signed (then the
 network, the signature and the registration are checked next, in that
 order), how it takes the neuron's ward guard, whether it is served while
 the daemon stops (contract §3.6: reads and ``execute``, whose token is void
-by then), whether it waits for the start-up recovery (all but ``status``
-and ``list_workers``), and its handler. :meth:`Daemon.handle
+by then), whether it waits for the start-up recovery (all but ``status``,
+``metrics`` and ``list_workers``), and its handler. :meth:`Daemon.handle
 <wardd.daemon.app.Daemon.handle>` is a lookup in :data:`METHODS`.
 
 A handler is ``async (daemon, connection, neuron, params) -> result``; the
@@ -17,7 +17,6 @@ The decision itself is a writer unit (:mod:`._units`, :mod:`._units_mgmt`).
 from __future__ import annotations
 
 import enum
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
@@ -41,6 +40,7 @@ from wardd.protocol import (
 from . import _units
 from . import _units_mgmt as mgmt
 from ._bridge import ThreadReply
+from ._metrics import CONTENT_TYPE, db_size, read_figures
 from ._params import (
     NO_PARAMS,
     PAGE,
@@ -266,12 +266,7 @@ async def _list_workers(d: Daemon, conn: Connection, neuron: None, p: dict[str, 
 async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
     ops, unknown, retention = d.reads.status_figures()  # one statement
     st = d.writer.stats
-    size = 0
-    for suffix in ("", "-wal"):
-        try:
-            size += os.stat(str(d.db_path) + suffix).st_size
-        except OSError:
-            pass
+    size = db_size(d.db_path)
     workers = []
     for s, digest in zip(d.pool.states, d.digests, strict=True):
         busy = s.busy
@@ -317,6 +312,12 @@ async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) 
         "tokens": len(d.tokens),
         "recovering": not d.recovered.is_set(),
     }
+
+
+async def _metrics(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+    """Every series (docs/operations.md "Metrics") in the Prometheus text format."""
+    figures = read_figures(d.reads.metrics_figures, d.db_path, len(d.server.connections))
+    return {"content_type": CONTENT_TYPE, "text": d.metrics.render(figures)}
 
 
 def _unset(result: Any, error: WarddError | None) -> None:  # replaced by Daemon.dispatch
@@ -417,6 +418,13 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         NO_PARAMS,
         signed=False,
         handler=_status,
+        served_while_stopping=True,
+        waits_for_recovery=False,
+    ),
+    "metrics": Method(
+        NO_PARAMS,
+        signed=False,
+        handler=_metrics,
         served_while_stopping=True,
         waits_for_recovery=False,
     ),

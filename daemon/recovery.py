@@ -43,7 +43,7 @@ claim row, not by the record.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -93,7 +93,13 @@ def mark_unknown(
             marked.append(attempt.id)
             if marks is not None:
                 marks.append(
-                    {"neuron": neuron, "op": op.op, "attempt": attempt.attempt, **evidence}
+                    {
+                        "neuron": neuron,
+                        "op": op.op,
+                        "attempt": attempt.attempt,
+                        "act": op.act,
+                        **evidence,
+                    }
                 )
         return marked
 
@@ -144,6 +150,8 @@ class Recovery:
         self.marked = 0
         self._marked_ids: set[int] = set()
         self.resolved_by_receipt = 0  # of the attempts this start marked (contract §3.8)
+        self.on_receipt: Callable[[str], None] = _ignore  # told each answer recorded
+        self.notify: Callable[..., None] = _ignore_event  # the notify hook's post
 
     @property
     def pending(self) -> int:
@@ -179,6 +187,9 @@ class Recovery:
         self.marked = len(self._marked_ids)
         for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
             log.warning("marked_unknown", **mark)
+            where = {k: mark[k] for k in ("neuron", "op", "attempt", "act")}
+            evidence = {k: v for k, v in mark.items() if k not in where}
+            self.notify("attempt_unknown", **where, evidence=evidence)
         cands = self._candidates()
         self._later = [c for c in cands if not self._in_process(c)]
         later_ids = {c.attempt_id for c in self._later}
@@ -249,11 +260,22 @@ class Recovery:
                 log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
                 return False
             answered = True
+            self.on_receipt(receipt.answer)
             about = {"neuron": c.neuron, "op": c.op, "attempt": c.attempt, "answer": receipt.answer}
             log.info("receipt", **about, applicable=question.binding, resolved=effect.resolved)
             if effect.conflict is not None:  # contract §3.4: never dropped, and said out loud
                 out = effect.conflict
                 log.warning("receipt_conflict", **about, status=out.status.value, source=out.source)
+            if effect.resolved:
+                detail = {"detail": receipt.detail} if receipt.detail else {}
+                self.notify(
+                    "resolved_by_receipt",
+                    neuron=c.neuron,
+                    op=c.op,
+                    attempt=c.attempt,
+                    act=c.act,
+                    evidence={"answer": receipt.answer, **detail},
+                )
             if effect.resolved and c.attempt_id in self._marked_ids:
                 self.resolved_by_receipt += 1
             return effect.resolved
@@ -321,6 +343,14 @@ class Recovery:
                 "once a check has answered (check_receipts, or after the restart)",
                 {"reason": "receipt_pending"},
             )
+
+
+def _ignore(answer: str) -> None:
+    """``on_receipt`` until the daemon sets its own."""
+
+
+def _ignore_event(event: str, **about: Any) -> None:
+    """``notify`` until the daemon sets its own."""
 
 
 def _receipt(adapter: Adapter, c: Candidate, question: ReceiptQuestion) -> Receipt:

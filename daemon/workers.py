@@ -110,6 +110,10 @@ class WorkerPool:
         self._calls: dict[int, Call] = {}  # attempt row id -> its call
         self._calls_lock = threading.Lock()
         self._grace_over = False
+        # told each adapter call's act and duration (the daemon's metrics)
+        self.on_act: Callable[[str, float], None] = _ignore_call
+        # told each attempt that became unknown, once durable (the notify hook)
+        self.notify: Callable[..., None] = _ignore_event
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
@@ -374,12 +378,15 @@ class WorkerPool:
             args=ref.args,
             boot=self._boot,
         )
+        t0 = time.perf_counter()
         try:
             value = adapter.call(request)
         except DefiniteFailure as exc:
             return "failed", None, _text(exc) or "the act failed without an effect"
         except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
             return "unknown", None, _text(exc) or type(exc).__name__
+        finally:
+            self.on_act(ref.act, time.perf_counter() - t0)
         # it returned: the effect happened; a value we could not send back is
         # replaced by a placeholder and the reason is kept as the error text
         value, why = wire_safe(value)
@@ -435,6 +442,17 @@ class WorkerPool:
             where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}
             if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
                 log.warning("outcome", **where, status=status, error=error)
+                evidence: dict[str, Any] = {"claimed": True, "error": error}
+                if aborted:
+                    evidence["aborted"] = True
+                self.notify(
+                    "attempt_unknown",
+                    neuron=ref.neuron,
+                    op=ref.op,
+                    attempt=ref.attempt,
+                    act=ref.act,
+                    evidence=evidence,
+                )
             elif status == "failed":
                 log.info("outcome", **where, status=status, error=error)
             else:
@@ -451,6 +469,14 @@ class WorkerPool:
     def counts(self, state: WorkerState) -> dict[str, int]:
         with self._counts_lock:
             return dict(state.counts)
+
+
+def _ignore_call(act: str, seconds: float) -> None:
+    """``on_act`` until the daemon sets its own."""
+
+
+def _ignore_event(event: str, **about: Any) -> None:
+    """``notify`` until the daemon sets its own."""
 
 
 def _text(exc: BaseException) -> str:

@@ -106,13 +106,15 @@ class NewAttempt:
 class SetAttempt:
     """An attempt's new state (with its void reason) or evidence: only
     ever produced by :func:`wardd.daemon.core.attempts.move_attempt` (state)
-    or a receipt's hint (evidence)."""
+    or a receipt's hint (evidence). ``act`` is the op's act, set with a new
+    state: it is not stored, only counted once committed (``wardd_attempts_total``)."""
 
     op_id: int
     attempt: int
     state: AttemptState | None = None
     reason: str | None = None
     evidence: Mapping[str, Any] | None = None
+    act: str | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen

@@ -109,7 +109,9 @@ def move_attempt(
     if attempt.op_id != op.id or attempt.attempt != op.attempts:
         raise Internal("only an op's latest attempt moves")
     changes: list[Change] = [
-        SetAttempt(op.id, attempt.attempt, state=to, reason=reason, evidence=evidence),
+        SetAttempt(
+            op.id, attempt.attempt, state=to, reason=reason, evidence=evidence, act=op.act
+        ),
         AppendEvent(kind, op.neuron_id, op_id=op.id, attempt=attempt.attempt, data=data),
     ]
     more, new_op = change_op(op, to)

@@ -9,6 +9,7 @@ to their op's previous record (``follows``); times are stamped here.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from typing import Any
 
 import cbor2
@@ -19,7 +20,20 @@ from .._records import now
 from ..core import changes as ch
 from ..core.records import Op
 
-__all__ = ["apply"]
+__all__ = ["MOVES", "apply"]
+
+
+class _Moves(threading.local):
+    """The attempt moves applied on this thread since the writer began its
+    batch: ``(act, new state)`` pairs, or None when nobody collects them.
+    The writer sets ``log``, drops what a rolled-back unit added, and hands
+    the rest on once the batch is committed (the daemon counts them:
+    ``wardd_attempts_total``)."""
+
+    log: list[tuple[str, str]] | None = None
+
+
+MOVES = _Moves()
 
 NEXT_SEQ = (
     "1 + max(coalesce((SELECT max(seq) FROM events), 0),"
@@ -180,6 +194,9 @@ def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> Non
     if c.state is not None:
         sets.append("state = ?")
         params.append(c.state.value)
+        moves = MOVES.log
+        if moves is not None and c.act is not None:
+            moves.append((c.act, c.state.value))
     if c.reason is not None:
         sets.append("reason = ?")
         params.append(c.reason)

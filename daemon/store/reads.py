@@ -405,20 +405,27 @@ class Reads:
     _STATUS = (
         "SELECT (SELECT count(*) FROM attempts WHERE state = 'unknown'),"
         " p.pruned_ops, p.last_pruned_at,"
-        " (SELECT group_concat(state || ' ' || n) FROM op_counts WHERE n > 0)"
+        " (SELECT group_concat(state || ' ' || n) FROM op_counts WHERE n > 0),"
+        " (SELECT created_at FROM attempts WHERE state = 'unknown' ORDER BY id LIMIT 1)"
         " FROM prune_stats p"
     )
 
     def status_figures(self) -> tuple[dict[str, int], int, dict[str, Any]]:
         """The op counts by state (exact, kept by triggers: no scan), the
         unknown attempts, and ``status.db``'s pruning figures (contract §3.9)."""
-        unknown, pruned, last, packed = self.conn.execute(self._STATUS).fetchone()
+        unknown, pruned, last, packed, _oldest = self.conn.execute(self._STATUS).fetchone()
         ops = {}
         for item in (packed or "").split(","):
             if item:
                 state, n = item.rsplit(" ", 1)
                 ops[state] = int(n)
         return ops, unknown, {"pruned_ops": pruned, "last_pruned_at": last}
+
+    def metrics_figures(self) -> tuple[int, str | None, int]:
+        """The metrics' database gauges, from status's statement: the unknown
+        attempts, the oldest one's ``created_at`` (None: none), ops pruned."""
+        unknown, pruned, _last, _packed, oldest = self.conn.execute(self._STATUS).fetchone()
+        return unknown, oldest, pruned
 
     def counts(self) -> tuple[dict[str, int], int]:
         ops, unknown, _ = self.status_figures()

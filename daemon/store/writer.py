@@ -27,6 +27,7 @@ import concurrent.futures
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,12 +38,16 @@ import structlog
 from wardd.protocol import Internal, WarddError
 
 from .._bridge import wait_future
+from .apply import MOVES
 
 __all__ = ["Writer", "connect", "connect_reader"]
 
 log = structlog.get_logger("wardd.writer")
 T = TypeVar("T")
 Unit = Callable[[sqlite3.Connection], Any]
+# after each committed batch: (seconds from BEGIN to COMMIT done, units, the
+# attempt moves it committed as (act, state) pairs); on the writer's thread
+BatchObserver = Callable[[float, int, list[tuple[str, str]]], None]
 MAX_BATCH = 512
 WAL_SIZE_LIMIT = 4 << 20
 
@@ -98,6 +103,7 @@ class Writer:
         self.fatal: str | None = None
         self._backlog = 0
         self._lock = threading.Lock()
+        self.on_batch: BatchObserver | None = None
 
     @property
     def backlog(self) -> int:
@@ -159,11 +165,14 @@ class Writer:
                 return
 
     def _run_batch(self, batch: list[_Job]) -> None:
+        MOVES.log = []
         try:
             self._try_batch(batch)
         except BaseException as exc:  # noqa: BLE001 - the writer thread must never die
             log.critical("writer_failed", error=repr(exc), exc_info=True)
             self._fail_batch(batch, exc, fatal=True)
+        finally:
+            MOVES.log = None
 
     def _rollback_unit(self, whole: bool) -> bool:
         """Undo one unit (``whole``: the unit is the batch's only one, and its
@@ -185,6 +194,8 @@ class Writer:
     def _try_batch(self, batch: list[_Job]) -> None:
         conn = self._conn
         results: list[tuple[bool, Any]] = []
+        moves = MOVES.log if MOVES.log is not None else []
+        t0 = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -199,15 +210,18 @@ class Writer:
                 continue
             if not alone:
                 conn.execute("SAVEPOINT unit")
+            mark = len(moves)
             try:
                 value = job.unit(conn)
             except WarddError as err:
+                del moves[mark:]  # the unit's moves are undone with it
                 if not self._rollback_unit(alone):
                     self._fail_batch(batch, err)
                     return
                 results.append((False, err))
                 continue
             except Exception as exc:  # noqa: BLE001 - a bug or an I/O error in one unit
+                del moves[mark:]
                 log.error("unit_failed", error=repr(exc), critical=job.critical, exc_info=True)
                 if not self._rollback_unit(alone):
                     self._fail_batch(batch, exc)
@@ -231,6 +245,11 @@ class Writer:
         self.stats.batches += 1
         self.stats.units += n
         self.stats.max_batch = max(self.stats.max_batch, n)
+        if self.on_batch is not None:  # counted before any caller hears of the commit
+            try:
+                self.on_batch(time.perf_counter() - t0, n, moves)
+            except Exception as exc:  # noqa: BLE001 - counting never fails a committed batch
+                log.error("observer_failed", error=repr(exc))
         for job, (ok, value) in zip(batch, results, strict=True):
             if ok:
                 job.future.set_result(value)

@@ -176,3 +176,12 @@ class TestLogLevel:
         a.invoke("op-1")
         d.terminate()
         assert {e["level"] for e in events(d)} <= {"warning", "error", "critical"}
+
+
+class TestLogFormat:
+    def test_an_unknown_log_format_is_refused(self, tmp_path):
+        """log_format outside auto|json|text is a config error naming the key."""
+        path = tmp_path / "c.toml"
+        path.write_text('log_format = "xml"\n')
+        out = wardd("check-config", str(path))
+        assert out.returncode == 78 and "log_format" in out.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shlex
 import signal
@@ -44,6 +45,15 @@ def events(d: Daemon, index: int = -1) -> list[dict[str, Any]]:
 def logged(d: Daemon, event: str, **fields: Any) -> bool:
     return any(
         e.get("event") == event and all(e.get(k) == v for k, v in fields.items()) for e in events(d)
+    )
+
+
+def text_logged(d: Daemon, event: str) -> bool:
+    """A text (not JSON) line of ``event`` with its fields, colours aside."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", d.logs[-1].read_text(errors="replace"))
+    return any(
+        not line.startswith("{") and re.search(rf"\b{event}\b.*\bboot=", line)
+        for line in plain.splitlines()
     )
 
 
@@ -418,7 +428,8 @@ class TestStopSignals:
         try:
             d.start()
             boot = d.boot
-            wait_for(lambda: logged(d, "ready"), what="the ready line on the terminal")
+            # log_format "auto" on a terminal: readable text lines, not JSON
+            wait_for(lambda: text_logged(d, "ready"), what="the ready line on the terminal")
             d.close_clients()
             d.close_terminal()
             assert d.proc.wait(20) == 0

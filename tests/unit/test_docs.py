@@ -63,7 +63,9 @@ def logged_events() -> dict[str, set[str]]:
 def documented_events() -> dict[str, str]:
     """event -> level column, from the event table of docs/operations.md."""
     text = (ROOT / "docs" / "operations.md").read_text()
-    return dict(re.findall(r"^\| `([a-z_]+)` \| ([a-z;, `]+?) \|", text, re.M))
+    logs = text[text.index("\n## Logs\n") :]
+    logs = logs[: logs.index("\n## ", 1)]
+    return dict(re.findall(r"^\| `([a-z_]+)` \| ([a-z;, `]+?) \|", logs, re.M))
 
 
 class TestLogEventsDocumented:
@@ -73,3 +75,14 @@ class TestLogEventsDocumented:
         assert set(logged) == set(documented)
         for event, levels in logged.items():
             assert all(level in documented[event] for level in levels), event
+
+
+class TestMetricsDocumented:
+    def test_the_series_table_of_operations_md_is_the_source_s(self) -> None:
+        """docs/operations.md's series table is SERIES: in order, with kind and meaning."""
+        from wardd.daemon._metrics import SERIES
+
+        text = (ROOT / "docs" / "operations.md").read_text()
+        row = r"^\| `(wardd_[a-z_]+(?:\{[a-z,]+\})?)` \| ([a-z]+) \| (.+) \|$"
+        rows = re.findall(row, text, re.M)
+        assert rows == [(s.shown, s.kind, s.help) for s in SERIES]

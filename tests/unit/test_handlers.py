@@ -8,21 +8,21 @@ READS = {"get_neuron", "get_prog", "get_operation", "list_operations", "history"
 
 
 class TestMethodTable:
-    def test_unsigned_methods_are_the_reads_status_list_workers_and_execute(self):
+    def test_unsigned_methods_are_the_reads_status_metrics_list_workers_and_execute(self):
         """Every other method is a signed write (contract §4)."""
         unsigned = {name for name, m in METHODS.items() if not m.signed}
-        assert unsigned == READS | {"status", "list_workers", "execute"}
+        assert unsigned == READS | {"status", "metrics", "list_workers", "execute"}
 
     def test_only_reads_and_execute_are_served_while_stopping(self):
         """During a stop, writes are refused; reads, status, list_workers and
         execute (whose token is void by then) are still served (contract §3.6)."""
         served = {name for name, m in METHODS.items() if m.served_while_stopping}
-        assert served == READS | {"status", "list_workers", "execute"}
+        assert served == READS | {"status", "metrics", "list_workers", "execute"}
 
-    def test_only_status_and_list_workers_are_served_before_recovery(self):
+    def test_only_status_metrics_and_list_workers_are_served_before_recovery(self):
         """Every other method waits until the start-up recovery is done (contract §3.6)."""
         early = {name for name, m in METHODS.items() if not m.waits_for_recovery}
-        assert early == {"status", "list_workers"}
+        assert early == {"status", "metrics", "list_workers"}
 
     def test_the_writes_that_revoke_hold_the_ward_guard_exclusively(self):
         """Grant, placement, epoch and prog-state changes run holding the guard

@@ -1,0 +1,60 @@
+"""The log lines' format and the journald priority prefix, on real descriptors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import structlog
+
+from wardd.daemon import _logging
+from wardd.daemon._logging import PRIORITY, journald_stream
+
+
+def _stream_id(fd: int) -> str:
+    st = os.fstat(fd)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+class TestJournaldStream:
+    def test_only_the_stream_journal_stream_names_is_journald(self) -> None:
+        """JOURNAL_STREAM must name the descriptor's own device and inode."""
+        r, w = os.pipe()
+        r2, w2 = os.pipe()
+        try:
+            assert journald_stream({"JOURNAL_STREAM": _stream_id(w)}, fd=w)
+            assert not journald_stream({"JOURNAL_STREAM": _stream_id(w2)}, fd=w)
+            for bad in ("", "1", "a:b", ":", "1:2:3"):
+                assert not journald_stream({"JOURNAL_STREAM": bad}, fd=w), bad
+            assert not journald_stream({}, fd=w)
+        finally:
+            for fd in (r, w, r2, w2):
+                os.close(fd)
+
+
+class TestRenderers:
+    def test_every_line_of_a_multi_line_entry_gets_the_prefix(self) -> None:
+        """journald reads each line as an entry: a text traceback keeps its priority."""
+        render = _logging._prefixed(lambda logger, method, ed: "first\nsecond")
+        out = render(None, "error", {"level": "error"})
+        assert out.splitlines() == ["<3>first", "<3>second"]
+
+    def test_the_direct_line_follows_the_configured_format(self) -> None:
+        """A line written from a signal handler is rendered like structlog's own."""
+        r, w = os.pipe()
+        saved = os.dup(2)
+        try:
+            os.dup2(w, 2)  # the daemon's stderr: journald's stream
+            _logging.configure_logging("info", "json", {"JOURNAL_STREAM": _stream_id(w)})
+            line = _logging.render_direct("warning", {"event": "signal", "action": "exit"})
+            _logging.configure_logging("info", "json", {})
+            plain = _logging.render_direct("warning", {"event": "signal"})
+        finally:
+            structlog.reset_defaults()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(r)
+            os.close(w)
+        assert line.startswith(f"<{PRIORITY['warning']}>{{")
+        assert json.loads(line[3:]) == {"event": "signal", "action": "exit", "level": "warning"}
+        assert json.loads(plain)["level"] == "warning"
