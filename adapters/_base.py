@@ -25,6 +25,7 @@ __all__ = [
     "ActRequest",
     "Adapter",
     "AdapterConfigError",
+    "CallAborted",
     "DefiniteFailure",
     "OutcomeUnknown",
     "Receipt",
@@ -56,6 +57,18 @@ class OutcomeUnknown(Exception):
     attempt; this class only names the case where a built-in adapter knows it
     cannot tell (a write error after the write began, a non-zero exit, a
     timeout). Its message never contains a configured secret.
+    """
+
+
+class CallAborted(OutcomeUnknown):
+    """Raised by an abortable adapter whose call the operator's ``abort`` ended
+    (contract §3.8): its program was killed by the abort, or never started.
+
+    The attempt is unknown either way; this class tells the daemon *which*
+    happened, so that the abort's answer and the attempt's evidence say
+    ``aborted: true``. A call that ended unknown on its own while an abort
+    was on its way (its program had already exited, with its own status)
+    raises plain `OutcomeUnknown`: ``aborted: false``.
     """
 
 
@@ -152,7 +165,9 @@ class Adapter(Protocol):
     - ``abortable: bool`` and ``abort(idempotency_key) -> None``: the call
       with that key can be stopped from outside (``cli``: its process group
       is killed), so that the operator's ``abort`` can end a hung call. An
-      adapter without them answers ``abort`` with ``not_abortable``.
+      adapter without them answers ``abort`` with ``not_abortable``. The
+      call that the abort ended raises `CallAborted`; any other unknown end
+      is the call's own (the abort then answers ``aborted: false``).
     """
 
     tag: str

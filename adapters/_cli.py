@@ -13,7 +13,10 @@ How a call ends:
   secret file cannot be read, the adapter was shut down: `DefiniteFailure`,
   the program never started;
 - any other exit, death by a signal, ``timeout_s`` passed (the group is
-  SIGKILLed), a wait error → `OutcomeUnknown`.
+  SIGKILLed), a wait error → `OutcomeUnknown`;
+- the operator's ``abort`` killed the program (its leader died of that
+  SIGKILL), or came before it started → `CallAborted` (unknown). A program
+  that had already exited when the abort's kill came keeps its own end.
 
 A program need not read its input: a broken stdin pipe (it closed stdin or
 exited before reading all args) is not an error by itself; the exit status
@@ -73,6 +76,7 @@ from . import _config, _process, _redact
 from ._base import (
     ActRequest,
     AdapterConfigError,
+    CallAborted,
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
@@ -223,7 +227,9 @@ class CliAdapter:
     def abort(self, idempotency_key: str) -> None:
         """SIGKILL the process group of the call for ``idempotency_key`` (the
         operator's ``abort``); a call whose program is still starting is
-        killed as soon as it exists. The call then ends unknown."""
+        killed as soon as it exists. The call then ends unknown: with
+        `CallAborted` when the kill ended its program (or it never started),
+        with its own end when its program had already exited."""
         self._groups.abort(idempotency_key)
 
     def call(self, request: ActRequest) -> dict[str, Any]:
@@ -251,6 +257,8 @@ class CliAdapter:
             )
         except DefiniteFailure as exc:
             raise DefiniteFailure(_redact.redact_text(str(exc), secrets)) from None
+        except CallAborted:
+            raise  # aborted before its program started (a fixed text, no secret)
         except Exception as exc:
             # Not chained: only the redacted text of the cause may travel on.
             message = _redact.redact_text(f"{type(exc).__name__}: {exc}", secrets)
@@ -261,6 +269,8 @@ class CliAdapter:
         stdout, truncated = _bounded_stdout(done, secrets, self.stdout_limit)
         stderr_tail = _stderr_text(done, secrets)
         said = f"; stderr: {stderr_tail[-_MESSAGE_TAIL_CHARS:]!r}" if stderr_tail else ""
+        if done.aborted:  # the operator's abort killed it (contract §3.8)
+            raise CallAborted(f"{self.tag}: killed by the operator's abort{said}")
         if done.timed_out:
             raise OutcomeUnknown(
                 f"{self.tag}: timed out after {self.timeout_s:g} s; process group killed{said}"

@@ -515,7 +515,7 @@ def scan_for_key(f: IO[bytes], prefix: bytes, start: int = 0) -> Receipt:
             continue
         if not chunk:
             break
-        tail = buf[len(buf) - keep :]
+        tail = buf[max(0, len(buf) - keep) :]
         base += len(buf) - len(tail)
         buf = tail
     if damaged:

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from ._base import DefiniteFailure, OutcomeUnknown
+from ._base import CallAborted, DefiniteFailure, OutcomeUnknown
 
 _READ_SIZE = 65536
 _POLL_S = 0.05  # exit polling interval where pidfd_open is unavailable
@@ -58,6 +58,9 @@ class Finished:
     stderr_total: int
     timed_out: bool
     stdin_unread: int  # args bytes the child never took (it closed stdin or exited first)
+    # an abort was asked for this call and its SIGKILL ended the leader (not
+    # the leader's own exit, not the timeout's kill): the abort ended the call
+    aborted: bool = False
 
 
 class ProcessGroups:
@@ -94,7 +97,7 @@ class ProcessGroups:
                 del self._aborted[key]
                 # nothing ran, but the contract records an aborted call unknown
                 # (its evidence says why: an operator may reconcile not_executed)
-                raise OutcomeUnknown("aborted by the operator before its program started")
+                raise CallAborted("aborted by the operator before its program started")
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -133,8 +136,10 @@ class ProcessGroups:
             if pid is not None:
                 _kill_group(pid)
 
-    def finish(self, proc: subprocess.Popen[bytes]) -> int:
-        """SIGKILL ``proc``'s whole group, wait for the leader to die, reap it: its returncode."""
+    def finish(self, proc: subprocess.Popen[bytes]) -> tuple[int, bool]:
+        """SIGKILL ``proc``'s whole group, wait for the leader to die, reap it:
+        its returncode, and whether an abort was asked for its call (its
+        key is among the aborted ones) before it was reaped."""
         _kill_group(proc.pid)
         try:
             os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
@@ -145,8 +150,9 @@ class ProcessGroups:
             raise OutcomeUnknown(f"lost track of child process {proc.pid}") from exc
         with self._lock:  # reap under the lock: kill_all never signals a reaped (reusable) pid
             self._live.pop(proc.pid, None)
+            asked = any(p == proc.pid and k in self._aborted for k, p in self._by_key.items())
             self._forget_key(proc.pid)
-            return proc.wait()
+            return proc.wait(), asked
 
     def _forget_key(self, pid: int) -> None:
         for key, live in list(self._by_key.items()):
@@ -379,7 +385,7 @@ def run(
         exited = pump.run(head, tail, deadline)
     finally:
         try:
-            returncode = groups.finish(proc)
+            returncode, abort_asked = groups.finish(proc)
             if exited and pump is not None:
                 pump.drain()  # what the leader wrote before it exited
         finally:
@@ -395,4 +401,8 @@ def run(
         stderr_total=tail.total,
         timed_out=not exited,
         stdin_unread=pump.stdin_unread,
+        # the leader died of SIGKILL while it ran (a leader that exited on its
+        # own keeps its status, whatever kill reached its zombie), and the
+        # timeout did not send it: the abort's kill ended the call
+        aborted=abort_asked and exited and returncode == -signal.SIGKILL,
     )

@@ -158,7 +158,9 @@ class TrioSession(_SessionBase):
     async def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
         """`abort` a hung call of a running attempt (default: the op's latest
         attempt): its process group is killed and the attempt ends
-        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``. The
+        answer's ``aborted`` is false when the call ended unknown on its own
+        before the kill reached it."""
         return await self._run(self._plans.abort(op, attempt))
 
     async def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:

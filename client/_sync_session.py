@@ -160,7 +160,9 @@ class Session(_SessionBase):
     def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
         """`abort` a hung call of a running attempt (default: the op's latest
         attempt): its process group is killed and the attempt ends
-        ``unknown`` with ``aborted: true``, for a later ``reconcile``."""
+        ``unknown`` with ``aborted: true``, for a later ``reconcile``. The
+        answer's ``aborted`` is false when the call ended unknown on its own
+        before the kill reached it."""
         return self._run(self._plans.abort(op, attempt))
 
     def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:

@@ -331,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
         "end a hung call: kill its process group; the attempt becomes unknown",
         epilog="Only for a running attempt of an act whose adapter can be stopped from "
         "outside (cli). The attempt is recorded unknown with evidence aborted: true (its "
-        "effect may have happened): check, then reconcile it.",
+        "effect may have happened), or aborted: false if the call ended unknown on its own "
+        "before the kill reached it: check, then reconcile it.",
     )
     sub.add_argument("op", metavar="OP")
     sub.add_argument(
@@ -972,8 +973,13 @@ def _reconcile_unclaimed(ctx: _Context) -> int:
 def _abort(ctx: _Context) -> int:
     a = ctx.args
     result = ctx.session().abort(a.op, a.attempt)
+    how = (
+        "aborted, now unknown"
+        if result.get("aborted", True)
+        else "ended unknown on its own before the abort's kill reached it"
+    )
     text = (
-        f"op {result.get('op')} attempt {result.get('attempt')}: aborted, now unknown "
+        f"op {result.get('op')} attempt {result.get('attempt')}: {how} "
         f"(its effect may have happened: check, then wardctl reconcile {result.get('op')} "
         f"{result.get('attempt')} --succeeded|--failed|--not-executed)"
     )

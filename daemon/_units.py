@@ -137,7 +137,7 @@ def outcome(
     error: str | None,
     source: str = "adapter",
     *,
-    aborted: bool = False,
+    aborted: bool | None = None,
 ) -> Unit:
     """Accept an adapter's outcome pinned to its op and attempt (contract
     §3.2.3): accepted whatever changed meanwhile."""

@@ -230,8 +230,10 @@ async def _abort(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) ->
     """contract §3.8: end a hung call. The checks run on a read (the
     claim registered the call before a read can show it running); the
     call's process group is killed, its outcome is recorded ``unknown``
-    with ``aborted: true`` by its own worker, and the reply leaves once
-    that is durable. It never waits for the ward guard."""
+    by its own worker, and the reply leaves once that is durable, saying
+    which happened: ``aborted: true`` when the abort ended the call,
+    ``aborted: false`` when the call ended unknown on its own before the
+    kill reached it. It never waits for the ward guard."""
     op, attempt = p["op"], p["attempt"]
     with d.reads.snapshot() as rconn:
         attempt_id, act = _units.abort_target(rconn, neuron, op, attempt)
@@ -241,10 +243,10 @@ async def _abort(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) ->
     if not d.pool.abort(attempt_id, reply):
         raise NotRunning("nothing to abort: the call ended before the abort")
     log.warning("abort", neuron=neuron, op=op, attempt=attempt, act=act)
-    status = await d.wait_call(reply)
-    if status != "unknown":  # the call ended on its own before the kill reached it
-        raise NotRunning(f"nothing to abort: the call ended before the abort ({status})")
-    return {"op": op, "attempt": attempt, "status": "unknown"}
+    end = await d.wait_call(reply)
+    if end.status != "unknown":  # the call ended on its own before the kill reached it
+        raise NotRunning(f"nothing to abort: the call ended before the abort ({end.status})")
+    return {"op": op, "attempt": attempt, "status": "unknown", "aborted": end.aborted is True}
 
 
 def _bind_placement(d: Daemon, neuron: str, p: dict[str, Any]) -> _units.Unit:

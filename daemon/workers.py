@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import structlog
 
-from wardd.adapters import ActRequest, Adapter, DefiniteFailure
+from wardd.adapters import ActRequest, Adapter, CallAborted, DefiniteFailure
 from wardd.protocol import Internal, WarddError
 
 from . import _units
@@ -64,6 +64,17 @@ class Dispatch:
     claimed_ref: AttemptRef | None = None  # set inside the claim unit
 
 
+@attrs.frozen
+class CallEnd:
+    """How an aborted call ended, once its outcome is durable (contract §3.8):
+    its ``status``, and ``aborted``: True when the abort ended it, False when
+    it ended unknown on its own before the kill reached it, None when it
+    did not end unknown."""
+
+    status: str
+    aborted: bool | None = None
+
+
 @attrs.define(eq=False)
 class Call:
     """A claimed attempt of this boot until its outcome is durable (contract §3.8
@@ -74,7 +85,9 @@ class Call:
     act: str
     phase: str = "claimed"  # claimed -> calling -> done (the adapter returned)
     aborted: bool = False
-    waiters: list[Callable[[str | None, WarddError | None], None]] = attrs.field(factory=list)
+    waiters: list[Callable[[CallEnd | None, WarddError | None], None]] = attrs.field(
+        factory=list
+    )
 
 
 @attrs.define
@@ -166,17 +179,20 @@ class WorkerPool:
     # -- abort ------------------------------------------------------------------
 
     def abort(
-        self, attempt_id: int, on_done: Callable[[str | None, WarddError | None], None]
+        self, attempt_id: int, on_done: Callable[[CallEnd | None, WarddError | None], None]
     ) -> bool:
         """Abort the call of a running attempt (contract §3.8).
 
         True if the abort was taken: the call's process group is killed (or
-        the call is never started, if it has not begun) and ``on_done(status,
-        error)`` is called once the attempt's outcome is durable (``error``
-        if it could not be stored). That outcome is ``unknown`` with
-        ``aborted: true``, unless the call ended on its own (succeeded or
-        failed) before the kill reached it: its own outcome then stands.
-        False if the adapter had already returned: nothing is changed."""
+        the call is never started, if it has not begun) and ``on_done(end,
+        error)`` is called with a `CallEnd` once the attempt's outcome is
+        durable (``error`` if it could not be stored). That outcome is
+        ``unknown`` with ``aborted: true`` when the abort ended the call
+        (the adapter raised `CallAborted`, or the call never started), and
+        ``unknown`` with ``aborted: false`` when the call ended unknown on
+        its own before the kill reached it; a call that ended on its own
+        succeeded or failed keeps that outcome. False if the adapter had
+        already returned: nothing is changed."""
         with self._calls_lock:
             call = self._calls.get(attempt_id)
             if call is None or call.phase == "done":
@@ -208,12 +224,12 @@ class WorkerPool:
         return register
 
     def _unregister(
-        self, attempt_id: int, error: WarddError | None, status: str | None = None
+        self, attempt_id: int, error: WarddError | None, end: CallEnd | None = None
     ) -> None:
         with self._calls_lock:
             call = self._calls.pop(attempt_id, None)
         for notify in call.waiters if call is not None else ():
-            notify(status, error)
+            notify(end, error)
 
     def _begin_call(self, ref: AttemptRef) -> bool:
         """Enter the adapter call; False if an abort came first (not called)."""
@@ -295,25 +311,31 @@ class WorkerPool:
                 return
             state.busy = ref
             if self._begin_call(ref):
-                status, value, error = self._call(ref)
+                status, value, error, by_abort = self._call(ref)
             else:
                 status, value, error = "unknown", None, "the call was not started"
+                by_abort = True
         except BaseException as exc:  # noqa: BLE001 - after the claim: unknown, never running
             if ref is None:
                 ref = d.claimed_ref  # set inside the claim unit: the claim may be durable
             if ref is None:
                 raise  # before the claim: nothing was started (the loop answers)
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
-            status, value, error = "unknown", None, _fault(exc)
+            status, value, error, by_abort = "unknown", None, _fault(exc), False
         finally:
             release()
             state.busy = None
-        aborted = self._end_call(ref) and status == "unknown"
-        if aborted:
-            # contract §3.8: the effect may have happened; never guessed. A call
-            # that ended on its own (succeeded, failed) before the abort took
-            # effect keeps its own outcome: the abort then answers not_running
-            error = f"aborted by the operator ({error or 'no detail'})"
+        aborted: bool | None = None
+        if self._end_call(ref) and status == "unknown":
+            # contract §3.8: an abort was taken and the call ended unknown. The
+            # effect may have happened; never guessed. Its evidence says which
+            # ended it: the abort (aborted: true), or the call itself before
+            # the kill reached it (aborted: false). A call that ended on its
+            # own succeeded or failed keeps that outcome: the abort then
+            # answers not_running
+            aborted = by_abort
+            if aborted:
+                error = f"aborted by the operator ({error or 'no detail'})"
         try:
             self._accept(state, d, ref, status, value, error, aborted=aborted)
         except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
@@ -368,7 +390,8 @@ class WorkerPool:
             self._unregister(d.claimed_ref.attempt_id, Internal("the claim was not committed"))
             d.claimed_ref = None
 
-    def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None]:
+    def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None, bool]:
+        """Call the adapter: (status, value, error, whether an abort ended it)."""
         adapter = self._adapters[ref.act]
         request = ActRequest(
             neuron=ref.neuron,
@@ -382,15 +405,16 @@ class WorkerPool:
         try:
             value = adapter.call(request)
         except DefiniteFailure as exc:
-            return "failed", None, _text(exc) or "the act failed without an effect"
+            return "failed", None, _text(exc) or "the act failed without an effect", False
         except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
-            return "unknown", None, _text(exc) or type(exc).__name__
+            by_abort = isinstance(exc, CallAborted)
+            return "unknown", None, _text(exc) or type(exc).__name__, by_abort
         finally:
             self.on_act(ref.act, time.perf_counter() - t0)
         # it returned: the effect happened; a value we could not send back is
         # replaced by a placeholder and the reason is kept as the error text
         value, why = wire_safe(value)
-        return "succeeded", value, why
+        return "succeeded", value, why, False
 
     def _accept(
         self,
@@ -401,7 +425,7 @@ class WorkerPool:
         value: Any,
         error: str | None,
         *,
-        aborted: bool = False,
+        aborted: bool | None = None,
     ) -> None:
         """Submit the outcome and move on: the reply is sent from the
         commit's callback (contract §3.2.3: only once the outcome is durable),
@@ -436,7 +460,7 @@ class WorkerPool:
                 self._unregister(ref.attempt_id, lost)
                 d.reply(None, lost)
                 return
-            self._unregister(ref.attempt_id, None, status)
+            self._unregister(ref.attempt_id, None, CallEnd(status, aborted))
             with self._counts_lock:
                 state.counts[status] += 1
             where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}

@@ -409,17 +409,20 @@ def outcome_changes(
     error: str | None,
     source: str,
     *,
-    aborted: bool = False,
+    aborted: bool | None = None,
 ) -> list[Change]:
     """One outcome of ``attempt`` (or, for ``unknown``, its mark), recorded
-    whatever changed meanwhile (contract §3.2.3: pinned to its attempt)."""
+    whatever changed meanwhile (contract §3.2.3: pinned to its attempt).
+    ``aborted`` (an unknown outcome of a call an abort was taken for, §3.8):
+    True when the abort ended the call, False when the call ended on its
+    own first; None when no abort was taken."""
     op = view.op
     assert op is not None
     if status == A.UNKNOWN:
         evidence: dict[str, Any] = {"claimed": True, "error": error}
         data: dict[str, Any] = {"status": "unknown", "error": error}
-        if aborted:
-            evidence["aborted"] = data["aborted"] = True
+        if aborted is not None:
+            evidence["aborted"] = data["aborted"] = aborted
         changes, _op = move_attempt(op, attempt, A.UNKNOWN, "outcome", data, evidence=evidence)
         return changes
     out: list[Change] = [
@@ -443,10 +446,11 @@ def outcome(
     value: Any,
     error: str | None,
     *,
-    aborted: bool = False,
+    aborted: bool | None = None,
 ) -> Decision:
-    """An adapter's outcome of a running attempt (``aborted``: an operator's
-    ``abort`` ended the call, an unknown outcome with ``aborted: true``)."""
+    """An adapter's outcome of a running attempt (``aborted``: see
+    `outcome_changes`; evidence ``aborted: true`` when an operator's
+    ``abort`` ended the call, ``false`` when it ended unknown by itself first)."""
     attempt = next((a for a in view.attempts if a.id == attempt_id), None)
     assert attempt is not None, "an outcome's attempt exists until its op is pruned"
     changes = outcome_changes(view, attempt, status, value, error, "adapter", aborted=aborted)

@@ -8,6 +8,7 @@ and real ``wardctl`` processes.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -53,6 +54,15 @@ class LazyAbort(Gated):
 
     def abort(self, key):
         open(os.path.join(os.environ["WARDD_TEST_ROOT"], "abort-asked"), "w").close()
+
+
+class LazyAbortLost(LazyAbort):
+    """Like LazyAbort, but its call then ends unknown on its own: it lost
+    track of its effect (a plain exception, not CallAborted)."""
+
+    def call(self, request):
+        super().call(request)
+        raise TimeoutError("the remote side stopped answering")
 '''
 
 
@@ -71,7 +81,7 @@ def alive(pid: int) -> bool:
 
 
 def plugin_env(root) -> dict[str, str]:
-    entries = {"gated": "Gated", "lazyabort": "LazyAbort"}
+    entries = {"gated": "Gated", "lazyabort": "LazyAbort", "lazylost": "LazyAbortLost"}
     return entry_point_plugin(root, "wardd_gated_plugin", GATED_PLUGIN, entries)
 
 
@@ -101,7 +111,7 @@ class TestAbort:
         # the revocation waits for the hung call (the ward guard)
         assert not revoke.done.wait(0.3)
         res = a.call("abort", {"op": "h", "attempt": 1})
-        assert res == {"op": "h", "attempt": 1, "status": "unknown"}
+        assert res == {"op": "h", "attempt": 1, "status": "unknown", "aborted": True}
         att = a.op("h")["attempts"][0]
         assert att["state"] == "unknown"
         assert att["evidence"]["aborted"] is True and att["evidence"]["claimed"] is True
@@ -133,9 +143,7 @@ class TestAbort:
         a.submit("m", "echo")
         a.call("manual_take", {"op": "m", "expected_attempt": 1, "expected_epoch": 1})
         assert code_of(a.call, "abort", {"op": "m", "attempt": 1}).code == "not_running"
-        assert code_of(other.call, "abort", {"op": "e", "attempt": 1}).code == (
-            "unknown_operation"
-        )
+        assert code_of(other.call, "abort", {"op": "e", "attempt": 1}).code == ("unknown_operation")
         gate = env.root / "gate"
         a.submit("g", "inproc", str(gate).encode())
         call = Background(a.invoke, "g", 1, d.connect())
@@ -175,6 +183,51 @@ class TestAbort:
         att = a.op("l")["attempts"][0]
         assert att["state"] == "succeeded" and "evidence" not in att
         assert a.state("l") == "retained"
+
+    def test_a_call_that_ends_unknown_on_its_own_before_the_kill_says_the_abort_did_not_end_it(
+        self, make_daemon
+    ):
+        """An abort taken while the call runs, which the call outlives and
+        ends by itself *unknown*: the attempt is unknown with evidence
+        aborted: false and its own error; the abort answers {status:
+        unknown, aborted: false} once that is durable, and wardctl says the
+        call ended on its own. Nothing is guessed: it is reconciled by hand."""
+        env = Env(acts={"lost": {"adapter": "lazylost"}})
+        d = make_daemon(env, start=False)
+        d.start(plugin_env(env.root))
+        a = Actor(d, acts=("lost",))
+        a.neuron.save(env.root / "neuron.key")
+        gate = env.root / "gate"
+        a.submit("l", "lost", str(gate).encode())
+        call = Background(a.invoke, "l", 1, d.connect())
+        wait_for((env.root / "gate.started").exists, what="the call to start")
+        abort = Background(run_wardctl, env, "--json", "abort", "l")
+        wait_for((env.root / "abort-asked").exists, what="the adapter's abort")
+        assert not abort.done.is_set()  # it waits for the outcome
+        gate.touch()
+        own = call.result()
+        assert own["status"] == "unknown" and "aborted" not in own["error"]
+        assert "the remote side stopped answering" in own["error"]
+        answer = json.loads(abort.result().stdout)
+        assert answer == {"op": "l", "attempt": 1, "status": "unknown", "aborted": False}
+        att = a.op("l")["attempts"][0]
+        assert att["state"] == "unknown"
+        assert att["evidence"]["aborted"] is False and att["evidence"]["claimed"] is True
+        gate.unlink()
+        (env.root / "abort-asked").unlink()
+        (env.root / "gate.started").unlink()
+        out = {"status": "not_executed"}
+        a.call("reconcile", {"op": "l", "attempt": 1, "outcome": out})
+        a.submit("m", "lost", str(gate).encode())
+        call = Background(a.invoke, "m", 1, d.connect())
+        wait_for((env.root / "gate.started").exists, what="the second call to start")
+        abort = Background(run_wardctl, env, "abort", "m")
+        wait_for((env.root / "abort-asked").exists, what="the adapter's abort")
+        gate.touch()
+        assert call.result()["status"] == "unknown"
+        assert "ended unknown on its own before the abort's kill reached it" in (
+            abort.result().stdout
+        )
 
     def test_wardctl_abort_names_the_next_step(self, make_daemon):
         """`wardctl abort OP` aborts the op's latest attempt and says how to resolve it."""
@@ -351,7 +404,6 @@ class TestBulkReconcile:
             watch.kill()
             watch.wait()
             watch.stdout.close()
-
 
 
 class TestGrantWarnings:

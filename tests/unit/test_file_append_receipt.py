@@ -8,6 +8,7 @@ is followed by the rest of our record, complete; ``unknown`` otherwise.
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from wardd.adapters import ActRequest, FileAppendAdapter, Receipt, build_adapter
-from wardd.adapters._file_append import _CHUNK
+from wardd.adapters._file_append import _CHUNK, scan_for_key
 
 NEURON = "cd" * 32
 KEY = f"{NEURON}/pay/1"
@@ -46,6 +47,30 @@ def after_claim(path: Path, data: bytes) -> Receipt:
     with path.open("ab") as f:
         f.write(data)
     return adapter.receipt(KEY, info)
+
+
+class ShortReads(io.RawIOBase):
+    """Bytes served at most ``piece`` at a time, as a growing file's reads can be."""
+
+    def __init__(self, data: bytes, piece: int) -> None:
+        self._data, self._piece, self._at = data, piece, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        assert whence == io.SEEK_SET
+        self._at = offset
+        return offset
+
+    def readinto(self, b: Any) -> int:
+        got = self._data[self._at : self._at + min(len(b), self._piece)]
+        b[: len(got)] = got
+        self._at += len(got)
+        return len(got)
 
 
 class TestWhereTheKeyIsFound:
@@ -111,6 +136,16 @@ class TestWhereTheKeyIsFound:
             with path.open("ab") as f:
                 f.write(b"y" * pad + RECORD)  # a foreign partial line our record is glued to
             assert adapter.receipt(KEY, info) == Receipt("executed"), cut
+
+    def test_short_reads_never_hide_the_key(self) -> None:
+        """A read may come back short (a file that grows while it is read):
+        a key split across such reads is still found."""
+        data = OTHER + b"ab" + RECORD
+        for piece in (1, 5, len(PREFIX) // 2, len(PREFIX) - 1):
+            got = scan_for_key(ShortReads(data, piece), PREFIX, len(OTHER))
+            assert got == Receipt("executed"), piece
+            got = scan_for_key(ShortReads(data[:-1], piece), PREFIX, len(OTHER))
+            assert got.answer == "unknown", piece
 
     def test_a_never_claimed_attempt_reads_the_whole_file_the_same_way(
         self, tmp_path: Path
