@@ -649,10 +649,12 @@ def _receipt_conflicts(attempts: list[Any]) -> list[str]:
     before it came (``evidence.receipt_conflict``, contract §3.4)."""
     lines = []
     for a in attempts:
-        conflict = (a.get("evidence") or {}).get("receipt_conflict")
+        evidence = a.get("evidence") if isinstance(a, Mapping) else None
+        conflict = evidence.get("receipt_conflict") if isinstance(evidence, Mapping) else None
         if not isinstance(conflict, Mapping):
             continue
-        out = a.get("outcome") or {}
+        out = a.get("outcome")
+        out = out if isinstance(out, Mapping) else {}
         lines.append(
             f"attempt {a.get('attempt')}: its receipt answered {conflict.get('answer')} "
             f"after {out.get('status')} was recorded (source {out.get('source')}); "

@@ -499,6 +499,38 @@ class TestAgainstAStub:
         assert code == 0 and first.startswith("op o: consumed, pruned at 2026-02-01T00:00:00.000Z")
         assert "ended at 2026-01-01T00:00:00.000Z" in first
 
+    def test_op_show_names_a_receipt_conflict_first_and_skips_malformed_evidence(
+        self, capsys, daemon_stub
+    ) -> None:
+        """`op show` begins with one line per attempt whose receipt contradicted its
+        recorded outcome (evidence.receipt_conflict); evidence of another shape is no error."""
+        conflict = {"answer": "executed", "at": "2026-01-01T00:00:00.000Z"}
+        op = {
+            "op": "o",
+            "prog": "p",
+            "act": "tool.run",
+            "state": "pending",
+            "attempts": [
+                {"attempt": 1, "state": "failed", "evidence": ["not", "a", "map"]},
+                {"attempt": 2, "state": "failed", "evidence": {"receipt_conflict": "executed"}},
+                {
+                    "attempt": 3,
+                    "state": "not_executed",
+                    "outcome": {"status": "not_executed", "source": "reconcile"},
+                    "evidence": {"claimed": True, "receipt_conflict": conflict},
+                },
+            ],
+        }
+        path, _ = daemon_stub({"get_operation": op})
+        code, out, _ = run(capsys, "--socket", path, "op", "show", "o", "--neuron", "ab" * 32)
+        lines = out.splitlines()
+        assert code == 0
+        assert lines[0] == (
+            "attempt 3: its receipt answered executed after not_executed was recorded"
+            " (source reconcile); look the effect up where the act has it"
+        )
+        assert not lines[1].startswith("attempt ")
+
     def test_ops_unknown_prints_each_unknown_attempts_evidence(self, capsys, daemon_stub) -> None:
         """`ops --state unknown` shows the evidence of every unknown attempt."""
         op = {
