@@ -162,9 +162,9 @@ class Target:
     """The shared daemon, an actor with ops in several states, and a snapshot."""
 
     def __init__(self) -> None:
-        # The held token must not expire, and no pruner look may commit in the middle of a
-        # batch (a look every prune_interval_s commits a batch even with nothing to prune,
-        # and a batch outlasts 60 s on a loaded machine): the snapshot compares writer batches.
+        # the held token must not expire; and no pruner: its look (every
+        # prune_interval_s) writes two batches of its own, which a batch that
+        # straddles it would take for a write by a refused request
         self.env = Env(workers=2, token_ttl_s=10**6, retention_s=0)
         self.daemon = Daemon(self.env, shared=True)
         self.deaths: list[str] = []
