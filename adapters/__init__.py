@@ -1,6 +1,7 @@
 """wardd.adapters: the acts' adapters and the contract between them and the daemon.
 
-Built in: ``echo`` (always present), ``file.append`` and ``cli`` (contract §6).
+Built in: ``echo`` (always present), ``file.append``, ``cli`` and ``http``
+(contract §6).
 Third-party adapters register in the ``wardd.adapters`` entry-point group and
 are built by `build_adapter` (see `wardd.adapters._registry`).
 
@@ -27,6 +28,7 @@ from ._base import (
 from ._cli import CliAdapter, SecretFile
 from ._echo import EchoAdapter, echo_adapter
 from ._file_append import FileAppendAdapter
+from ._http import HttpAdapter
 from ._registry import ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "EchoAdapter",
     "EntryPointAdapter",
     "FileAppendAdapter",
+    "HttpAdapter",
     "OutcomeUnknown",
     "Receipt",
     "ReceiptAnswer",

@@ -98,6 +98,20 @@ prune_interval_s = 60
 # timeout_s = 600                # optional: past it the process group is killed -> unknown
 # env = { API_TOKEN = { file = "/run/secrets/token" } }   # a secret: read per call, redacted
 # receipt_argv = ["/opt/tool-receipt"]   # optional: prints executed/not_executed/unknown
+#
+# [acts."pay.charge"]            # one HTTP request per call; args are the body
+# adapter = "http"
+# url = "https://api.example.com/v1/charges"   # http or https; never from args
+# method = "POST"
+# headers = { "Content-Type" = "application/json", Authorization = { file = "/run/secrets/pay" } }
+#                                # {file = ...}: a secret, read at start and per call, redacted
+# idempotency_header = "Idempotency-Key"       # carries the fence key; "" sends none
+# idempotency_format = "key"     # "key" = <neuron>/<op>/<attempt>; "uuid5" = a UUIDv5 of it
+# timeout_s = 30                 # the whole call; past it -> unknown
+# no_effect_statuses = [400, 401, 403, 404, 405, 415, 422]   # -> failed; other non-2xx -> unknown
+# receipt_url = "https://api.example.com/v1/charges/by-key/{key}"   # optional: a GET by key:
+#                                # 200 -> executed, 404 -> not_executed, else unknown
+# max_response_bytes = 983040    # default max_frame - 65536; the body beyond is cut (truncated)
 """
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -179,6 +193,15 @@ def default_database_path() -> Path:
 
 def _quote(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key + '"'
+
+
+def _dotted(key: str) -> str:
+    """An adapter's key as a dotted path, each part quoted as needed: a part an
+    adapter already quoted (``headers."X-Api-Key".file``) is kept as it is."""
+    if '"' not in key:
+        return _quote(key)
+    parts = re.findall(r'"[^"]*"|[^.]+', key)
+    return ".".join(p if p.startswith('"') else _quote(p) for p in parts)
 
 
 def _uint(file: str, key: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
@@ -285,7 +308,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
             build_adapter(tag, table, max_frame=max_frame)
         except AdapterConfigError as exc:
             raise ConfigError(
-                source, f"{where}.{_quote(exc.key)}" if exc.key else where, exc.reason
+                source, f"{where}.{_dotted(exc.key)}" if exc.key else where, exc.reason
             ) from None
         _check_programs(source, where, table)
         acts.append(ActConfig(tag=tag, table=dict(table)))
