@@ -153,10 +153,12 @@ class Peer:
 class KeyLedger:
     """An API with idempotency keys and a receipt by key (see the module docstring).
 
-    ``POST`` args ``b"<mode>"``: ``ok`` records the effect and answers 201;
-    ``fail`` answers 422 and records nothing; ``after-500`` records it and
-    answers 500; ``held`` waits on `hold` *after* recording it, ``held-before``
-    waits *before* (then records it unless the key was fenced meanwhile).
+    ``POST`` args ``b"<mode> [seconds]"``: ``ok`` records the effect and
+    answers 201; ``fail`` answers 422 and records nothing; ``after-500``
+    records it and answers 500; ``held`` waits on `hold` *after* recording
+    it, ``held-before`` waits *before* (then records it unless the key was
+    fenced meanwhile); ``slow-post`` and ``slow-pre`` take ``seconds`` to
+    serve, before or after recording it (a slow API, as the soak's).
     Effects go to ``ledger`` as ``<key>\\t<mode>`` lines, like the other
     test acts' ledgers.
     """
@@ -175,7 +177,8 @@ class KeyLedger:
         if r.method == "GET":
             return self._receipt(urllib.parse.unquote(r.path.rsplit("/", 1)[-1]))
         key = r.headers.get(self.key_header, "")
-        mode = r.body.split(b" ", 1)[0].strip()
+        mode, _, rest = r.body.strip().partition(b" ")
+        pause = float(rest or 0)
         if mode == b"fail":
             return Reply(422, b'{"error": "invalid"}')
         with self.lock:
@@ -183,10 +186,14 @@ class KeyLedger:
         try:
             if mode == b"held-before":
                 self.hold.wait(60)
+            if mode == b"slow-post":
+                time.sleep(pause)  # the API's own slowness, not a synchronization
             if not self._record(key, mode):
                 return Reply(409, b'{"error": "key fenced by a receipt"}')
             if mode == b"held":
                 self.hold.wait(60)
+            if mode == b"slow-pre":
+                time.sleep(pause)
             if mode == b"after-500":
                 return Reply(500, b"oops")
             return Reply(201, json.dumps({"key": key}).encode(), {"Content-Type": "text/json"})
@@ -204,6 +211,10 @@ class KeyLedger:
                 with self.ledger.open("ab") as f:
                     f.write(key.encode() + b"\t" + mode + b"\n")
             return True
+
+    def receipt_answer(self, key: str) -> int:
+        """What ``GET /by-key/<key>`` answers (200 or 404, and a 404 fences the key)."""
+        return self._receipt(key).status
 
     def _receipt(self, key: str) -> Reply:
         with self.lock:
