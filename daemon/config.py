@@ -16,6 +16,9 @@ Checks beyond the types and bounds:
   absolute path to an existing executable file, so that a typo is found by
   ``check-config`` and at start, not as a failed call later (the adapter
   still answers a program removed after the start with a failed call);
+- an ``http`` act's secret header files (``headers.NAME = {file = ...}``) are
+  read when its adapter is built, so ``check-config`` and a start refuse a
+  missing or unreadable one, naming the key, never the content;
 - ``shutdown_grace_s`` must be above 0: a zero grace would leave every call
   in progress unknown at every stop. To end a grace early, send a second
   SIGTERM.
