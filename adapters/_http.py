@@ -311,9 +311,11 @@ def _shutdown(handle: socket.socket) -> None:
 class Flights:
     """The adapter's requests in flight, for ``abort``, ``kill_all`` and the deadline.
 
-    Thread-safe. A socket is shut down and closed only under the lock, and
-    forgotten when its call ends, so a shutdown never reaches a closed (and
-    maybe reused) descriptor.
+    Thread-safe. A call's connection is shut down through a duplicate of its
+    descriptor (`_handle`), which only `end` closes, under the lock, when it
+    forgets the call: a shutdown never reaches a closed (and maybe reused)
+    descriptor. Keys aborted before their call began are kept (the last
+    1024) so that the call, when it begins, sends nothing.
     """
 
     def __init__(self, name: str) -> None:
