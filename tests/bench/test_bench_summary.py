@@ -15,35 +15,17 @@ import _raw  # noqa: E402
 import run  # noqa: E402
 from _common import Results  # noqa: E402
 
-ROWS = [
-    "cpu",
-    "engine",
-    "seq_raw4",
-    "seq_dbos",
-    "conc_raw4",
-    "conc_dbos",
-    "status_w2",
-    "status_w4",
-    "recovery",
-    "rss",
-]
+ROWS = ["cpu", "engine", "seq_raw4", "seq_dbos", "conc_raw4", "conc_dbos", "status_w2",
+        "status_w4", "recovery", "rss"]
 
 
 def _results(**over: float) -> Results:
     """Figures of a run whose every paired ratio and value is given by ``over``."""
     R = Results()
-    fig = {
-        "seq.cpu_us": 600.0,
-        "engine.ratio": 0.7,
-        "seq.raw4_ratio": 0.5,
-        "seq.dbos_cycle_ratio": 1.8,
-        "conc.w4.raw4_ratio": 1.0,
-        "conc.w4.dbos_ratio": 1.5,
-        "recovery.ready_s": 1.0,
-        "rss.conns_mib": 50.0,
-        "conc.w2.cycle": 100.0,
-        "conc.w4.cycle": 200.0,
-    }
+    fig = {"seq.cpu_us": 600.0, "engine.ratio": 0.7, "seq.raw4_ratio": 0.5,
+           "seq.dbos_cycle_ratio": 1.8, "conc.w4.raw4_ratio": 1.0, "conc.w4.dbos_ratio": 1.5,
+           "recovery.ready_s": 1.0, "rss.conns_mib": 50.0, "conc.w2.cycle": 100.0,
+           "conc.w4.cycle": 200.0}
     fig.update({k.replace("__", "."): v for k, v in over.items()})
     for key, x in fig.items():
         R.stat(key, [x])
@@ -58,7 +40,7 @@ def test_summary_prints_the_target_rows_in_order(capsys: pytest.CaptureFixture[s
     """Every row of the targets table is printed once, in its order, with its verdict."""
     rows = run.summary(_results())
     out = capsys.readouterr().out
-    assert list(rows)[: len(ROWS)] == ROWS
+    assert list(rows)[:len(ROWS)] == ROWS
     at = [out.index(rows[k]["figure"] + ":") for k in ROWS]
     assert at == sorted(at)
     assert all(rows[k]["verdict"] == "HOLDS" and rows[k]["in_issue_15"] for k in ROWS)

@@ -82,7 +82,7 @@ class TestCheckConfig:
         )
         out = wardd("check-config", str(path))
         assert out.returncode == 0, out.stderr
-        assert f'warning: acts."notes".path: the directory {tmp_path}/nodir' in out.stdout
+        assert f"warning: acts.\"notes\".path: the directory {tmp_path}/nodir" in out.stdout
         assert f'acts."tool".env."TOKEN": the secret file {tmp_path}/missing.secret' in out.stdout
         (tmp_path / "nodir").mkdir()
         (tmp_path / "missing.secret").write_text("s3cret\n")

@@ -133,7 +133,9 @@ class TestAbort:
         a.submit("m", "echo")
         a.call("manual_take", {"op": "m", "expected_attempt": 1, "expected_epoch": 1})
         assert code_of(a.call, "abort", {"op": "m", "attempt": 1}).code == "not_running"
-        assert code_of(other.call, "abort", {"op": "e", "attempt": 1}).code == ("unknown_operation")
+        assert code_of(other.call, "abort", {"op": "e", "attempt": 1}).code == (
+            "unknown_operation"
+        )
         gate = env.root / "gate"
         a.submit("g", "inproc", str(gate).encode())
         call = Background(a.invoke, "g", 1, d.connect())
@@ -349,6 +351,7 @@ class TestBulkReconcile:
             watch.kill()
             watch.wait()
             watch.stdout.close()
+
 
 
 class TestGrantWarnings:

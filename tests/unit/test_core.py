@@ -123,6 +123,7 @@ class TestTokens:
             take(reg, h1, 1)
         assert len(reg) == 1
 
+
     def test_dead_tokens_leave_nothing_behind(self):
         """Used, expired and dropped tokens hold no memory; a dead handle is
         still recognised on its own connection, and only there."""
