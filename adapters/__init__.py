@@ -1,6 +1,6 @@
 """wardd.adapters: the acts' adapters and the contract between them and the daemon.
 
-Built in: ``echo`` (always present), ``file.append``, ``cli`` and ``python``
+Built in: ``echo`` (always present), ``file.append``, ``cli``, ``python`` and ``http``
 (contract §6).
 Third-party adapters register in the ``wardd.adapters`` entry-point group and
 are built by `build_adapter` (see `wardd.adapters._registry`).
@@ -29,6 +29,7 @@ from ._base import (
 from ._cli import CliAdapter, SecretFile
 from ._echo import EchoAdapter, echo_adapter
 from ._file_append import FileAppendAdapter
+from ._http import HttpAdapter
 from ._python import PythonAdapter
 from ._registry import ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter
 
@@ -45,6 +46,7 @@ __all__ = [
     "EchoAdapter",
     "EntryPointAdapter",
     "FileAppendAdapter",
+    "HttpAdapter",
     "OutcomeUnknown",
     "PythonAdapter",
     "Receipt",

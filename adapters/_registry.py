@@ -1,6 +1,7 @@
 """`build_adapter`: from an act's TOML table to an adapter (contract §6).
 
-``adapter = "file.append"`` and ``adapter = "cli"`` are built in. Any other
+``adapter = "file.append"``, ``adapter = "cli"`` and ``adapter = "http"``
+are built in. Any other
 name is looked up in the ``wardd.adapters`` entry-point group
 (``importlib.metadata.entry_points``); the loaded object (a class, or any
 callable returning an adapter) is called with the table's other keys as
@@ -34,6 +35,7 @@ from ._base import (
 )
 from ._cli import CliAdapter
 from ._file_append import FileAppendAdapter
+from ._http import HttpAdapter
 from ._python import PythonAdapter
 
 ENTRY_POINT_GROUP = "wardd.adapters"
@@ -42,6 +44,7 @@ _BUILT_IN: dict[str, Callable[..., Adapter]] = {
     "cli": CliAdapter.from_table,
     "file.append": FileAppendAdapter.from_table,
     "python": PythonAdapter.from_table,
+    "http": HttpAdapter.from_table,
 }
 
 

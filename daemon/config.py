@@ -19,6 +19,9 @@ Checks beyond the types and bounds:
 - a ``python`` act's ``callable`` and ``receipt`` are imported (the
   adapter's table parser does it), so a module that does not import or a
   function that is not there is a config error, not a failed call;
+- an ``http`` act's secret header files (``headers.NAME = {file = ...}``) are
+  read when its adapter is built, so ``check-config`` and a start refuse a
+  missing or unreadable one, naming the key, never the content;
 - ``shutdown_grace_s`` must be above 0: a zero grace would leave every call
   in progress unknown at every stop. To end a grace early, send a second
   SIGTERM.
@@ -126,6 +129,19 @@ metrics_listen = ""
 # receipt = "mytools.crm:receipt"   # optional: key -> executed/not_executed/unknown
 # python_path = ["/opt/mytools"]    # optional: absolute paths put before sys.path
 # max_arg_bytes = 65536
+# [acts."pay.charge"]            # one HTTP request per call; args are the body
+# adapter = "http"
+# url = "https://api.example.com/v1/charges"   # http or https; never from args
+# method = "POST"
+# headers = { "Content-Type" = "application/json", Authorization = { file = "/run/secrets/pay" } }
+#                                # {file = ...}: a secret, read at start and per call, redacted
+# idempotency_header = "Idempotency-Key"       # carries the fence key; "" sends none
+# idempotency_format = "key"     # "key" = <neuron>/<op>/<attempt>; "uuid5" = a UUIDv5 of it
+# timeout_s = 30                 # the whole call; past it -> unknown
+# no_effect_statuses = [400, 401, 403, 404, 405, 415, 422]   # -> failed; other non-2xx -> unknown
+# receipt_url = "https://api.example.com/v1/charges/by-key/{key}"   # optional: a GET by key:
+#                                # 200 -> executed, 404 -> not_executed, else unknown
+# max_response_bytes = 983040    # default max_frame - 65536; the body beyond is cut (truncated)
 """
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -218,8 +234,17 @@ def _quote(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key + '"'
 
 
-def _quote_indexed(key: str) -> str:
-    """An adapter's key with its list indices outside the quotes: ``python_path[0]``."""
+def _dotted(key: str) -> str:
+    """An adapter's key as a dotted path, each part quoted as needed: a part an
+    adapter already quoted (``headers."X-Api-Key".file``) is kept as it is, and
+    list indices stay outside the quotes (``python_path[0]``)."""
+    if '"' not in key:
+        return _indexed(key)
+    parts = re.findall(r'"[^"]*"|[^.]+', key)
+    return ".".join(p if p.startswith('"') else _indexed(p) for p in parts)
+
+
+def _indexed(key: str) -> str:
     match = re.fullmatch(r"(.+?)((?:\[[0-9]+\])*)", key)
     return _quote(key) if match is None else _quote(match[1]) + match[2]
 
@@ -334,7 +359,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
             build_adapter(tag, table, max_frame=max_frame)
         except AdapterConfigError as exc:
             raise ConfigError(
-                source, f"{where}.{_quote_indexed(exc.key)}" if exc.key else where, exc.reason
+                source, f"{where}.{_dotted(exc.key)}" if exc.key else where, exc.reason
             ) from None
         _check_programs(source, where, table)
         acts.append(ActConfig(tag=tag, table=dict(table)))

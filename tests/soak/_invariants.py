@@ -21,6 +21,9 @@ import cbor2
 
 #: Acts whose every run leaves exactly one ledger line keyed by its attempt.
 EFFECT_ACTS = frozenset({"ledger", "quick", "slow", "flaky"})
+#: Acts whose success always left one: the above, and the http act ``pay``
+#: (its API records the key before it answers 2xx; a no-effect call leaves none).
+SUCCESS_EFFECT_ACTS = EFFECT_ACTS | {"pay"}
 DEFINITE = ("succeeded", "failed", "not_executed")
 STATES = ("prepared", "void", "running", "succeeded", "failed", "not_executed", "unknown")
 
@@ -268,7 +271,7 @@ def check_op(
             bad.append(f"{at}: an effect without a durable claim (contract §3.2.2)")
         if n and a.state in ("void", "prepared", "failed", "not_executed"):
             bad.append(f"{at}: an effect, but the attempt is {a.state} {a.outcome}")
-        if op.act in EFFECT_ACTS and a.state == "succeeded" and not n:
+        if op.act in SUCCESS_EFFECT_ACTS and a.state == "succeeded" and not n:
             bad.append(f"{at}: succeeded ({a.outcome}) but no effect in the ledger")
     if op_effects > 1:
         bad.append(f"{where}: {op_effects} effects over its attempts")

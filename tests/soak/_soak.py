@@ -20,6 +20,9 @@ One cycle:
    still write its effect after the daemon died), then open the database
    read-only: ``PRAGMA integrity_check`` and every invariant, over the
    whole database, against the acts' own ledgers and the clients' acks;
+   and until the ``http`` act's API (a `KeyLedger` on 127.0.0.1 in this
+   process) serves no request any more (a request of the dead daemon may
+   still land its effect);
 7. now and then, while the daemon is dead, rotate the ``file.append``
    ledger (rename it away, with or without a new empty file, or copy it and
    truncate it: logrotate's ``create`` and ``copytruncate``), and give the
@@ -29,7 +32,9 @@ One cycle:
 
 A reconcile is always truthful: the soak only reconciles an attempt whose
 fate the ledgers settle (its act can no longer run: the call ended, or the
-daemon that ran it is dead and its orphans are gone).
+daemon that ran it is dead and its orphans are gone). For the ``http`` act
+``pay`` the truth is the API's own receipt answer, which fences a key it
+answers 404 for, as ``receipt_url`` does at each start.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests.daemon._http_peer import KeyLedger, Peer
 from tests.daemon.harness import NETWORK, Daemon, Env
 from tests.soak._invariants import (
     EFFECT_ACTS,
@@ -62,15 +68,24 @@ from wardd.protocol import Pager, RebindRequired, TokenVoid, UnknownOperation, W
 
 PROGS = ("pa", "pb")
 #: act -> weight in the workload
-ACTS = {"ledger": 5, "quick": 4, "slow": 3, "flaky": 1, "echo": 3, "nofx": 1}
+ACTS = {"ledger": 5, "quick": 4, "slow": 3, "flaky": 1, "echo": 3, "nofx": 1, "pay": 3}
+#: the http act's requests (KeyLedger modes), by weight
+PAY_MODES = {"ok": 4, "slow-pre": 2, "slow-post": 2, "after-500": 1, "fail": 1}
 WORKERS = ("w0", "w1")
 ORPHAN_TIMEOUT = 30.0
 
 
-def soak_env() -> Env:
+def soak_env(api: Peer) -> Env:
     """The acts write their idempotency key to a ledger of their own; slow ones
-    write it before or after a pause, so a kill lands before or after the effect."""
+    write it before or after a pause, so a kill lands before or after the effect.
+    ``pay`` is an ``http`` act whose API (``api``) keeps its own ledger."""
     env = Env(workers=2, token_ttl_s=1.0)
+    env.acts["pay"] = {
+        "adapter": "http",
+        "url": api.url("/charges"),
+        "receipt_url": api.url("/by-key/{key}"),
+        "timeout_s": 10,
+    }
     led = shlex.quote(str(env.cli_ledger))
     key = '"$WARDD_IDEMPOTENCY_KEY"'
     env.acts["slow"] = {
@@ -117,7 +132,10 @@ class Cluster:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
-        self.env = soak_env()
+        self.api_ledger: KeyLedger | None = None
+        self.api = Peer(self._serve_api)
+        self.env = soak_env(self.api)
+        self.api_ledger = KeyLedger(self.env.root / "api-ledger.log")
         self.daemon = Daemon(self.env)
         self.neurons: list[Neuron] = []
         self.acks = Acks()
@@ -160,8 +178,27 @@ class Cluster:
         with self.acks_lock:
             self.touched.add((n.id, op))
 
+    def _serve_api(self, r: Any) -> Any:
+        assert self.api_ledger is not None
+        return self.api_ledger(r)
+
     def effects(self) -> tuple[Counter[tuple[str, str, int]], int]:
-        return read_effects(self.env.ledger, *self.rotated, self.env.cli_ledger)
+        return read_effects(
+            self.env.ledger, *self.rotated, self.env.cli_ledger, self.env.root / "api-ledger.log"
+        )
+
+    def api_truth(self, key: str) -> str:
+        """The http act's truth for an attempt, from its API's receipt (which
+        fences a key it has no effect for): succeeded or not_executed."""
+        assert self.api_ledger is not None
+        return "succeeded" if self.api_ledger.receipt_answer(key) == 200 else "not_executed"
+
+    def cleanup(self) -> None:
+        """No daemon and no API outlive the run."""
+        try:
+            self.daemon.cleanup()
+        finally:
+            self.api.close()
 
     def file_append_acts(self) -> set[str]:
         return {t for t, a in self.env.acts.items() if a["adapter"] == "file.append"}
@@ -282,6 +319,8 @@ class Cluster:
 
     def wait_for_orphans(self) -> None:
         """No act of the dead daemon may still be running before the ledgers are read."""
+        assert self.api_ledger is not None
+        self.api_ledger.wait_idle(ORPHAN_TIMEOUT)
         marker = str(self.env.root).encode()
         deadline = time.monotonic() + ORPHAN_TIMEOUT
         while True:
@@ -362,6 +401,11 @@ class Cluster:
                     )
                 elif u["act"] in self.file_append_acts():
                     self.stats.add("file_append_unknown_after_ready")
+                if u["act"] == "pay" and u["kind"] == "guarded":
+                    # in-process receipts run before serving and the API always answers
+                    self.violations.append(
+                        f"{where}: an http attempt unknown after READY: {ev} (contract §3.6)"
+                    )
             self.check_touched(c, boot)
 
     def pages(self, c: Client, state: str) -> list[dict[str, Any]]:
@@ -437,6 +481,14 @@ class Cluster:
                 if t.is_alive():
                     self.violations.append(f"{t.name} still blocked 30 s after the kill")
 
+    @staticmethod
+    def pay_keys(db: Any) -> set[tuple[str, str, int]]:
+        return {(o.neuron, o.op, a.attempt) for o, a in _pay_attempts(db)}
+
+    @staticmethod
+    def pay_by_receipt(db: Any, status: str) -> int:
+        return sum(1 for _, a in _pay_attempts(db) if a.outcome == (status, "receipt"))
+
     def figures(self) -> dict[str, Any]:
         effects, torn = self.effects()
         db = self.last_db
@@ -468,6 +520,12 @@ class Cluster:
             "reconfigurations": c["reconfigurations"],
             "rotated_ledgers": len(self.rotated),
             "file_append_unknown_after_ready": c["file_append_unknown_after_ready"],
+            "http": {
+                "attempts": sum(len(o.attempts) for o in db.ops.values() if o.act == "pay"),
+                "effects": sum(effects[k] for k in self.pay_keys(db)),
+                "receipt_executed": self.pay_by_receipt(db, "succeeded"),
+                "receipt_not_executed": self.pay_by_receipt(db, "not_executed"),
+            },
             "unknown_with_receipt_hint": sum(
                 1
                 for o in db.ops.values()
@@ -481,6 +539,10 @@ class Cluster:
             },
             "violations": len(self.violations),
         }
+
+
+def _pay_attempts(db: Any) -> list[tuple[Any, Any]]:
+    return [(o, a) for o in db.ops.values() if o.act == "pay" for a in o.attempts]
 
 
 def _pids() -> list[int]:
@@ -579,6 +641,9 @@ class Driver(Worker):
             op = f"o{k.ops_seq}"
         act = self.rng.choices(list(ACTS), weights=list(ACTS.values()))[0]
         args = b"x"
+        if act == "pay":
+            mode = self.rng.choices(list(PAY_MODES), weights=list(PAY_MODES.values()))[0]
+            args = f"{mode} {self.rng.choice(['0', '0.02', '0.1', '0.2'])}".encode()
         if act == "slow":
             mode = self.rng.choice(["pre", "post"])
             args = f"{mode} {self.rng.choice(['0', '0.02', '0.1', '0.2'])}\n".encode()
@@ -661,7 +726,9 @@ class Driver(Worker):
             if a["state"] != "unknown":
                 continue
             done = effects.get((n.id, op, a["attempt"]), 0) > 0
-            if info["act"] in EFFECT_ACTS:
+            if info["act"] == "pay":
+                status = k.api_truth(f"{n.id}/{op}/{a['attempt']}")
+            elif info["act"] in EFFECT_ACTS:
                 status = "succeeded" if done else "not_executed"
             elif info["act"] == "echo" and a["claimed"]:
                 status = self.rng.choice(["succeeded", "not_executed"])  # no outside effect
@@ -754,7 +821,7 @@ def run_soak(
     try:
         return _run(k, kills, neurons, delay, kill_during_start, (rotate, reconfigure))
     except BaseException:
-        k.daemon.cleanup()  # no daemon outlives a failed run
+        k.cleanup()  # no daemon and no API outlive a failed run
         raise
 
 

@@ -8,6 +8,9 @@ against the ledgers the acts write themselves (see ``_soak`` and
 
 - ``test_crash_soak_bounded`` runs in the default suite: 50 kills, a small
   workload, well under two minutes on two cores.
+- Both run an ``http`` act against an API with a receipt by key (in this
+  process, on 127.0.0.1): its unknown attempts are resolved by the receipt
+  at each start, and none is unknown after READY.
 - Both rotate the ``file.append`` ledger between kills (rename, rename with
   a new file, copy-truncate) and restart now and then with two acts served
   by each other's adapter; the first kills do each of these for sure.
@@ -33,7 +36,7 @@ SEED = int(os.environ["WARDD_SOAK_SEED"]) if os.environ.get("WARDD_SOAK_SEED") e
 
 def _report(figures: dict, violations: list[str], cluster) -> None:
     print("\ncrash soak figures: " + json.dumps(figures, sort_keys=False))
-    cluster.daemon.cleanup()
+    cluster.cleanup()
     assert violations == [], (
         f"{len(violations)} violations (seed {figures['seed']}, "
         f"files kept in {cluster.env.root}):\n" + "\n".join(violations[:40])
@@ -48,6 +51,7 @@ def test_crash_soak_bounded():
     assert figures["effects"] > 0 and figures["unknowns"] > 0  # the kills hit real work
     assert set(figures["rotations"]) == {"rename", "create", "copytruncate"}
     assert figures["reconfigurations"] >= 2
+    assert figures["http"]["effects"] > 0  # the http act ran, and its receipts were asked
 
 
 @pytest.mark.soak

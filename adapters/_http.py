@@ -1,0 +1,748 @@
+"""The ``http`` built-in adapter: one HTTP request per call, the fence key in a header (§6).
+
+Table keys: ``adapter``, ``url`` (required), ``method``, ``headers``,
+``idempotency_header``, ``idempotency_format``, ``timeout_s``,
+``no_effect_statuses``, ``receipt_url``, ``max_response_bytes``,
+``max_arg_bytes``.
+
+How a call ends (the request's body is the act's args; no redirect is
+followed and nothing is ever retried):
+
+- no byte of the request was sent — the name did not resolve, the connection
+  was refused or did not complete within ``timeout_s``, the TLS handshake
+  failed, a secret file could not be read — `DefiniteFailure` (failed);
+- a complete response with a 2xx status → succeeded, with ``{"status": int,
+  "headers": {"content-type", "location" (those present)}, "body": bytes,
+  "truncated": bool}`` (the body is kept up to ``max_response_bytes``);
+- a complete response with a status in ``no_effect_statuses`` →
+  `DefiniteFailure` (the server asserts nothing happened);
+- any other status (3xx, 409, 425, 429, 5xx, …) → `OutcomeUnknown`;
+- once the connection is up, anything else — a reset or EOF while sending
+  or before the response is complete, ``timeout_s`` passing, an ``abort`` —
+  → `OutcomeUnknown`: the server may have acted on the request.
+
+Decisions:
+
+- The client is urllib3's low-level `HTTPConnection` (no pool, no
+  retries, no redirects: those live in urllib3's pools, which are not used).
+  Its ``connect()`` is a call of its own, so "no byte was sent" is exactly
+  "``connect()`` raised", and the socket it leaves is the one closed on an
+  abort, at ``kill_all`` and at the deadline.
+- ``timeout_s`` bounds the whole call, connection included. Each socket
+  operation has it as its own timeout, and a watchdog thread of the adapter
+  (``wardd-http-<tag>``, started at the first call) shuts the socket down
+  (``shutdown(SHUT_RDWR)``, which wakes a thread blocked in it) when the
+  call's deadline passes, so a server trickling bytes cannot hold a call
+  past it. A name lookup is not bounded by it (the resolver is
+  blocking); a connection still being made at the deadline ends with its
+  own socket timeout, as failed (nothing was sent).
+- Secret header values (``headers.NAME = {file = "/path"}``) are read when
+  the adapter is built (``check-config`` and start: a missing or unreadable
+  file is a config error naming the key) **and** again at every call and
+  receipt, so a rotated token takes effect at the next call without a
+  restart; a file that cannot be read at a call fails it before anything is
+  sent. One trailing newline is stripped; a file over 64 KiB or holding a
+  NUL, CR or LF byte is refused. Their values are redacted
+  (``[redacted]``) from the response body, the headers kept, and every
+  error text; they are never logged or stored.
+- The key header's value is the idempotency key ``<neuron>/<op>/<attempt>``
+  (``idempotency_format = "key"``) or its UUIDv5 in `KEY_NAMESPACE`
+  (``"uuid5"``, for APIs that want a UUID).
+- The receipt (``receipt_url``, with ``{key}`` replaced by the key as sent,
+  percent-encoded) is a ``GET`` with the configured headers and the key
+  header: 200 → ``executed`` (the value is the body, or null when it
+  exceeds ``max_response_bytes``), 404 → ``not_executed``, anything else or
+  an error → ``unknown``. It never sends the original request again. The
+  adapter declares ``in_process``, so a 404 resolves an unknown attempt
+  ``not_executed`` at start and on ``check_receipts``: the API's 404 must
+  mean that the request with that key had no effect *and never will*
+  (docs/contract.md §6).
+- The claim records the ``url``, ``receipt_url``, ``idempotency_header``
+  and ``idempotency_format`` the call used. The receipt asks the recorded
+  ``receipt_url`` with the recorded key form, so a reconfigured act never
+  makes a receipt look up a key the call never sent; a claim made without
+  ``receipt_url`` is asked at the current one, and its ``not_executed`` is
+  then only ``unknown``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import re
+import socket
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.response import BaseHTTPResponse
+
+from . import _config, _redact
+from ._base import (
+    ActRequest,
+    AdapterConfigError,
+    CallAborted,
+    DefiniteFailure,
+    OutcomeUnknown,
+    Receipt,
+)
+
+_KEYS = (
+    "adapter",
+    "url",
+    "method",
+    "headers",
+    "idempotency_header",
+    "idempotency_format",
+    "timeout_s",
+    "no_effect_statuses",
+    "receipt_url",
+    "max_response_bytes",
+    "max_arg_bytes",
+)
+DEFAULT_METHOD = "POST"
+DEFAULT_IDEMPOTENCY_HEADER = "Idempotency-Key"
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_NO_EFFECT_STATUSES = (400, 401, 403, 404, 405, 415, 422)
+FRAME_RESERVE = 65536  # room left in a frame beside the body, as for cli stdout
+SECRET_FILE_MAX_BYTES = 65536
+USER_AGENT = "wardd"
+#: The namespace of ``idempotency_format = "uuid5"``: uuid5(NAMESPACE_URL, "wardd:idempotency-key").
+KEY_NAMESPACE = uuid.UUID("474ac64f-29bb-5c4a-8fa9-a1a40f25b83d")
+_READ_SIZE = 65536
+_MESSAGE_BODY_CHARS = 256
+_ABORTED_KEPT = 1024  # keys are unique per attempt: an old one never matches again
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_BAD_VALUE = re.compile(r"[\x00\r\n]")
+
+
+def key_value(idempotency_key: str, fmt: str) -> str:
+    """The key header's value (and the receipt's ``{key}``) for ``fmt``."""
+    if fmt == "uuid5":
+        return str(uuid.uuid5(KEY_NAMESPACE, idempotency_key))
+    return idempotency_key
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class HeaderSecret:
+    """A header value read from a file; its content is a secret."""
+
+    path: str
+
+    def read(self) -> bytes:
+        """The value, one trailing newline stripped; `OSError` or `ValueError` when unusable."""
+        with open(self.path, "rb") as f:
+            data = f.read(SECRET_FILE_MAX_BYTES + 1)
+        if len(data) > SECRET_FILE_MAX_BYTES:
+            raise ValueError("exceeds 64 KiB")
+        if data.endswith(b"\r\n"):
+            data = data[:-2]
+        elif data.endswith(b"\n"):
+            data = data[:-1]
+        if _BAD_VALUE.search(data.decode("latin-1")):
+            raise ValueError("holds a NUL, CR or LF byte (not allowed in a header value)")
+        return data
+
+
+HeaderValue = str | HeaderSecret
+
+
+@attrs.frozen
+class Target:
+    """A checked URL: scheme, host, port and the request target (path and query)."""
+
+    url: str
+    https: bool
+    host: str
+    port: int
+    target: str
+
+    @classmethod
+    def parse(cls, url: str, key: str) -> Target:
+        """Check ``url`` (http or https, a host, no user info or fragment); `AdapterConfigError`."""
+        if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+            raise AdapterConfigError(key, "must not contain spaces or control characters")
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise AdapterConfigError(key, f"is not a valid URL ({exc})") from None
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise AdapterConfigError(key, f"must be an http:// or https:// URL, got {url!r}")
+        if not parts.hostname:
+            raise AdapterConfigError(key, "has no host")
+        if parts.username is not None or parts.password is not None:
+            raise AdapterConfigError(
+                key, "must not hold user info: send credentials in a header {file = ...}"
+            )
+        if parts.fragment or url.endswith("#"):
+            raise AdapterConfigError(key, "must not have a fragment (#...)")
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        https = scheme == "https"
+        return cls(url, https, parts.hostname, port or (443 if https else 80), target)
+
+
+def _status_list(value: object, key: str) -> frozenset[int]:
+    if not isinstance(value, list):
+        raise AdapterConfigError(key, "must be a list of HTTP status codes")
+    codes = set()
+    for i, item in enumerate(value):
+        if not _config.is_int(item) or not 100 <= item <= 599:
+            raise AdapterConfigError(f"{key}[{i}]", "must be an integer from 100 to 599")
+        if 200 <= item <= 299:
+            raise AdapterConfigError(f"{key}[{i}]", f"{item} is a success, not a no-effect status")
+        codes.add(int(item))
+    return frozenset(codes)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '\\"') + '"'
+
+
+def _parse_headers(value: object, idem_header: str) -> tuple[tuple[str, HeaderValue], ...]:
+    if not isinstance(value, Mapping):
+        raise AdapterConfigError("headers", 'must be a table of "Name" = string or {file = path}')
+    seen: set[str] = set()
+    items: list[tuple[str, HeaderValue]] = []
+    for name in value:
+        key = f"headers.{_quoted(str(name))}"
+        if not isinstance(name, str) or not _TOKEN.match(name):
+            raise AdapterConfigError(key, "is not a valid header name (RFC 9110 token characters)")
+        lower = name.lower()
+        if idem_header and lower == idem_header.lower():
+            raise AdapterConfigError(
+                key, f"is the idempotency header: the adapter sets {idem_header} on every request"
+            )
+        if lower in _FRAMING:
+            raise AdapterConfigError(key, "is set by the adapter (Host and the body's framing)")
+        if lower in seen:
+            raise AdapterConfigError(key, "is given twice (header names ignore case)")
+        seen.add(lower)
+        items.append((name, _parse_header_value(value[name], key)))
+    return tuple(items)
+
+
+def _parse_header_value(value: object, key: str) -> HeaderValue:
+    if isinstance(value, str):
+        if _BAD_VALUE.search(value):
+            raise AdapterConfigError(key, "must not contain NUL, CR or LF")
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise AdapterConfigError(key, "must be Latin-1 text (HTTP header bytes)") from None
+        return value
+    if isinstance(value, Mapping):
+        for inner in sorted(value):
+            if inner != "file":
+                raise AdapterConfigError(f"{key}.{inner}", "unknown key")
+        if "file" not in value:
+            raise AdapterConfigError(f"{key}.file", "missing (the secret file's absolute path)")
+        secret = HeaderSecret(_config.absolute_path(value["file"], f"{key}.file"))
+        try:
+            secret.read()  # at build: check-config and the start find a bad file
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise AdapterConfigError(
+                f"{key}.file", f"cannot read the secret file {secret.path}: {reason}"
+            ) from None
+        except ValueError as exc:
+            why = f"the secret file {secret.path} {exc}"
+            raise AdapterConfigError(f"{key}.file", why) from None
+        return secret
+    raise AdapterConfigError(key, 'must be a string or a table {file = "/path"}')
+
+
+def _receipt_target(value: object) -> str:
+    url = _config.text(value, "receipt_url", what="a URL string containing {key}")
+    if "{key}" not in url:
+        raise AdapterConfigError("receipt_url", "must contain {key} (where the key goes)")
+    Target.parse(url.replace("{key}", "k"), "receipt_url")
+    if "{key}" in urllib.parse.urlsplit(url).netloc:
+        raise AdapterConfigError("receipt_url", "{key} must be in the path or the query")
+    return url
+
+
+# -- calls in flight -------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Flight:
+    """One request in flight: its socket (once connected) and what ended it."""
+
+    key: str
+    deadline: float
+    handle: socket.socket | None = None  # a duplicate of the connection's descriptor
+    aborted: bool = False
+    timed_out: bool = False
+    done: bool = False
+
+
+def _handle(sock: socket.socket) -> socket.socket:
+    """A plain socket on a duplicate of ``sock``'s descriptor, closed only by `Flights`.
+
+    Shutting a connection down through it reaches the same connection (a
+    shutdown acts on the socket, not on the descriptor) but never a
+    descriptor that the calling thread's close freed and the process reused;
+    and, being plain, it never touches an SSL socket's state under a reading
+    thread's feet."""
+    return socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
+
+
+def _shutdown(handle: socket.socket) -> None:
+    """``shutdown(SHUT_RDWR)``: wakes a thread blocked sending or receiving on it."""
+    try:
+        handle.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected any more: nothing to wake
+
+
+class Flights:
+    """The adapter's requests in flight, for ``abort``, ``kill_all`` and the deadline.
+
+    Thread-safe. A call's connection is shut down through a duplicate of its
+    descriptor (`_handle`), which only `end` closes, under the lock, when it
+    forgets the call: a shutdown never reaches a closed (and maybe reused)
+    descriptor. Keys aborted before their call began are kept (the last
+    1024) so that the call, when it begins, sends nothing.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._by_key: dict[str, _Flight] = {}
+        self._aborted: dict[str, None] = {}  # keys aborted before their call began
+        self._deadlines: list[tuple[float, int, _Flight]] = []
+        self._seq = itertools.count()
+        self._watchdog: threading.Thread | None = None
+        self._closed = False
+
+    def begin(self, key: str, timeout_s: float) -> _Flight:
+        """Register a call; `DefiniteFailure` after `kill_all`, `OutcomeUnknown`
+        when an abort for ``key`` came first (nothing is sent)."""
+        with self._cond:
+            if self._closed:
+                raise DefiniteFailure("the adapter has been shut down; nothing was sent")
+            if key in self._aborted:
+                del self._aborted[key]
+                raise CallAborted("aborted by the operator before the request was sent")
+            flight = _Flight(key, time.monotonic() + timeout_s)
+            self._by_key[key] = flight
+            heapq.heappush(self._deadlines, (flight.deadline, next(self._seq), flight))
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(
+                    target=self._watch, name=f"wardd-http-{self._name}", daemon=True
+                )
+                self._watchdog.start()
+            self._cond.notify_all()
+            return flight
+
+    def attach(self, flight: _Flight, sock: socket.socket) -> None:
+        """The call's connection is up: from now on an abort or the deadline shuts it."""
+        handle = _handle(sock)
+        with self._cond:
+            flight.handle = handle
+            if flight.aborted or flight.timed_out or self._closed:
+                _shutdown(handle)
+
+    def end(self, flight: _Flight, conn: HTTPConnection) -> None:
+        """The call is over: forget it and close its connection (under the lock)."""
+        with self._cond:
+            flight.done = True
+            if self._by_key.get(flight.key) is flight:
+                del self._by_key[flight.key]
+            for close in (conn.close, flight.handle.close if flight.handle else None):
+                try:
+                    if close is not None:
+                        close()
+                except OSError:
+                    pass  # nothing buffered is lost: the outcome is already decided
+            flight.handle = None
+
+    def abort(self, key: str) -> None:
+        """Shut the connection of the call for ``key``, now or as soon as it is up."""
+        with self._cond:
+            flight = self._by_key.get(key)
+            if flight is None:
+                self._aborted[key] = None
+                while len(self._aborted) > _ABORTED_KEPT:
+                    del self._aborted[next(iter(self._aborted))]
+                return
+            flight.aborted = True
+            if flight.handle is not None:
+                _shutdown(flight.handle)
+
+    def kill_all(self) -> None:
+        """Shut every connection and refuse new calls (the daemon's stop)."""
+        with self._cond:
+            self._closed = True
+            for flight in self._by_key.values():
+                if flight.handle is not None:
+                    _shutdown(flight.handle)
+
+    @property
+    def live(self) -> int:
+        """How many calls are in flight."""
+        with self._cond:
+            return len(self._by_key)
+
+    def _watch(self) -> None:
+        """Shut the connection of every call whose deadline passed (the watchdog thread)."""
+        with self._cond:
+            while True:
+                while self._deadlines and self._deadlines[0][2].done:
+                    heapq.heappop(self._deadlines)
+                if not self._deadlines:
+                    self._cond.wait()
+                    continue
+                deadline, _, flight = self._deadlines[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._deadlines)
+                flight.timed_out = True
+                if flight.handle is not None:
+                    _shutdown(flight.handle)
+
+
+# -- the adapter -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Request:
+    """One request to send: where, how, and the secrets to redact from what comes back."""
+
+    key: str  # names the flight (abort finds a call by its idempotency key)
+    target: Target
+    method: str
+    body: bytes
+    headers: Mapping[str, str]
+    secrets: Sequence[bytes]
+    keep_body: int  # the response body kept, at most
+
+
+@attrs.frozen
+class _Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes  # redacted, at most the limit
+    truncated: bool
+
+
+@attrs.define(eq=False)
+class HttpAdapter:
+    """Sends one HTTP request per call; in-process, abortable, with an optional receipt."""
+
+    tag: str
+    target: Target
+    max_arg_bytes: int
+    max_response_bytes: int
+    method: str = DEFAULT_METHOD
+    headers: tuple[tuple[str, HeaderValue], ...] = ()
+    idempotency_header: str = DEFAULT_IDEMPOTENCY_HEADER
+    idempotency_format: str = "key"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    no_effect_statuses: frozenset[int] = frozenset(DEFAULT_NO_EFFECT_STATUSES)
+    receipt_url: str | None = None
+    kind: str = attrs.field(default="http", init=False)
+    in_process: bool = attrs.field(default=True, init=False)
+    abortable: bool = attrs.field(default=True, init=False)
+    _flights: Flights = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._flights = Flights(self.tag)
+
+    @classmethod
+    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> HttpAdapter:
+        """Build from the act's table (reading its secret files); raises `AdapterConfigError`."""
+        _config.refuse_unknown_keys(table, _KEYS)
+        if "url" not in table:
+            raise AdapterConfigError("url", "missing (the http:// or https:// URL to send to)")
+        target = Target.parse(_config.text(table["url"], "url", what="a URL string"), "url")
+        method = _config.text(table.get("method", DEFAULT_METHOD), "method")
+        if not _TOKEN.match(method):
+            raise AdapterConfigError("method", f"is not an HTTP method (a token), got {method!r}")
+        idem = table.get("idempotency_header", DEFAULT_IDEMPOTENCY_HEADER)
+        if not isinstance(idem, str) or (idem and not _TOKEN.match(idem)):
+            raise AdapterConfigError("idempotency_header", 'must be a header name, or "" for none')
+        fmt = table.get("idempotency_format", "key")
+        if fmt not in ("key", "uuid5"):
+            raise AdapterConfigError("idempotency_format", 'must be "key" or "uuid5"')
+        limit = max_frame - FRAME_RESERVE
+        body_max = table.get("max_response_bytes", limit)
+        if not _config.is_int(body_max) or not 0 <= body_max <= limit:
+            raise AdapterConfigError(
+                "max_response_bytes", f"must be an integer from 0 to max_frame - 65536 ({limit})"
+            )
+        receipt = table.get("receipt_url")
+        return cls(
+            tag=tag,
+            target=target,
+            max_arg_bytes=_config.max_arg_bytes(table, max_frame=max_frame),
+            max_response_bytes=int(body_max),
+            method=method,
+            headers=_parse_headers(table.get("headers", {}), idem),
+            idempotency_header=idem,
+            idempotency_format=str(fmt),
+            timeout_s=_config.positive_seconds(table.get("timeout_s", 30), "timeout_s"),
+            no_effect_statuses=_status_list(
+                table.get("no_effect_statuses", list(DEFAULT_NO_EFFECT_STATUSES)),
+                "no_effect_statuses",
+            ),
+            receipt_url=None if receipt is None else _receipt_target(receipt),
+        )
+
+    @property
+    def receipt_supported(self) -> bool:
+        """A receipt is offered only when ``receipt_url`` is configured."""
+        return self.receipt_url is not None
+
+    @property
+    def live(self) -> int:
+        """Requests in flight (calls and receipts)."""
+        return self._flights.live
+
+    def claim_info(self) -> dict[str, Any]:
+        """Where the call goes and how its key is sent, for its receipt (module docstring)."""
+        return {
+            "url": self.target.url,
+            "receipt_url": self.receipt_url,
+            "idempotency_header": self.idempotency_header,
+            "idempotency_format": self.idempotency_format,
+        }
+
+    def abort(self, idempotency_key: str) -> None:
+        """Shut the connection of the call for ``idempotency_key``: it ends unknown."""
+        self._flights.abort(idempotency_key)
+
+    def kill_all(self) -> None:
+        """Shut every connection in flight and refuse new calls (the daemon's stop)."""
+        self._flights.kill_all()
+
+    def call(self, request: ActRequest) -> dict[str, Any]:
+        """Send the request once (see the module docstring for how it ends)."""
+        if len(request.args) > self.max_arg_bytes:
+            raise DefiniteFailure(f"args of {len(request.args)} bytes exceed {self.max_arg_bytes}")
+        headers, secrets = self._headers(
+            self.idempotency_header, key_value(request.idempotency_key, self.idempotency_format)
+        )
+        got = self._exchange(
+            _Request(
+                request.idempotency_key,
+                self.target,
+                self.method,
+                request.args,
+                headers,
+                secrets,
+                self.max_response_bytes,
+            )
+        )
+        said = _body_excerpt(got.body)
+        if 200 <= got.status <= 299:
+            return {
+                "status": got.status,
+                "headers": got.headers,
+                "body": got.body,
+                "truncated": got.truncated,
+            }
+        if got.status in self.no_effect_statuses:
+            raise DefiniteFailure(f"{self.tag}: HTTP {got.status} (a no-effect status){said}")
+        raise OutcomeUnknown(f"{self.tag}: HTTP {got.status}{said}")
+
+    def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
+        """GET the receipt URL for the key; never raises (module docstring)."""
+        url, header, fmt, hint_only = self._receipt_plan(claim_info)
+        if url is None:
+            return Receipt("unknown", detail="no receipt_url configured")
+        sent = key_value(idempotency_key, fmt)
+        secrets: list[bytes] = []
+        try:
+            headers, secrets = self._headers(header, sent)
+            target = Target.parse(url.replace("{key}", urllib.parse.quote(sent, safe="")), "url")
+            got = self._exchange(
+                _Request(
+                    f"receipt {idempotency_key}",
+                    target,
+                    "GET",
+                    b"",
+                    headers,
+                    secrets,
+                    self.max_response_bytes,
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - a receipt never raises: it cannot tell
+            reason = _redact.redact_text(_describe(exc), secrets)
+            return Receipt("unknown", detail=f"receipt request failed ({reason})")
+        if got.status == 200:
+            return Receipt("executed", None if got.truncated else got.body)
+        if got.status == 404 and not hint_only:
+            return Receipt("not_executed")
+        if got.status == 404:
+            return Receipt(
+                "unknown",
+                detail="receipt_url answered 404, but the claim was made without receipt_url",
+            )
+        return Receipt("unknown", detail=f"receipt_url answered HTTP {got.status}")
+
+    def _receipt_plan(
+        self, claim_info: Mapping[str, Any] | None
+    ) -> tuple[str | None, str, str, bool]:
+        """(receipt URL, key header, key format, not_executed only a hint) for a claim."""
+        current = (self.receipt_url, self.idempotency_header, self.idempotency_format, False)
+        if not isinstance(claim_info, Mapping) or "idempotency_format" not in claim_info:
+            return current  # never claimed, or a claim of another adapter (then a hint)
+        url = claim_info.get("receipt_url")
+        header = claim_info.get("idempotency_header")
+        fmt = claim_info.get("idempotency_format")
+        if not isinstance(header, str) or fmt not in ("key", "uuid5"):
+            return None, "", "key", True
+        if url is None:
+            return self.receipt_url, header, str(fmt), True
+        if not isinstance(url, str):
+            return None, "", "key", True
+        return url, header, str(fmt), False
+
+    def _headers(self, key_header: str, key: str) -> tuple[dict[str, str], list[bytes]]:
+        """The request's headers and the secret values in them (read now)."""
+        out: dict[str, str] = {}
+        secrets: list[bytes] = []
+        for name, value in self.headers:
+            if isinstance(value, HeaderSecret):
+                try:
+                    data = value.read()
+                except (OSError, ValueError) as exc:
+                    why = getattr(exc, "strerror", None) or str(exc)
+                    raise DefiniteFailure(
+                        f"{self.tag}: cannot read the secret file for header {name} "
+                        f"({value.path}): {why}; nothing was sent"
+                    ) from None
+                if data:
+                    secrets.append(data)
+                out[name] = data.decode("latin-1")
+            else:
+                out[name] = value
+        if key_header:
+            out[key_header] = key
+        if not any(n.lower() == "user-agent" for n in out):
+            out["User-Agent"] = USER_AGENT
+        return out, secrets
+
+    def _exchange(self, req: _Request) -> _Response:
+        """Connect, send, read the whole (bounded) response; raises as the module docstring says."""
+        target, secrets = req.target, req.secrets
+        conn = _connection(target, self.timeout_s)
+        flight = self._flights.begin(req.key, self.timeout_s)
+        try:
+            try:
+                conn.connect()
+            except Exception as exc:  # noqa: BLE001 - nothing was sent, whatever the cause
+                reason = _redact.redact_text(_describe(exc), secrets)
+                raise DefiniteFailure(
+                    f"{self.tag}: cannot connect to {target.host}:{target.port} ({reason}); "
+                    "nothing was sent"
+                ) from None
+            assert conn.sock is not None
+            self._flights.attach(flight, conn.sock)
+            if flight.aborted:
+                raise CallAborted(f"{self.tag}: aborted before the request was sent")
+            if flight.timed_out:
+                raise DefiniteFailure(
+                    f"{self.tag}: timed out after {self.timeout_s:g} s while connecting; "
+                    "nothing was sent"
+                )
+            try:
+                got = _send_and_read(conn, req)
+            except Exception as exc:  # noqa: BLE001 - the request may have reached the server
+                raise self._cut_short(flight, _describe(exc), secrets) from None
+            if flight.aborted or flight.timed_out:
+                # our shutdown reads as an EOF, which http.client may take for the end of
+                # the headers or of a body that runs to the close: never a response
+                raise self._cut_short(flight, "the response was cut", secrets)
+            return got
+        finally:
+            self._flights.end(flight, conn)
+
+    def _cut_short(self, flight: _Flight, why: str, secrets: Sequence[bytes]) -> OutcomeUnknown:
+        """The unknown end of a call cut after its connection was up; `CallAborted`
+        when the operator's abort closed it (contract §3.8: ``aborted: true``)."""
+        reason = _redact.redact_text(why, secrets)
+        if flight.aborted:
+            return CallAborted(f"{self.tag}: connection closed by the abort ({reason})")
+        if flight.timed_out:
+            return OutcomeUnknown(
+                f"{self.tag}: timed out after {self.timeout_s:g} s; connection closed ({reason})"
+            )
+        return OutcomeUnknown(f"{self.tag}: the exchange failed after the request began ({reason})")
+
+
+def _connection(target: Target, timeout_s: float) -> HTTPConnection:
+    if target.https:
+        return HTTPSConnection(target.host, target.port, timeout=timeout_s)
+    return HTTPConnection(target.host, target.port, timeout=timeout_s)
+
+
+def _send_and_read(conn: HTTPConnection, req: _Request) -> _Response:
+    conn.request(
+        req.method,
+        req.target.target,
+        body=req.body or None,
+        headers=req.headers,
+        preload_content=False,
+        decode_content=False,
+    )
+    resp = conn.getresponse()
+    secrets, keep = req.secrets, req.keep_body
+    try:
+        # keep the longest secret's length more than is shown: an occurrence crossing
+        # the cut is whole in what was read, and so redacted whole (_redact)
+        raw, complete = _read_head(resp, keep + _redact.longest(secrets))
+    finally:
+        resp.close()
+    kept = _redact.redact_window(raw, secrets, 0, min(len(raw), keep))
+    truncated = not complete or len(raw) > keep or len(kept) > keep
+    kept_headers = {
+        name: _redact.redact_text(resp.headers[name], secrets)
+        for name in ("content-type", "location")
+        if name in resp.headers
+    }
+    return _Response(resp.status, kept_headers, kept[:keep], truncated)
+
+
+def _read_head(resp: BaseHTTPResponse, size: int) -> tuple[bytes, bool]:
+    """Up to ``size`` bytes of the body, read as it streams in, and whether that was all."""
+    data = bytearray()
+    while len(data) <= size:
+        chunk = resp.read(min(_READ_SIZE, size + 1 - len(data)))
+        if not chunk:
+            return bytes(data), True
+        data += chunk
+    return bytes(data[:size]), False
+
+
+def _body_excerpt(body: bytes) -> str:
+    if not body:
+        return ""
+    text = body[:_MESSAGE_BODY_CHARS].decode("utf-8", "replace")
+    return f"; body: {text!r}"
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as ``Type: message``, its urllib3 wrapper's cause included."""
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) not in text:
+        text += f" ({type(cause).__name__}: {cause})"
+    return text

@@ -1,0 +1,460 @@
+"""The ``http`` act through a real daemon, against a real HTTP server on 127.0.0.1 (contract §6).
+
+Each test starts its own server (`tests.daemon._http_peer`: stdlib
+``http.server`` in a thread, or a process of its own where it is killed),
+which records what it received, and ends it in a fixture. The rules:
+
+- 2xx → succeeded with ``{status, headers, body, truncated}``; the body is
+  the args, the fence key is in ``Idempotency-Key`` (or its UUIDv5);
+- a no-effect status → failed; 409, 500, a redirect → unknown; nothing is
+  ever retried or followed;
+- a server slower than ``timeout_s``, or trickling its answer, → unknown;
+  a server killed in the middle of the request → unknown; connection
+  refused → failed;
+- ``abort`` closes the connection: unknown with ``aborted: true``;
+- a SIGKILL of the daemon during a call, then a start: the receipt GET
+  resolves it, ``executed`` or ``not_executed``;
+- a secret header reaches the server and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon._audit import Audit, all_reads, forms, pieces
+from tests.daemon._http_peer import KeyLedger, Peer, Reply
+from tests.daemon.harness import Actor, Background, Env, key, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def peers() -> Iterator[list[Peer]]:
+    """Servers a test starts; each is closed at the end, pass or fail."""
+    started: list[Peer] = []
+    yield started
+    for p in started:
+        p.close()
+
+
+@pytest.fixture
+def release() -> Iterator[list[threading.Event]]:
+    """Events holding a server's answer; all set at the end, so no handler is left waiting."""
+    events: list[threading.Event] = []
+    yield events
+    for e in events:
+        e.set()
+
+
+def http_act(url: str, **table: object) -> dict[str, object]:
+    return {"adapter": "http", "url": url, **table}
+
+
+def ledger_api(env: Env, peers: list[Peer], release: list[threading.Event]) -> KeyLedger:
+    api = KeyLedger(env.root / "api-ledger.log")
+    release.append(api.hold)
+    peers.append(Peer(api))
+    return api
+
+
+class TestOutcomes:
+    def test_a_2xx_succeeds_with_status_headers_and_body_and_carries_the_key(
+        self, make_daemon, peers
+    ):
+        """POST args as the body, the configured headers and Idempotency-Key =
+        <neuron>/<op>/<attempt>; a 201 is succeeded with its status, content-type,
+        location and body."""
+        peer = Peer(
+            lambda r: Reply(
+                201,
+                b'{"id": "ch_1"}',
+                {"Content-Type": "application/json", "Location": "/charges/ch_1", "X-Other": "1"},
+            )
+        )
+        peers.append(peer)
+        env = Env(acts={"pay": http_act(peer.url(), headers={"Content-Type": "application/json"})})
+        a = Actor(make_daemon(env), acts=("pay",))
+        a.submit("c1", "pay", b'{"amount": 100}')
+        r = a.invoke("c1")
+        assert r["status"] == "succeeded"
+        assert r["result"] == {
+            "status": 201,
+            "headers": {"content-type": "application/json", "location": "/charges/ch_1"},
+            "body": b'{"id": "ch_1"}',
+            "truncated": False,
+        }
+        (got,) = peer.requests
+        assert (got.method, got.path, got.body) == ("POST", "/charges", b'{"amount": 100}')
+        assert got.headers["idempotency-key"] == key(a, "c1") == f"{a.id}/c1/1"
+        assert got.headers["content-type"] == "application/json"
+
+    def test_the_uuid5_key_form_and_no_key_header(self, make_daemon, peers):
+        """idempotency_format uuid5 sends uuid5(uuid5(NAMESPACE_URL,
+        "wardd:idempotency-key"), key); idempotency_header "" sends none."""
+        peer = Peer()
+        peers.append(peer)
+        env = Env(
+            acts={
+                "payu": http_act(peer.url("/u"), idempotency_format="uuid5"),
+                "bare": http_act(peer.url("/b"), idempotency_header="", method="PUT"),
+            }
+        )
+        a = Actor(make_daemon(env), acts=("payu", "bare"))
+        a.submit("u1", "payu", b"x")
+        a.submit("b1", "bare", b"y")
+        assert a.invoke("u1")["status"] == "succeeded"
+        assert a.invoke("b1")["status"] == "succeeded"
+        u, b = peer.requests
+        namespace = uuid.uuid5(uuid.NAMESPACE_URL, "wardd:idempotency-key")
+        assert u.headers["idempotency-key"] == str(uuid.uuid5(namespace, key(a, "u1")))
+        assert b.method == "PUT" and "idempotency-key" not in b.headers
+
+    def test_a_no_effect_status_fails_and_is_sent_once(self, make_daemon, peers):
+        """422 is in the default no_effect_statuses: failed, one request, and a retry is allowed."""
+        peer = Peer(lambda r: Reply(422, b'{"error": "amount"}'))
+        peers.append(peer)
+        env = Env(acts={"pay": http_act(peer.url())})
+        a = Actor(make_daemon(env), acts=("pay",))
+        a.submit("f", "pay", b"{}")
+        r = a.invoke("f")
+        assert r["status"] == "failed" and "HTTP 422" in r["error"] and "amount" in r["error"]
+        assert len(peer.requests) == 1
+        assert a.state("f") == "pending"  # failed: a new attempt may run
+
+    @pytest.mark.parametrize(
+        "reply, said",
+        [
+            (Reply(500, b"oops"), "HTTP 500"),
+            (Reply(409, b"busy"), "HTTP 409"),
+            (Reply(302, b"", {"Location": "/elsewhere"}), "HTTP 302"),
+            (Reply(404, b"gone"), "HTTP 404"),  # no_effect_statuses = [422] here
+        ],
+    )
+    def test_other_statuses_are_unknown_never_retried_or_followed(
+        self, make_daemon, peers, reply, said
+    ):
+        """500, 409, a redirect, a 404 left out of no_effect_statuses: unknown,
+        and the server saw exactly one request (no retry, no redirect followed)."""
+        peer = Peer(lambda r: reply)
+        peers.append(peer)
+        env = Env(acts={"pay": http_act(peer.url(), no_effect_statuses=[422])})
+        a = Actor(make_daemon(env), acts=("pay",))
+        a.submit("u", "pay", b"{}")
+        r = a.invoke("u")
+        assert r["status"] == "unknown" and said in r["error"]
+        assert [x.path for x in peer.requests] == ["/charges"]
+        att = a.op("u")["attempts"][0]
+        assert att["state"] == "unknown" and att["evidence"]["claimed"] is True
+
+    def test_connection_refused_fails(self, make_daemon):
+        """A port where nothing listens (bound, not listening): failed, nothing was sent."""
+        closed = socket.socket()
+        try:
+            closed.bind(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+            env = Env(acts={"pay": http_act(f"http://127.0.0.1:{port}/c")})
+            a = Actor(make_daemon(env), acts=("pay",))
+            a.submit("r", "pay", b"{}")
+            r = a.invoke("r")
+            assert r["status"] == "failed"
+            assert "nothing was sent" in r["error"] and "refused" in r["error"]
+        finally:
+            closed.close()
+
+    def test_a_server_slower_than_timeout_s_is_unknown(self, make_daemon, peers, release):
+        """The server read the request and holds its answer: past timeout_s, unknown."""
+        held = threading.Event()
+        release.append(held)
+        peer = Peer(lambda r: Reply(201, b"late", hold=held))
+        peers.append(peer)
+        env = Env(acts={"pay": http_act(peer.url(), timeout_s=0.5)})
+        a = Actor(make_daemon(env), acts=("pay",))
+        a.submit("s", "pay", b"{}")
+        r = a.invoke("s")
+        assert r["status"] == "unknown" and "timed out after 0.5 s" in r["error"]
+        assert len(peer.requests) == 1  # it had the request: the effect may be under way
+
+    def test_a_trickling_server_cannot_hold_the_call_past_timeout_s(self, make_daemon, peers):
+        """A server that sends a header line every 50 ms, for ever: each read
+        succeeds, yet the call ends unknown at timeout_s and the server sees
+        its connection shut."""
+        peer = Peer(lambda r: Reply(trickle=0.05))
+        peers.append(peer)
+        env = Env(acts={"pay": http_act(peer.url(), timeout_s=0.5)})
+        a = Actor(make_daemon(env), acts=("pay",))
+        a.submit("t", "pay", b"{}")
+        r = a.invoke("t")
+        assert r["status"] == "unknown" and "timed out" in r["error"]
+        peer.wait_for(lambda: peer.trickles_cut == 1, "the server to see the connection shut")
+
+    def test_a_server_killed_in_the_middle_of_the_request_is_unknown(self, make_daemon, tmp_path):
+        """The server process read the request and is SIGKILLed before it answers: unknown."""
+        marks = tmp_path / "marks"
+        marks.mkdir()
+        port_file = tmp_path / "port"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.daemon._http_peer",
+                "--port-file",
+                str(port_file),
+                "--marks",
+                str(marks),
+            ],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(port_file.exists, what="the server process's port")
+            url = f"http://127.0.0.1:{port_file.read_text()}/charges"
+            env = Env(acts={"pay": http_act(url, timeout_s=60)})
+            d = make_daemon(env)
+            a = Actor(d, acts=("pay",))
+            a.submit("k", "pay", b"body")
+            call = Background(a.invoke, "k", 1, d.connect())
+            wait_for(lambda: any(marks.iterdir()), what="the server to read the request")
+            proc.send_signal(signal.SIGKILL)
+            r = call.result()
+            assert r["status"] == "unknown"
+            assert "after the request began" in r["error"]
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+class TestAbort:
+    def test_abort_closes_the_connection_and_records_unknown_aborted(
+        self, make_daemon, peers, release
+    ):
+        """A call held by the server: abort answers unknown once durable, the
+        evidence says aborted: true, and the call's own invoke got the same."""
+        held = threading.Event()
+        release.append(held)
+        peer = Peer(lambda r: Reply(201, b"late", hold=held))
+        peers.append(peer)
+        env = Env(acts={"pay": http_act(peer.url(), timeout_s=600)})
+        d = make_daemon(env)
+        a = Actor(d, acts=("pay",))
+        a.submit("h", "pay", b"{}")
+        call = Background(a.invoke, "h", 1, d.connect())
+        peer.wait_for(lambda: len(peer.requests) == 1, "the request to arrive")
+        res = a.call("abort", {"op": "h", "attempt": 1})
+        assert res == {"op": "h", "attempt": 1, "status": "unknown"}
+        att = a.op("h")["attempts"][0]
+        assert att["state"] == "unknown" and att["evidence"]["aborted"] is True
+        own = call.result()
+        assert own["status"] == "unknown" and "aborted by the operator" in own["error"]
+        assert "connection closed by the abort" in own["error"]
+
+
+class TestReceipts:
+    @staticmethod
+    def daemon_with_api(make_daemon, peers, release, **table):
+        """A daemon whose act ``pay`` calls a `KeyLedger` API with its receipt URL."""
+        env = Env()
+        api = ledger_api(env, peers, release)
+        (peer,) = peers
+        env.acts["pay"] = http_act(peer.url(), receipt_url=peer.url("/by-key/{key}"), **table)
+        env.write_config()
+        d = make_daemon(env)
+        return api, peer, d, Actor(d, acts=("pay",))
+
+    @staticmethod
+    def crash_during(d, a, op: str, mode: bytes, arrived) -> None:
+        """Invoke ``op``, wait until the API is at ``arrived``, SIGKILL, start again."""
+        a.submit(op, "pay", mode)
+        Background(a.invoke, op, 1, d.connect())
+        arrived()
+        d.kill()
+        d.start()
+        a.client = d.connect()
+
+    def test_a_500_after_the_effect_is_resolved_executed_by_check_receipts(
+        self, make_daemon, peers, release
+    ):
+        """unknown after a 500; check_receipts GETs receipt_url with the key
+        percent-encoded and the key header: 200 → succeeded, the body as value."""
+        api, peer, _, a = self.daemon_with_api(make_daemon, peers, release)
+        a.submit("p", "pay", b"after-500")
+        assert a.invoke("p")["status"] == "unknown"
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
+        get = peer.requests[-1]
+        assert get.method == "GET"
+        assert get.path == "/by-key/" + urllib.parse.quote(key(a, "p"), safe="")
+        assert get.headers["idempotency-key"] == key(a, "p")
+        out = a.op("p")["attempts"][0]["outcome"]
+        assert out["status"] == "succeeded" and out["source"] == "receipt"
+        assert b"after-500" in out["value"]
+        assert list(api.effects) == [key(a, "p")]
+        assert len([r for r in peer.requests if r.method == "POST"]) == 1  # never re-sent
+
+    def test_sigkill_during_a_call_then_the_start_receipt_says_executed(
+        self, make_daemon, peers, release
+    ):
+        """The API recorded the effect and holds its answer; the daemon is
+        SIGKILLed; at the next start (before READY) the receipt resolves the
+        attempt succeeded, source receipt (asked with the uuid5 key form)."""
+        api, peer, d, a = self.daemon_with_api(
+            make_daemon, peers, release, idempotency_format="uuid5"
+        )
+        recorded = lambda: peer.wait_for(lambda: len(api.effects) == 1, "the effect")  # noqa: E731
+        self.crash_during(d, a, "x", b"held", recorded)
+        att = a.op("x")["attempts"][0]
+        assert att["state"] == "succeeded" and att["outcome"]["source"] == "receipt"
+        assert att["evidence"]["claimed"] is True
+        namespace = uuid.uuid5(uuid.NAMESPACE_URL, "wardd:idempotency-key")
+        assert peer.requests[-1].path == f"/by-key/{uuid.uuid5(namespace, key(a, 'x'))}"
+        assert a.state("x") == "retained"
+
+    def test_sigkill_during_a_call_then_the_start_receipt_says_not_executed(
+        self, make_daemon, peers, release
+    ):
+        """The API read the request and holds it before any effect; the daemon
+        is SIGKILLed; the start's receipt gets 404 (which fences the key at the
+        API): not_executed, and the request let go afterwards has no effect."""
+        api, peer, d, a = self.daemon_with_api(make_daemon, peers, release)
+        arrived = lambda: peer.wait_for(lambda: len(peer.requests) == 1, "the request")  # noqa: E731
+        self.crash_during(d, a, "y", b"held-before", arrived)
+        att = a.op("y")["attempts"][0]
+        assert att["state"] == "not_executed" and att["outcome"]["source"] == "receipt"
+        assert a.state("y") == "pending"
+        api.hold.set()
+        api.wait_idle()
+        assert api.effects == {} and not api.ledger.exists()
+
+
+class TestSecrets:
+    def test_a_secret_header_reaches_the_server_and_nothing_else(
+        self, make_daemon, peers, release, tmp_path
+    ):
+        """Authorization = {file = ...}: the server gets it; the server echoes it
+        in bodies, a Location header and an error; it is found nowhere in the
+        results, the DB, the WAL, the logs or any read, in any form."""
+        secret = ("Bearer " + secrets.token_urlsafe(30)).encode()
+        secret_file = tmp_path / "pay-token"
+        secret_file.write_bytes(secret + b"\n")
+        held = threading.Event()
+        release.append(held)
+
+        def echo(r):
+            auth = r.headers.get("authorization", "").encode()
+            if r.body == b"fail":
+                return Reply(500, b"denied for " + auth)
+            if r.body == b"hold":
+                return Reply(201, auth, hold=held)
+            return Reply(201, b"you sent " + auth, {"Location": "/c?t=" + auth.decode()})
+
+        peer = Peer(echo)
+        peers.append(peer)
+        env = Env(
+            acts={
+                "pay": http_act(
+                    peer.url(),
+                    headers={"Authorization": {"file": str(secret_file)}, "X-Plain": "p"},
+                    receipt_url=peer.url("/by-key/{key}"),
+                )
+            }
+        )
+        d = make_daemon(env)
+        a = Actor(d, acts=("pay",))
+        a.call("create_prog", {"prog": "other", "step_limit": 10})  # all_reads reads it
+        audit = Audit()
+        a.submit("ok", "pay", b"ok")
+        ok = audit.add("invoke", a.invoke("ok"))
+        assert ok["status"] == "succeeded" and b"[redacted]" in ok["result"]["body"]
+        assert "[redacted]" in ok["result"]["headers"]["location"]
+        a.submit("bad", "pay", b"fail")
+        bad = audit.add("invoke", a.invoke("bad"))
+        assert bad["status"] == "unknown" and "[redacted]" in bad["error"]
+        # a crash during a call, then the start's receipt (it sends the header too)
+        a.submit("crash", "pay", b"hold")
+        Background(a.invoke, "crash", 1, d.connect())
+        peer.wait_for(lambda: len(peer.requests) == 3, "the held request")
+        d.kill()
+        d.start()
+        a.client = d.connect()
+        assert peer.requests[-1].method == "GET"
+        assert all(r.headers["authorization"].encode() == secret for r in peer.requests)
+        all_reads(a.client, a, audit)
+        audit.add("status", a.read("status"))
+        haystacks = [(p.name, p.read_bytes()) for p in env.database.parent.iterdir()]
+        assert any(name.endswith("-wal") for name, _ in haystacks)
+        assert d.terminate() == 0
+        haystacks += [(p.name, p.read_bytes()) for p in env.database.parent.iterdir()]
+        haystacks += [(log.name, log.read_bytes()) for log in d.logs]
+        haystacks += audit.seen
+        needles = [*forms(secret), *pieces(secret)]
+        leaks = [where for where, hay in haystacks if any(n in hay for n in needles)]
+        assert leaks == []
+
+
+class TestConfig:
+    @pytest.mark.parametrize(
+        "table, where, why",
+        [
+            ({"url": "ftp://h/x"}, 'acts."pay.charge".url', "http:// or https://"),
+            ({"url": "http://h/x", "headers": {"Bad Name": "v"}}, "headers", "header name"),
+            (
+                {"url": "http://h/x", "headers": {"idempotency-key": "v"}},
+                'acts."pay.charge".headers."idempotency-key"',
+                "the idempotency header",
+            ),
+            (
+                {"url": "http://h/x", "no_effect_statuses": [400, 600]},
+                'acts."pay.charge"."no_effect_statuses[1]"',
+                "100 to 599",
+            ),
+            ({"url": "http://h/x", "timeout_s": 0}, 'acts."pay.charge".timeout_s', "positive"),
+            (
+                {"url": "http://h/x", "receipt_url": "http://h/by-key"},
+                'acts."pay.charge".receipt_url',
+                "{key}",
+            ),
+            (
+                {"url": "http://h/x", "headers": {"Authorization": {"file": "/nonexistent/tok"}}},
+                'acts."pay.charge".headers."Authorization".file',
+                "cannot read the secret file /nonexistent/tok",
+            ),
+        ],
+    )
+    def test_check_config_refuses_in_one_line_with_the_dotted_key(
+        self, tmp_path, table, where, why
+    ):
+        env = Env(acts={"pay.charge": {"adapter": "http", **table}})
+        out = subprocess.run(
+            [sys.executable, "-m", "wardd.daemon.cli", "check-config", str(env.config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 78, out
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and where in lines[0] and why in lines[0], lines
+
+    def test_a_secret_file_content_never_appears_in_a_config_error(self, tmp_path):
+        """A secret file with a newline inside is refused without showing it."""
+        secret_file = tmp_path / "tok"
+        secret_file.write_bytes(b"Bearer s3cr3t-value\nmore\n")
+        env = Env(acts={"pay": http_act("http://h/x", headers={"A": {"file": str(secret_file)}})})
+        out = subprocess.run(
+            [sys.executable, "-m", "wardd.daemon.cli", "check-config", str(env.config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ},
+        )
+        assert out.returncode == 78 and 'acts.pay.headers."A".file' in out.stderr
+        assert "s3cr3t" not in out.stderr + out.stdout

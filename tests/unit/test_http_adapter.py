@@ -1,0 +1,284 @@
+"""The ``http`` adapter in this process, against a real HTTP server on 127.0.0.1 (contract §6).
+
+The daemon-level rules are in tests/daemon/test_http_acts.py; here, the
+table's checks and the parts a daemon test reaches only slowly: the body
+bound and its redaction, the receipt's answers and what the claim records,
+a secret rotated between calls, an abort that comes before the call, and
+the adapter's stop.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon._http_peer import Peer, Reply
+from wardd.adapters import (
+    ActRequest,
+    AdapterConfigError,
+    DefiniteFailure,
+    HttpAdapter,
+    OutcomeUnknown,
+    build_adapter,
+)
+from wardd.adapters._http import KEY_NAMESPACE, key_value
+
+MAX_FRAME = 1 << 20
+
+
+@pytest.fixture
+def peers() -> Iterator[list[Peer]]:
+    started: list[Peer] = []
+    yield started
+    for p in started:
+        p.close()
+
+
+def adapter(**table: object) -> HttpAdapter:
+    got = build_adapter("pay", {"adapter": "http", **table}, max_frame=MAX_FRAME)
+    assert isinstance(got, HttpAdapter)
+    return got
+
+
+def request(op: str = "op", args: bytes = b"{}") -> ActRequest:
+    return ActRequest(neuron="n1", op=op, attempt=1, act="pay", args=args)
+
+
+class TestTable:
+    def test_defaults(self):
+        """POST, Idempotency-Key as the key, 30 s, the default no-effect list, the frame bound."""
+        a = adapter(url="https://api.example.com/v1/charges?x=1")
+        assert (a.target.host, a.target.port, a.target.target) == (
+            "api.example.com",
+            443,
+            "/v1/charges?x=1",
+        )
+        assert (a.method, a.idempotency_header, a.idempotency_format) == (
+            "POST",
+            "Idempotency-Key",
+            "key",
+        )
+        assert a.timeout_s == 30 and a.max_response_bytes == MAX_FRAME - 65536
+        assert a.no_effect_statuses == {400, 401, 403, 404, 405, 415, 422}
+        assert a.in_process and a.abortable and not a.receipt_supported
+
+    def test_the_namespace_is_the_documented_one(self):
+        """uuid5(NAMESPACE_URL, "wardd:idempotency-key"), as docs/configuration.md says."""
+        assert uuid.uuid5(uuid.NAMESPACE_URL, "wardd:idempotency-key") == KEY_NAMESPACE
+        assert key_value("n/o/1", "uuid5") == str(uuid.uuid5(KEY_NAMESPACE, "n/o/1"))
+        assert key_value("n/o/1", "key") == "n/o/1"
+
+    @pytest.mark.parametrize(
+        "table, key",
+        [
+            ({}, "url"),
+            ({"url": "ftp://h/"}, "url"),
+            ({"url": "http:///x"}, "url"),
+            ({"url": "http://u:p@h/x"}, "url"),
+            ({"url": "http://h/x#f"}, "url"),
+            ({"url": "http://h:99999/x"}, "url"),
+            ({"url": "http://h/a b"}, "url"),
+            ({"url": "http://h/", "method": "PO ST"}, "method"),
+            ({"url": "http://h/", "headers": {"a:b": "v"}}, 'headers."a:b"'),
+            ({"url": "http://h/", "headers": {"X": "a\nb"}}, 'headers."X"'),
+            ({"url": "http://h/", "headers": {"X": "é€"}}, 'headers."X"'),
+            ({"url": "http://h/", "headers": {"Content-Length": "1"}}, 'headers."Content-Length"'),
+            ({"url": "http://h/", "headers": {"X": 1}}, 'headers."X"'),
+            ({"url": "http://h/", "headers": {"X": {"path": "/a"}}}, 'headers."X".path'),
+            ({"url": "http://h/", "headers": {"X": {"file": "rel"}}}, 'headers."X".file'),
+            (
+                {"url": "http://h/", "headers": {"IDEMPOTENCY-key": "v"}},
+                'headers."IDEMPOTENCY-key"',
+            ),
+            ({"url": "http://h/", "headers": {"X": "1", "x": "2"}}, 'headers."x"'),
+            ({"url": "http://h/", "idempotency_header": "a b"}, "idempotency_header"),
+            ({"url": "http://h/", "idempotency_format": "uuid4"}, "idempotency_format"),
+            ({"url": "http://h/", "timeout_s": -1}, "timeout_s"),
+            ({"url": "http://h/", "timeout_s": True}, "timeout_s"),
+            ({"url": "http://h/", "no_effect_statuses": [99]}, "no_effect_statuses[0]"),
+            ({"url": "http://h/", "no_effect_statuses": [404, 201]}, "no_effect_statuses[1]"),
+            ({"url": "http://h/", "no_effect_statuses": 404}, "no_effect_statuses"),
+            ({"url": "http://h/", "receipt_url": "http://h/k"}, "receipt_url"),
+            ({"url": "http://h/", "receipt_url": "http://{key}/k"}, "receipt_url"),
+            ({"url": "http://h/", "receipt_url": "ftp://h/{key}"}, "receipt_url"),
+            ({"url": "http://h/", "max_response_bytes": MAX_FRAME}, "max_response_bytes"),
+            ({"url": "http://h/", "max_arg_bytes": 0}, "max_arg_bytes"),
+            ({"url": "http://h/", "bogus": 1}, "bogus"),
+        ],
+    )
+    def test_refusals_name_the_key(self, table, key):
+        with pytest.raises(AdapterConfigError) as ei:
+            adapter(**table)
+        assert ei.value.key == key
+
+    def test_the_idempotency_header_may_be_set_when_none_is_sent(self):
+        """With idempotency_header "", a header of that name is the operator's own."""
+        a = adapter(url="http://h/", idempotency_header="", headers={"Idempotency-Key": "mine"})
+        assert a.headers == (("Idempotency-Key", "mine"),)
+
+    @pytest.mark.parametrize(
+        "content, why",
+        [(b"a" * 65537, "exceeds 64 KiB"), (b"a\nb", "NUL, CR or LF"), (b"a\0b", "NUL")],
+    )
+    def test_a_bad_secret_file_is_refused_without_its_content(self, tmp_path, content, why):
+        f = tmp_path / "tok"
+        f.write_bytes(content)
+        with pytest.raises(AdapterConfigError) as ei:
+            adapter(url="http://h/", headers={"A": {"file": str(f)}})
+        assert ei.value.key == 'headers."A".file' and why in ei.value.reason
+        assert "aaa" not in str(ei.value)
+
+
+class TestCalls:
+    def test_the_body_is_cut_at_max_response_bytes_and_a_secret_across_the_cut_is_redacted(
+        self, peers, tmp_path
+    ):
+        """A body of 100 bytes with the secret straddling byte 64: 64 bytes kept,
+        truncated, and no piece of the secret left at the end."""
+        secret = b"Bearer-0123456789abcdef"
+        (tmp_path / "tok").write_bytes(secret)
+        body = b"x" * 60 + secret + b"y" * 17
+        peer = Peer(lambda r: Reply(200, body))
+        peers.append(peer)
+        a = adapter(
+            url=peer.url(),
+            headers={"Authorization": {"file": str(tmp_path / "tok")}},
+            max_response_bytes=64,
+        )
+        out = a.call(request())
+        assert out["truncated"] is True and len(out["body"]) <= 64
+        assert out["body"].startswith(b"x" * 60) and secret[:4] not in out["body"]
+        assert peer.requests[0].headers["authorization"] == secret.decode()
+
+    def test_a_secret_rotated_between_calls_is_sent_and_an_unreadable_one_fails(
+        self, peers, tmp_path
+    ):
+        """The file is read at every call: the new value goes out; once it is
+        gone the call fails before anything is sent."""
+        tok = tmp_path / "tok"
+        tok.write_bytes(b"first\n")
+        peer = Peer()
+        peers.append(peer)
+        a = adapter(url=peer.url(), headers={"Authorization": {"file": str(tok)}})
+        a.call(request("a"))
+        tok.write_bytes(b"second\n")
+        a.call(request("b"))
+        assert [r.headers["authorization"] for r in peer.requests] == ["first", "second"]
+        tok.unlink()
+        with pytest.raises(DefiniteFailure, match="nothing was sent"):
+            a.call(request("c"))
+        assert len(peer.requests) == 2
+
+    def test_an_abort_before_the_call_sends_nothing_and_is_unknown(self, peers):
+        peer = Peer()
+        peers.append(peer)
+        a = adapter(url=peer.url())
+        a.abort("n1/op/1")
+        with pytest.raises(OutcomeUnknown, match="before the request was sent"):
+            a.call(request())
+        assert peer.requests == [] and a.live == 0
+
+    def test_after_kill_all_nothing_is_sent(self, peers):
+        peer = Peer()
+        peers.append(peer)
+        a = adapter(url=peer.url())
+        a.kill_all()
+        with pytest.raises(DefiniteFailure, match="shut down"):
+            a.call(request())
+        assert peer.requests == []
+
+    def test_a_failed_tls_handshake_fails_and_sends_no_request(self, peers):
+        """https:// to a server that speaks plain HTTP: the handshake fails, failed."""
+        peer = Peer()
+        peers.append(peer)
+        a = adapter(url=peer.url().replace("http://", "https://"))
+        with pytest.raises(DefiniteFailure, match="nothing was sent") as ei:
+            a.call(request())
+        assert "SSL" in str(ei.value)
+        assert peer.requests == [] and a.live == 0
+
+    def test_args_over_the_bound_fail_before_anything_is_sent(self, peers):
+        peer = Peer()
+        peers.append(peer)
+        a = adapter(url=peer.url(), max_arg_bytes=4)
+        with pytest.raises(DefiniteFailure):
+            a.call(request(args=b"12345"))
+        assert peer.requests == []
+
+
+class TestReceipt:
+    def receipt_peer(self, peers: list[Peer], status: int, body: bytes = b"v") -> Peer:
+        peer = Peer(lambda r: Reply(status, body))
+        peers.append(peer)
+        return peer
+
+    @pytest.mark.parametrize(
+        "status, answer",
+        [(200, "executed"), (404, "not_executed"), (500, "unknown"), (302, "unknown")],
+    )
+    def test_the_status_decides(self, peers, status, answer):
+        peer = self.receipt_peer(peers, status)
+        a = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}?x=1"))
+        got = a.receipt("n1/op/1", a.claim_info())
+        assert got.answer == answer
+        assert got.value == (b"v" if answer == "executed" else None)
+        (r,) = peer.requests
+        assert (r.method, r.path, r.body) == ("GET", "/k/n1%2Fop%2F1?x=1", b"")
+        assert r.headers["idempotency-key"] == "n1/op/1"
+
+    def test_an_unreachable_receipt_url_is_unknown(self):
+        closed = socket.socket()
+        try:
+            closed.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{closed.getsockname()[1]}/k/{{key}}"
+            got = adapter(url="http://h/", receipt_url=url).receipt("n1/op/1", None)
+        finally:
+            closed.close()
+        assert got.answer == "unknown" and "refused" in (got.detail or "")
+
+    def test_the_claim_s_key_form_and_receipt_url_are_used(self, peers):
+        """A claim made with uuid5 at one receipt URL is asked there, in uuid5,
+        even once the act is reconfigured."""
+        peer = self.receipt_peer(peers, 200)
+        old = adapter(
+            url=peer.url(), receipt_url=peer.url("/old/{key}"), idempotency_format="uuid5"
+        )
+        new = adapter(url=peer.url(), receipt_url=peer.url("/new/{key}"), idempotency_header="K")
+        assert new.receipt("n1/op/1", old.claim_info()).answer == "executed"
+        (r,) = peer.requests
+        assert r.path == "/old/" + key_value("n1/op/1", "uuid5")
+        assert r.headers["idempotency-key"] == key_value("n1/op/1", "uuid5")
+
+    def test_a_claim_without_receipt_url_gets_no_not_executed(self, peers):
+        peer = self.receipt_peer(peers, 404)
+        before = adapter(url=peer.url())
+        now = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}"))
+        got = now.receipt("n1/op/1", before.claim_info())
+        assert got.answer == "unknown" and "without receipt_url" in (got.detail or "")
+
+    def test_no_receipt_url_is_unknown_without_a_request(self):
+        assert adapter(url="http://h/").receipt("n1/op/1").answer == "unknown"
+
+
+def test_the_default_config_shows_every_http_key():
+    """`wardd default-config` (DEFAULT_TOML) names every key the adapter takes."""
+    from wardd.adapters._http import _KEYS
+    from wardd.daemon.config import DEFAULT_TOML
+
+    http_part = DEFAULT_TOML[DEFAULT_TOML.index('adapter = "http"') - 40 :]
+    for k in _KEYS:
+        if k != "max_arg_bytes":
+            assert f"# {k} = " in http_part, k
+
+
+def test_the_configuration_doc_shows_every_http_key():
+    from wardd.adapters._http import _KEYS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    section = doc[doc.index("### `http`") : doc.index("### Plug-in adapters")]
+    for k in set(_KEYS) - {"adapter", "max_arg_bytes"}:  # those two: every act's
+        assert f"`{k}`" in section, k
