@@ -252,7 +252,7 @@ class TestAbort:
         call = Background(a.invoke, "h", 1, d.connect())
         peer.wait_for(lambda: len(peer.requests) == 1, "the request to arrive")
         res = a.call("abort", {"op": "h", "attempt": 1})
-        assert res == {"op": "h", "attempt": 1, "status": "unknown"}
+        assert res == {"op": "h", "attempt": 1, "status": "unknown", "aborted": True}
         att = a.op("h")["attempts"][0]
         assert att["state"] == "unknown" and att["evidence"]["aborted"] is True
         own = call.result()
@@ -414,7 +414,7 @@ class TestConfig:
             ),
             (
                 {"url": "http://h/x", "no_effect_statuses": [400, 600]},
-                'acts."pay.charge"."no_effect_statuses[1]"',
+                'acts."pay.charge".no_effect_statuses[1]',
                 "100 to 599",
             ),
             ({"url": "http://h/x", "timeout_s": 0}, 'acts."pay.charge".timeout_s', "positive"),
