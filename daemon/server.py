@@ -268,18 +268,20 @@ class Server:
         if the daemon began to stop before it was decoded (see `stop_decoding`)."""
         if len(body) <= INLINE_DECODE_BYTES:
             return decode_item(body)
-        if self._decoding_stopped:
-            return _DROPPED
-        with trio.CancelScope() as scope:
-            self._decodes.add(scope)
-            try:
-                # abandoned, not waited for, when the stop cancels it: the
-                # thread runs on to its end (bounded) and its result is dropped
-                return await trio.to_thread.run_sync(
-                    reference_decode, body, limiter=self._decode_limiter, abandon_on_cancel=True
-                )
-            finally:
-                self._decodes.discard(scope)
+        if not self._decoding_stopped:
+            with trio.CancelScope() as scope:
+                self._decodes.add(scope)
+                try:
+                    # abandoned, not waited for, when the stop cancels it: the
+                    # thread runs on to its end (bounded) and its result is dropped
+                    return await trio.to_thread.run_sync(
+                        reference_decode,
+                        body,
+                        limiter=self._decode_limiter,
+                        abandon_on_cancel=True,
+                    )
+                finally:
+                    self._decodes.discard(scope)
         log.info("decode_dropped", size=len(body), reason="stopping")
         return _DROPPED
 
