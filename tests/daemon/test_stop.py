@@ -13,7 +13,6 @@ import os
 import select
 import shlex
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,7 +21,15 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import Actor, Background, Daemon, Env, child_env, wait_for
+from tests.daemon.harness import (
+    Actor,
+    Background,
+    Daemon,
+    Env,
+    boot_row,
+    child_env,
+    wait_for,
+)
 from wardd.protocol import WarddError
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,16 +52,6 @@ def logged(d: Daemon, event: str, **fields: Any) -> bool:
     return any(
         e.get("event") == event and all(e.get(k) == v for k, v in fields.items()) for e in events(d)
     )
-
-
-def boot_row(env: Env, boot: str) -> tuple[Any, Any]:
-    db = sqlite3.connect(f"file:{env.database}?mode=ro", uri=True)
-    try:
-        return db.execute(
-            "SELECT clean, stopped_at FROM boots WHERE boot_id = ?", (boot,)
-        ).fetchone()
-    finally:
-        db.close()
 
 
 def alive(pid: int) -> bool:

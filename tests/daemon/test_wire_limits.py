@@ -23,8 +23,7 @@ from typing import Any
 import cbor2
 import pytest
 
-from tests.daemon.harness import Actor, Daemon, wait_for
-from tests.daemon.test_stop import boot_row
+from tests.daemon.harness import Actor, Daemon, boot_row, wait_for
 from wardd.protocol import ProtocolError, decode_item, parse_reply
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
