@@ -18,10 +18,12 @@ test_stop.py). Each builder returns one CBOR body of at most ``size`` bytes.
 
 from __future__ import annotations
 
+import socket
 import struct
+import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["HOSTILE", "colliding_keys", "tuple_hash"]
+__all__ = ["HOSTILE", "attack", "colliding_keys", "tuple_hash"]
 
 _M = (1 << 64) - 1
 _P1 = 11400714785074694791
@@ -145,3 +147,53 @@ HOSTILE: dict[str, Callable[[int], bytes]] = {
     "indefinite_text_keys": indefinite_text_keys,
     "indefinite_text_chunks": indefinite_text_chunks,
 }
+
+
+# -- the attackers (bench/run.py, section "hostile") ------------------------------------------
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+_HELLO = _frame(
+    b"\xa3bid\x00fmethodehellofparams\xa2hprotocol\x01fclientghostile"
+)
+
+
+def _reply(sock: socket.socket) -> bytes | None:
+    """One whole reply frame's body, or None once the daemon has closed."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack_from(">I", data)[0]:
+        try:
+            chunk = sock.recv(1 << 16)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    return data[4:]
+
+
+def attack(path: str, body: bytes, stop: threading.Event) -> int:
+    """Send `body` as a frame, read the answer, again, until `stop`: the frames
+    sent. A frame refused as bad (the daemon closes) is sent again on a new
+    connection; an accepted one (``protocol_error``) on the same."""
+    sent = 0
+    frame = _frame(body)
+    while not stop.is_set():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(60)
+            try:
+                sock.connect(path)
+                sock.sendall(_HELLO)
+                if _reply(sock) is None:
+                    continue
+                while not stop.is_set():
+                    sock.sendall(frame)
+                    sent += 1
+                    if _reply(sock) is None:
+                        break
+            except OSError:
+                continue
+    return sent

@@ -11,6 +11,10 @@ Sections (docs/performance.md, "Where the time goes"):
   ``status``, a ``submit`` with 60 KiB of args) and of a hostile 1 MiB body
   of tiny items, against the pure-Python reference decoder and against a
   bare ``cbor2.loads`` (the floor);
+- ``hostile``: the worst frame bodies we can build (``_hostile.py``) at the
+  largest size decoded on the event loop, at 64 KiB and at 1 MiB: decode
+  CPU on the path each takes, and the event loop's lateness beside a
+  thread decoding the worst 1 MiB body;
 - ``wire``: the rest of the framing on the event loop: ``FrameDecoder``,
   ``parse_request``, ``encode_reply`` of a typical reply;
 - ``verify``: Ed25519 signature checks: the parts of `verify` (signing
@@ -121,6 +125,43 @@ def bench_decode() -> None:
     if reference is not None:
         show("wake-up delay past a 1 ms sleep, beside the reference",
              wake_delays(lambda: reference(body)), "ms", 1e3)
+
+
+def bench_hostile() -> None:
+    """The worst frames we can build (``_hostile.py``), per size: what each costs
+    decode_item (the event loop's path, bodies up to INLINE_DECODE_BYTES) and
+    the reference decoder (the thread's path, larger bodies), CPU time."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _hostile
+
+    from wardd.daemon.server import INLINE_DECODE_BYTES
+    from wardd.protocol import BadFrame
+
+    print("\n== hostile: the worst frame bodies, by shape and size"
+          f" (event loop decodes up to {INLINE_DECODE_BYTES} B)")
+
+    def refused_or(fn: Callable[[bytes], Any], body: bytes) -> Callable[[], Any]:
+        def call() -> None:
+            try:
+                fn(body)
+            except BadFrame:
+                pass
+        return call
+
+    shapes = {"colliding keys (refused)": _hostile.colliding_keys, **_hostile.HOSTILE}
+    for size in (INLINE_DECODE_BYTES, 65536, 1 << 20):
+        for name, build in shapes.items():
+            body = build(size)
+            n = 3 if size > 65536 else 20
+            if size <= INLINE_DECODE_BYTES:
+                show(f"{size // 1024} KiB {name}: decode_item (event loop)",
+                     per_call(refused_or(decode_item, body), n), "ms", 1e3)
+            else:
+                show(f"{size // 1024} KiB {name}: reference (thread)",
+                     per_call(refused_or(_cbor.reference_decode, body), n), "ms", 1e3)
+    body = _hostile.nested_empties(1 << 20)
+    show("wake-up delay past a 1 ms sleep, beside the reference on 1 MiB of empties",
+         wake_delays(refused_or(_cbor.reference_decode, body)), "ms", 1e3)
 
 
 def bench_wire() -> None:
@@ -429,6 +470,7 @@ def bench_trio() -> None:
 SECTIONS = {
     "trio": bench_trio,
     "decode": bench_decode,
+    "hostile": bench_hostile,
     "wire": bench_wire,
     "verify": bench_verify,
     "registration": bench_registration,

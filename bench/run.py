@@ -34,6 +34,11 @@ filesystem). Results, method and analysis: docs/performance.md.
    fits in a few minutes) whose database size and RSS must stay flat.
 7. metrics: the CPU one ``invoke``'s counting adds (``_metrics``:
    in-process, each repetition paired with the same loop uncounted).
+8. hostile frames: ``status`` p50/p99 (from the prober process) while 20
+   connections send, again and again, the worst frames we can build
+   (``_hostile.py``): 64 KiB of colliding map keys, and the costliest
+   shapes the decoder accepts at 4 KiB (the largest body decoded on the
+   event loop) and at 1 MiB (decoded on threads).
 
 Figures are median [min–max] over repetitions; latencies are pooled
 p50/p99. Ratios to the raw bound and to DBOS are paired (the raw sample, or
@@ -51,8 +56,10 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +70,7 @@ import _common as C  # noqa: E402
 import _dbos  # noqa: E402
 import _dispatch  # noqa: E402
 import _engine  # noqa: E402
+import _hostile  # noqa: E402
 import _metrics  # noqa: E402
 import _raw  # noqa: E402
 import _recovery  # noqa: E402
@@ -70,7 +78,8 @@ import _retention  # noqa: E402
 from _common import Results, fmt_ms, fmt_rate, log, percentile, section  # noqa: E402
 from _wardd import Actor, Daemon  # noqa: E402
 
-SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "rss", "retention", "metrics")
+SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "rss", "retention",
+            "metrics", "hostile")
 
 # name -> settings; "default" took 401 s on 2 cores under a load average of 2.4
 MODES: dict[str, dict[str, Any]] = {
@@ -78,17 +87,19 @@ MODES: dict[str, dict[str, Any]] = {
                   dbos_reps=3, dbos_steps=300, dbos_wf=100, rec_records=200_000,
                   rec_inflight=2_000, rec_reps=2, rss_reps=1, conns=1000, dbos_default=False,
                   ret_bytes_n=1000, ret_backlog=20_000, ret_invokes=5000, ret_idle=1000,
-                  ret_cycles=3000, ret_retention_s=3),
+                  ret_cycles=3000, ret_retention_s=3, hostile_s=3.0),
     "default": dict(reps=5, raw_s=1.0, engine_n=1000, seq_n=1000, conc_reps=3, conc_per=100,
                     dbos_reps=5, dbos_steps=1000, dbos_wf=300, rec_records=1_000_000,
                     rec_inflight=10_000, rec_reps=3, rss_reps=3, conns=1000,
                     dbos_default=False, ret_bytes_n=3000, ret_backlog=100_000,
-                    ret_invokes=20_000, ret_idle=3000, ret_cycles=20_000, ret_retention_s=5),
+                    ret_invokes=20_000, ret_idle=3000, ret_cycles=20_000, ret_retention_s=5,
+                    hostile_s=6.0),
     "full": dict(reps=9, raw_s=2.0, engine_n=2000, seq_n=2000, conc_reps=5, conc_per=200,
                  dbos_reps=5, dbos_steps=2000, dbos_wf=500, rec_records=1_000_000,
                  rec_inflight=10_000, rec_reps=5, rss_reps=3, conns=1000,
                  dbos_default=True, ret_bytes_n=3000, ret_backlog=100_000,
-                 ret_invokes=40_000, ret_idle=5000, ret_cycles=100_000, ret_retention_s=10),
+                 ret_invokes=40_000, ret_idle=5000, ret_cycles=100_000, ret_retention_s=10,
+                 hostile_s=15.0),
 }
 WORKER_COUNTS = (2, 4)
 CLIENTS, NEURONS = 16, 4
@@ -605,6 +616,67 @@ def bench_metrics(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     print(f"   added CPU per invoke {R.stat('metrics.added_us', added, ' µs')}")
 
 
+HOSTILE_CONNECTIONS = 20
+# phase -> the frame body each attacking connection sends, again and again:
+# legitimate status requests (the reference), the 64 KiB map of colliding
+# keys (refused on its first key since [2.3]), then the worst shapes
+# decode_item accepts, at the largest size decoded on the event loop and at
+# max_frame (decoded on threads).
+HOSTILE_PHASES: dict[str, Callable[[], bytes]] = {
+    # the reference: the same 20 connections sending status requests
+    "status_flood": lambda: b"\xa3bid\x01fmethodfstatusfparams\xa0",
+    "colliding_64k": lambda: _hostile.colliding_keys(65536),
+    "empties_4k": lambda: _hostile.nested_empties(4096),
+    "chunks_4k": lambda: _hostile.indefinite_text_chunks(4096),
+    "empties_1m": lambda: _hostile.nested_empties(1 << 20),
+    "chunks_1m": lambda: _hostile.indefinite_text_chunks(1 << 20),
+}
+
+
+def bench_hostile(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
+    """``status`` p50/p99 from the prober process while 20 connections send the
+    worst frames we can build, one phase per frame shape (contract §4 [2.3])."""
+    seconds = cfg["hostile_s"]
+    section(f"8. status while {HOSTILE_CONNECTIONS} connections send hostile frames"
+            f" ({seconds:.0f} s a phase)")
+    d = Daemon(tmp / "hostile", workers=2)
+    try:
+        d.start()
+        for phase in ("idle", *HOSTILE_PHASES):
+            body = HOSTILE_PHASES[phase]() if phase != "idle" else b""
+            prober = _dispatch.Prober(d.socket, PROBE_INTERVAL)
+            stop = threading.Event()
+            sent = [0] * HOSTILE_CONNECTIONS
+            threads = []
+            if body:
+                for i in range(HOSTILE_CONNECTIONS):
+                    def run(i: int = i, sent: list[int] = sent, body: bytes = body,
+                            stop: threading.Event = stop) -> None:
+                        sent[i] = _hostile.attack(str(d.socket), body, stop)
+                    threads.append(threading.Thread(target=run, daemon=True))
+                    threads[-1].start()
+            try:
+                prober.go()
+                time.sleep(seconds)
+                probe = prober.stop()
+            finally:
+                stop.set()
+                prober.kill()
+                for t in threads:
+                    t.join(120)
+            lat = probe["latencies"]
+            p50, p99 = percentile(lat, 50), percentile(lat, 99)
+            R.value(f"hostile.{phase}", {"p50": p50, "p99": p99, "max": max(lat),
+                                         "statuses": len(lat), "frames": sum(sent),
+                                         "frame_bytes": len(body)})
+            print(f"   {phase:<14} status p50 {fmt_ms(p50):>10}  p99 {fmt_ms(p99):>10}"
+                  f"  max {fmt_ms(max(lat)):>10}   ({len(lat)} statuses,"
+                  f" {sum(sent) / seconds:,.0f} hostile frames/s)", flush=True)
+    finally:
+        d.stop()
+        d.cleanup()
+
+
 def _num(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
@@ -831,7 +903,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"same filesystem as the repository: {'yes' if repo_same else 'no'}")
         fns = {"raw": bench_raw, "sequential": bench_sequential,
                "concurrent": bench_concurrent, "dbos": bench_dbos, "recovery": bench_recovery,
-               "rss": bench_rss, "retention": bench_retention, "metrics": bench_metrics}
+               "rss": bench_rss, "retention": bench_retention, "metrics": bench_metrics,
+               "hostile": bench_hostile}
         if "dbos" in only:
             py, how = _dbos.ensure_venv(log)
             R.value("dbos.install", how)

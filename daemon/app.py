@@ -264,6 +264,8 @@ class Daemon:
                         # and mark every unconsumed token void (its execute waits
                         # for the void to be durable)
                         accepting.cancel()
+                        # contract §4 [2.3]: a stop never waits for a decode
+                        self.server.stop_decoding()
                         self.stopping = True
                         # a reconcile waiting for a receipt check is refused
                         # (receipt_pending): the check will not finish now

@@ -59,7 +59,8 @@ class Connection:
     send_lock: trio.Lock = attrs.field(factory=trio.Lock)
 
     async def send(self, item: dict[str, Any]) -> None:
-        """Send one reply, whole and in order with the connection's other replies."""
+        """Send one reply, whole and in order with the connection's other replies
+        (or close the connection, see `send_rest`)."""
         frame = encode_reply(item, self.max_frame)
         sent = self.write_now(frame)
         if sent < len(frame):
@@ -88,19 +89,42 @@ class Connection:
             return len(frame)
 
     async def send_rest(self, frame: bytes, sent: int) -> None:
-        """Send `frame` from byte `sent` on, after `write_now` (see there)."""
+        """Send `frame` from byte `sent` on, after `write_now` (see there).
+
+        contract §4 [2.3]: a reply that cannot be written whole within
+        `WRITE_TIMEOUT_S` (the wait for the replies ahead of it included)
+        closes the connection, so that nothing is ever sent after a partial
+        frame and no reply is silently skipped; so does any other cut
+        (a cancellation, the peer gone).
+        """
         if self.closed:
             return
-        if sent:
-            self.send_lock.acquire_nowait()  # free: write_now just wrote the start of frame
-        else:
-            await self.send_lock.acquire()
+        whole = False
         try:
-            await self.stream.send_all(memoryview(frame)[sent:])
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self.closed = True
+            with trio.move_on_after(WRITE_TIMEOUT_S) as timer:
+                if sent:
+                    self.send_lock.acquire_nowait()  # free: write_now just wrote frame's start
+                else:
+                    await self.send_lock.acquire()
+                try:
+                    if not self.closed:  # closed while this reply waited for the lock
+                        await self.stream.send_all(memoryview(frame)[sent:])
+                        whole = True
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                finally:
+                    self.send_lock.release()
         finally:
-            self.send_lock.release()
+            if not whole:
+                self.abort()
+        if timer.cancelled_caught:
+            log.warning("reply_timeout", conn=self.id, timeout_s=WRITE_TIMEOUT_S, sent=sent)
+
+    def abort(self) -> None:
+        """Close the connection now: no byte is written on it after this, and
+        its read loop ends (trio wakes a task blocked on a closing socket)."""
+        self.closed = True
+        self.stream.socket.close()
 
 
 def encode_reply(item: dict[str, Any], max_frame: int) -> bytes:
@@ -174,6 +198,8 @@ class Server:
         self.connections: set[Connection] = set()
         # large frames are decoded on threads of their own, at most two at once
         self._decode_limiter = trio.CapacityLimiter(2)
+        self._decodes: set[trio.CancelScope] = set()
+        self._decoding_stopped = False
         self.requests: trio.Nursery | None = None
 
     async def serve(
@@ -228,12 +254,46 @@ class Server:
                     body = decoder.next_body()
                     if body is NEED_DATA:
                         break
-                    item = await _decode(body, self._decode_limiter)
+                    item = await self._decode(body)
                 except BadFrame as err:
                     await conn.send(ErrorReply(None, err).to_wire())
                     return
+                if item is _DROPPED:
+                    return
                 if not await self._dispatch(conn, item):
                     return
+
+    async def _decode(self, body: bytes) -> Any:
+        """The decoded item of `body` (`BadFrame` if it is not one), or `_DROPPED`
+        if the daemon began to stop before it was decoded (see `stop_decoding`)."""
+        if len(body) <= INLINE_DECODE_BYTES:
+            return decode_item(body)
+        if not self._decoding_stopped:
+            with trio.CancelScope() as scope:
+                self._decodes.add(scope)
+                try:
+                    # abandoned, not waited for, when the stop cancels it: the
+                    # thread runs on to its end (bounded) and its result is dropped
+                    return await trio.to_thread.run_sync(
+                        reference_decode,
+                        body,
+                        limiter=self._decode_limiter,
+                        abandon_on_cancel=True,
+                    )
+                finally:
+                    self._decodes.discard(scope)
+        log.info("decode_dropped", size=len(body), reason="stopping")
+        return _DROPPED
+
+    def stop_decoding(self) -> None:
+        """contract §4 [2.3]: a stop never waits for a decode. A request still
+        being decoded (on a thread) is dropped and its connection closed; so is
+        every large body that arrives after this. Small bodies are still
+        decoded (on the event loop, bounded), so reads keep their answer
+        through the shutdown grace."""
+        self._decoding_stopped = True
+        for scope in self._decodes:
+            scope.cancel()
 
     async def _dispatch(self, conn: Connection, item: Any) -> bool:
         """Handle one decoded item; False closes the connection."""
@@ -292,33 +352,39 @@ class Server:
         sent = conn.write_now(frame)
         if sent == len(frame):
             return
-        # a computed reply is sent even while the daemon shuts down (bounded);
-        # replies not yet sent are bounded too, so a client that sends without
-        # reading is held back (a strictly sequential client is never refused:
-        # it has at most one reply on its way while it sends the next request)
+        # a computed reply is sent even while the daemon shuts down (bounded by
+        # the write timeout); replies not yet sent are bounded too, so a client
+        # that sends without reading is held back (a strictly sequential client
+        # is never refused: it has at most one reply on its way while it sends
+        # the next request)
         conn.unsent += 1
         try:
-            with trio.CancelScope(shield=True, deadline=trio.current_time() + 5):
+            with trio.CancelScope(shield=True):
                 await conn.send_rest(frame, sent)
         finally:
             conn.unsent -= 1
 
 
-# A hostile frame of a megabyte of tiny items takes tens of milliseconds to
-# decode. Large bodies are decoded on a thread by the pure-Python reference
-# decoder, so the event loop keeps serving (the GIL is handed over every few
-# milliseconds) instead of stalling every connection for the whole decode.
-# Not by decode_item's compiled fast path: cbor2 holds the GIL for the whole
-# call (measured: a thread sleeping 1 ms woke 21.6 ms late, p50, beside 1 MiB
-# decodes by cbor2, 5.7 ms late beside the reference). Small bodies take the
-# fast path inline (up to 64 KiB of tiny items: ~1.5 ms).
-INLINE_DECODE_BYTES = 65536
+#: contract §4 [2.3]: how long one reply may take to be written whole (the wait
+#: for the replies queued ahead of it included) before its connection is closed.
+WRITE_TIMEOUT_S = 5.0
 
-
-async def _decode(body: bytes, limiter: trio.CapacityLimiter) -> Any:
-    if len(body) <= INLINE_DECODE_BYTES:
-        return decode_item(body)
-    return await trio.to_thread.run_sync(reference_decode, body, limiter=limiter)
+# contract §4 [2.3]: decoding one frame costs the event loop at most a few
+# milliseconds, whatever its shape. The work is linear in the body's length
+# (map keys are text or bytes, so no dict goes quadratic), but its cost per
+# byte depends on the shape: up to ~0.5 us per byte for a body of empty
+# containers or one-byte chunks (measured, bench/micro.py "hostile"). So only
+# bodies up to INLINE_DECODE_BYTES are decoded on the event loop (worst
+# shape: ~2 ms, the fast path's and the reference's tries together); larger
+# ones go to a thread, by the pure-Python reference decoder, which hands the
+# GIL back every few milliseconds; not by cbor2's compiled path, which holds
+# the GIL for the whole call (measured: a thread sleeping 1 ms woke 21.6 ms
+# late, p50, beside 1 MiB decodes by cbor2, 5.7 ms late beside the
+# reference). Requests are small (a signed invoke is ~300 bytes), so only
+# bulky args take the thread.
+INLINE_DECODE_BYTES = 4096
+#: What `Server._decode` returns for a body dropped because the daemon stops.
+_DROPPED: Any = object()
 
 
 def _peer_uid(sock: trio.socket.SocketType) -> int:

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -390,6 +391,17 @@ def code_of(fn: Any, *args: Any, **kw: Any) -> Any:
     with pytest.raises(WarddError) as ei:
         fn(*args, **kw)
     return ei.value
+
+
+def boot_row(env: Env, boot: str | None) -> tuple[Any, Any]:
+    """A boot's (clean, stopped_at) row, read from the database as the stop left it."""
+    db = sqlite3.connect(f"file:{env.database}?mode=ro", uri=True)
+    try:
+        return db.execute(
+            "SELECT clean, stopped_at FROM boots WHERE boot_id = ?", (boot,)
+        ).fetchone()
+    finally:
+        db.close()
 
 
 def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> None:

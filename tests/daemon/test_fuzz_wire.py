@@ -34,8 +34,10 @@ import os
 import random
 import socket
 import struct
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import cbor2
@@ -55,6 +57,11 @@ from wardd.protocol import (
     parse_reply,
     parse_request,
 )
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from _hostile import colliding_keys  # noqa: E402
 
 MAX_FRAME = 1 << 20
 SOAK_CASES = int(os.environ.get("WARDD_SOAK_CASES", "0") or 0)
@@ -816,6 +823,52 @@ class TestFrameBounds:
         w.close()
 
 
+class TestHashFlood:
+    """contract §4 [2.3]: a map key is text or bytes. Keys with predictable
+    hashes (integers, the tuples array keys become) let a 64 KiB frame of
+    colliding keys cost the event loop half a second (the daemon was then
+    unavailable to every client, and its watchdog would have killed it)."""
+
+    @pytest.mark.parametrize("size", [4096, 65536, MAX_FRAME], ids=["4k", "64k", "max"])
+    def test_a_frame_of_colliding_keys_is_a_bad_frame(self, unchanged, size):
+        """A map of array keys sharing one hash, whatever its size (decoded on the
+        event loop or on a thread): bad_frame with id null, closed; others are served."""
+        body = colliding_keys(size)
+        assert len(body) <= size
+        with _closing(Wire(unchanged.path).hello()) as w:
+            w.send_frame(body)
+            r = w.reply()
+            assert isinstance(r, ErrorReply) and (r.id, r.error.code) == (None, "bad_frame")
+            assert "map key" in r.error.message
+            assert w.at_eof()
+        with _closing(Wire(unchanged.path).hello()) as other:
+            assert other.call("status")["boot"] == unchanged.daemon.boot
+
+    @pytest.mark.parametrize(
+        "params",
+        [{1: 0}, {"a": {2**61 - 1: 0}}, {(1, 2): 0}, {1.5: 0}, {None: 0}],
+        ids=["int", "nested int", "array", "float", "null"],
+    )
+    def test_a_request_with_a_key_that_is_not_text_or_bytes_is_a_bad_frame(
+        self, unchanged, params
+    ):
+        """The same answer a duplicate key gets, before any dict is built."""
+        with _closing(Wire(unchanged.path).hello()) as w:
+            w.send_frame(cbor2.dumps({"id": 3, "method": "status", "params": params}))
+            r = w.reply()
+            assert isinstance(r, ErrorReply) and (r.id, r.error.code) == (None, "bad_frame")
+            assert w.at_eof()
+
+    def test_byte_string_keys_are_keys_like_text(self, unchanged):
+        """Bytes keys are well-formed (their hash is keyed too): a request error,
+        not a bad frame, and the connection stays open."""
+        with _closing(Wire(unchanged.path).hello()) as w:
+            w.send_frame(cbor2.dumps({"id": 4, "method": "status", "params": {b"k": 0}}))
+            r = w.reply()
+            assert isinstance(r, ErrorReply) and (r.id, r.error.code) == (4, "bad_request")
+            assert w.call("status")["boot"] == unchanged.daemon.boot
+
+
 class TestSlowHalfClosedIdle:
     def test_byte_at_a_time_senders_interleaved_with_fast_clients(self, unchanged):
         """Twenty connections each sending hello+status one byte per round: all answered,
@@ -977,15 +1030,17 @@ class TestRegressions:
     out of the request nursery, and the daemon exited 1."""
 
     def test_a_param_key_holding_a_nan_map_key_does_not_kill_the_daemon(self, target):
-        """A well-formed frame must never stop the daemon (contract §4)."""
-        self._send_and_check(target, {cbor2.frozendict({math.nan: 1}): 1})
+        """A frame must never stop the daemon (contract §4); since [2.3] this one
+        is a bad frame (a key that is not text or bytes)."""
+        self._send_and_check(target, {cbor2.frozendict({math.nan: 1}): 1}, "bad_frame")
 
     def test_a_deeply_nested_param_key_does_not_kill_the_daemon(self, target):
-        """A well-formed frame must never stop the daemon (contract §4)."""
+        """A frame must never stop the daemon (contract §4); since [2.3] this one
+        is a bad frame (a key that is not text or bytes)."""
         key: Any = 0
         for _ in range(MAX_DEPTH - 2):
             key = (key,)
-        self._send_and_check(target, {key: 1})
+        self._send_and_check(target, {key: 1}, "bad_frame")
 
     def test_an_error_message_stays_text_when_the_echo_is_too_large(self, target):
         """Every error reply has a text message, whatever the request held."""
@@ -997,7 +1052,7 @@ class TestRegressions:
         w.close()
 
     @staticmethod
-    def _send_and_check(t: Target, params: dict[Any, Any]) -> None:
+    def _send_and_check(t: Target, params: dict[Any, Any], code: str = "bad_request") -> None:
         t.ensure_alive()
         w = Wire(t.path).hello()
         w.send_frame(cbor2.dumps({"id": 1, "method": "status", "params": params}))
@@ -1011,7 +1066,7 @@ class TestRegressions:
             t.ensure_alive()  # the next tests get a daemon again
             t.deaths.clear()
         assert not died, "the daemon died"
-        assert isinstance(r, ErrorReply) and r.error.code == "bad_request"
+        assert isinstance(r, ErrorReply) and r.error.code == code
 
 
 # -- the soak form ----------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import re
 import select
 import shlex
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -23,7 +22,15 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import Actor, Background, Daemon, Env, child_env, wait_for
+from tests.daemon.harness import (
+    Actor,
+    Background,
+    Daemon,
+    Env,
+    boot_row,
+    child_env,
+    wait_for,
+)
 from wardd.protocol import WarddError
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,16 +62,6 @@ def text_logged(d: Daemon, event: str) -> bool:
         not line.startswith("{") and re.search(rf"\b{event}\b.*\bboot=", line)
         for line in plain.splitlines()
     )
-
-
-def boot_row(env: Env, boot: str) -> tuple[Any, Any]:
-    db = sqlite3.connect(f"file:{env.database}?mode=ro", uri=True)
-    try:
-        return db.execute(
-            "SELECT clean, stopped_at FROM boots WHERE boot_id = ?", (boot,)
-        ).fetchone()
-    finally:
-        db.close()
 
 
 def alive(pid: int) -> bool:
