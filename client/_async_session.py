@@ -1,4 +1,4 @@
-"""`TrioSession`: signed and read calls for one neuron over a `TrioClient` (contract §3, §4).
+"""`AsyncSession`: signed and read calls for one neuron over an `AsyncClient` (contract §3, §4).
 
 `_async_session.py` is the one source of both sessions: `_unasync.py` writes
 the blocking `Session` into `_sync_session.py` from it, as httpcore does with
@@ -10,20 +10,22 @@ once, as a plan, in `_session.py`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import ConnectionClosed
 from ._neuron import Neuron
-from ._session import NO_VALUE, Plan, _lost, _outcome, _SessionBase
-from ._trio import TrioClient
+from ._session import NO_VALUE, Plan, _in_doubt, _lost, _outcome, _SessionBase
 
-__all__ = ["TrioSession"]
+if TYPE_CHECKING:  # annotations only; the client is whatever the caller passes
+    from ._async import AsyncClient
+
+__all__ = ["AsyncSession"]
 
 T = TypeVar("T")
 
 
-class TrioSession(_SessionBase):
-    """Signed and read calls for one neuron over a `TrioClient` (same API, awaited).
+class AsyncSession(_SessionBase):
+    """Signed and read calls for one neuron over an `AsyncClient` (same API, awaited).
 
     Each write signs with the daemon's network (from `hello`) unless
     `network` is given, in which case it is also sent in the params.
@@ -32,7 +34,7 @@ class TrioSession(_SessionBase):
 
     def __init__(
         self,
-        client: TrioClient,
+        client: AsyncClient,
         neuron: Neuron,
         *,
         network: str | None = None,
@@ -50,6 +52,9 @@ class TrioSession(_SessionBase):
                     result = await self.client.call(call.method, params)
                 except ConnectionClosed as exc:
                     raise _lost(call, exc) from exc
+                except BaseException as exc:  # cancelled, timed out, interrupted
+                    _in_doubt(call, exc)
+                    raise
                 call = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]

@@ -3,8 +3,8 @@
 Each operation is written once, as a *plan*: a generator that yields the
 calls it needs (`_Call`) and receives their results, so a multi-step
 operation (read the current generation, then bind with it) is plain
-sequential code that does no I/O. `TrioSession` (`_async_session.py`) runs
-plans on a `TrioClient`; the blocking `Session` (`_sync_session.py`, written
+sequential code that does no I/O. `AsyncSession` (`_async_session.py`) runs
+plans on an `AsyncClient`; the blocking `Session` (`_sync_session.py`, written
 from it by `_unasync.py`) runs them on a `Client`. `_SessionBase` holds what
 the two share and does no I/O either.
 
@@ -82,6 +82,19 @@ def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
         f"{exc}: the attempt may have run (its claim may be durable); look with {look} "
         "before anything else"
     )
+
+
+def _in_doubt(call: _Call, exc: BaseException) -> None:
+    """A wait for a dispatch's answer ended without it (cancelled, timed out,
+    interrupted): the request may have gone out and is never re-sent, so
+    say on the exception that the attempt may have run."""
+    if call.method in _DISPATCHES:
+        op = call.params.get("op")
+        what = f"op {op}" if op else "the token's op"
+        exc.add_note(
+            f"wardd: the {call.method} of {what} was not answered here; the attempt may have "
+            "run (it is never sent again): read it back with get_operation before anything else"
+        )
 
 
 def _ask(method: str, params: dict[str, Any], signed: bool) -> Plan[dict[str, Any]]:

@@ -12,12 +12,14 @@ once, as a plan, in `_session.py`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import ConnectionClosed
 from ._neuron import Neuron
-from ._session import NO_VALUE, Plan, _lost, _outcome, _SessionBase
-from ._sync import Client
+from ._session import NO_VALUE, Plan, _in_doubt, _lost, _outcome, _SessionBase
+
+if TYPE_CHECKING:  # annotations only; the client is whatever the caller passes
+    from ._sync import Client
 
 __all__ = ["Session"]
 
@@ -52,6 +54,9 @@ class Session(_SessionBase):
                     result = self.client.call(call.method, params)
                 except ConnectionClosed as exc:
                     raise _lost(call, exc) from exc
+                except BaseException as exc:  # cancelled, timed out, interrupted
+                    _in_doubt(call, exc)
+                    raise
                 call = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]

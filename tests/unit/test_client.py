@@ -688,8 +688,8 @@ class TestTrioClient:
             await client.aclose()
         assert len(failures) == 1
 
-    async def test_connect_without_a_nursery_uses_a_system_task(self) -> None:
-        """`over_stream` without a nursery still multiplexes (the reader is a system task)."""
+    async def test_a_client_needs_no_nursery(self) -> None:
+        """`over_stream` without a nursery serves calls: the client runs no task of its own."""
         client_side, daemon_side = trio.testing.memory_stream_pair()
         peer = MemoryPeer(daemon_side)
         async with trio.open_nursery() as nursery:
