@@ -25,11 +25,12 @@ from ._errors import (
     ConnectionClosed,
     FrameTooLarge,
     KeyFileError,
+    MayHaveRun,
     RemoteProtocolError,
 )
 from ._neuron import Neuron
 from ._paths import default_key_path, default_socket_path
-from ._session import NO_VALUE
+from ._session import NO_VALUE, Retry
 from ._sync import Client
 from ._sync_session import Session
 
@@ -47,8 +48,10 @@ __all__ = [
     "FrameTooLarge",
     "HelloResult",
     "KeyFileError",
+    "MayHaveRun",
     "Neuron",
     "RemoteProtocolError",
+    "Retry",
     "Session",
     "TrioClient",
     "TrioSession",

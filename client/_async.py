@@ -26,7 +26,7 @@ from ._core import ClientCore, Connected, Reply, result_of
 from ._errors import ConnectionClosed
 from ._paths import socket_path
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "pause"]
 
 _RECV_SIZE = 1 << 16
 
@@ -257,6 +257,11 @@ class AsyncClient(Connected):
         for slot in self._slots.values():
             slot.done = True
         self._round.set()
+
+
+async def pause(seconds: float) -> None:
+    """Sleep on whichever event loop runs (a retry's backoff in `AsyncSession`)."""
+    await anyio.sleep(seconds)
 
 
 class _Opening:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -12,9 +13,14 @@ from ._core import ClientCore, Connected, Reply, result_of
 from ._errors import ConnectionClosed
 from ._paths import socket_path
 
-__all__ = ["Client"]
+__all__ = ["Client", "pause"]
 
 _RECV_SIZE = 1 << 16
+
+
+def pause(seconds: float) -> None:
+    """Sleep (a retry's backoff in the blocking `Session`)."""
+    time.sleep(seconds)
 
 
 class Client(Connected):

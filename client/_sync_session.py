@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wardd.protocol import WarddError
+
+from . import _sync as _io
 from ._errors import ConnectionClosed
 from ._neuron import Neuron
-from ._session import NO_VALUE, Plan, _in_doubt, _lost, _outcome, _SessionBase
+from ._session import NO_VALUE, Plan, Retry, _in_doubt, _lost, _outcome, _SessionBase, _Sleep
 
 if TYPE_CHECKING:  # annotations only; the client is whatever the caller passes
     from ._sync import Client
@@ -47,17 +50,24 @@ class Session(_SessionBase):
 
     def _run(self, plan: Plan[T]) -> T:
         try:
-            call = next(plan)
+            step = next(plan)
             while True:
-                params = self._wire_params(call, self.client.hello_result)
+                if isinstance(step, _Sleep):  # a retry's backoff
+                    _io.pause(step.seconds)
+                    step = plan.send(None)
+                    continue
+                params = self._wire_params(step, self.client.hello_result)
                 try:
-                    result = self.client.call(call.method, params)
+                    result = self.client.call(step.method, params)
                 except ConnectionClosed as exc:
-                    raise _lost(call, exc) from exc
+                    raise _lost(step, exc) from exc
+                except WarddError as exc:  # the plan may answer a refusal (retry, rebind)
+                    step = plan.throw(exc)
+                    continue
                 except BaseException as exc:  # cancelled, timed out, interrupted
-                    _in_doubt(call, exc)
+                    _in_doubt(step, exc)
                     raise
-                call = plan.send(result)
+                step = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         finally:
@@ -105,6 +115,18 @@ class Session(_SessionBase):
     def register(self) -> dict[str, Any]:
         """`register_neuron` for this neuron (idempotent: ``already: true``)."""
         return self._run(self._plans.one("register_neuron", {}))
+
+    def ensure_placement(self, worker: str | None = None) -> dict[str, Any]:
+        """Make the placement name this boot: bind `worker`'s current descriptor
+        (default: the worker the placement names, else ``w0``) by compare-and-set
+        when the placement is unbound or names an earlier boot; do nothing when
+        it already names this boot. Returns ``{placement_generation, bound}``.
+
+        After every restart each `prepare`/`invoke` is ``placement_stale`` until
+        this (or `bind`) runs: a new boot never inherits a placement (contract §3.1).
+        """
+        boot = self.client.hello_result.boot
+        return self._run(self._plans.ensure_placement(worker, boot))
 
     def bind(
         self, worker: str = "w0", *, expected_generation: int | None = None
@@ -197,11 +219,22 @@ class Session(_SessionBase):
         expected_attempt: int | None = None,
         placement_generation: int | None = None,
         expected_epoch: int | None = None,
+        rebind_stale: bool = False,
     ) -> dict[str, Any]:
-        """`prepare` the next attempt: ``{token, attempt}``; `execute` it on this connection."""
+        """`prepare` the next attempt: ``{token, attempt}``; `execute` it on this connection.
+
+        `rebind_stale`: on ``placement_stale`` (refused before any attempt
+        exists), run `ensure_placement` once and ask again.
+        """
         return self._run(
-            self._plans.attempt(
-                "prepare", op, expected_attempt, placement_generation, expected_epoch
+            self._plans.placed_attempt(
+                "prepare",
+                op,
+                expected_attempt,
+                placement_generation,
+                expected_epoch,
+                rebind_stale=rebind_stale,
+                boot=self.client.hello_result.boot,
             )
         )
 
@@ -216,11 +249,25 @@ class Session(_SessionBase):
         expected_attempt: int | None = None,
         placement_generation: int | None = None,
         expected_epoch: int | None = None,
+        rebind_stale: bool = False,
+        retry: Retry | None = None,
     ) -> dict[str, Any]:
-        """`invoke`: prepare and execute the next attempt in one request."""
+        """`invoke`: prepare and execute the next attempt in one request.
+
+        `rebind_stale`: on ``placement_stale`` (refused before any attempt
+        exists), run `ensure_placement` once and ask again. `retry`: ask again
+        only after answers that prove no effect (see `Retry`); with it, an
+        ``unknown`` outcome raises `MayHaveRun` instead of being returned.
+        """
         return self._run(
-            self._plans.attempt(
-                "invoke", op, expected_attempt, placement_generation, expected_epoch
+            self._plans.invoke(
+                op,
+                expected_attempt,
+                placement_generation,
+                expected_epoch,
+                rebind_stale=rebind_stale,
+                boot=self.client.hello_result.boot,
+                retry=retry,
             )
         )
 

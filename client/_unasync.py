@@ -38,6 +38,7 @@ _RULES: Final = tuple(
     (re.compile(pattern), replacement)
     for pattern, replacement in (
         (r"^    from \._async import AsyncClient$", "    from ._sync import Client"),
+        (r"^from \. import _async as _io$", "from . import _sync as _io"),
         (r"over an `AsyncClient` \(same API, awaited\)", "over a blocking `Client`"),
         (r"\ban `AsyncClient`", "a `Client`"),
         (r"\bAsyncSession\b", "Session"),

@@ -34,6 +34,7 @@ PUBLIC = {
     "list_attempts",
     # neuron root
     "register",
+    "ensure_placement",
     "bind",
     "release",
     "advance_epoch",
