@@ -9,6 +9,9 @@
 - `Session` / `AsyncSession`: signed calls for one neuron, reading the
   compare-and-set values they need from the daemon unless given (the
   blocking `Session` is generated from `AsyncSession`: `_unasync.py`).
+  Each returns a frozen record (`Operation`, `Dispatched`, `Status`, a
+  `Page` of listings, ...) with the protocol's `StrEnum` states and
+  ``to_wire()`` for the raw map. `Retry` says when `invoke` asks again.
 - `TrioClient` / `TrioSession`: the same classes as `AsyncClient` /
   `AsyncSession`, under the names they had when the client ran on trio only.
 - `ClientCore`: the sans-IO connection core both clients share.
@@ -30,6 +33,39 @@ from ._errors import (
 )
 from ._neuron import Neuron
 from ._paths import default_key_path, default_socket_path
+from ._results import (
+    Aborted,
+    Attempt,
+    Cancelled,
+    Consumed,
+    Dispatched,
+    EpochChanged,
+    GrantChanged,
+    HistoryRecord,
+    ListedAttempt,
+    ManualTaken,
+    NeuronRoot,
+    Operation,
+    OperationSummary,
+    Outcome,
+    Page,
+    PlacementChanged,
+    Prepared,
+    Prog,
+    ProgCreated,
+    ProgStateChanged,
+    Rebound,
+    ReceiptsChecked,
+    Reconciled,
+    Record,
+    Registered,
+    Released,
+    Reservation,
+    Status,
+    StepLimitChanged,
+    Submitted,
+    Worker,
+)
 from ._session import NO_VALUE, Retry
 from ._sync import Client
 from ._sync_session import Session
@@ -38,23 +74,54 @@ TrioClient = AsyncClient
 TrioSession = AsyncSession
 
 __all__ = [
-    "NO_VALUE",
+    "Aborted",
     "AsyncClient",
     "AsyncSession",
+    "Attempt",
+    "Cancelled",
     "Client",
     "ClientCore",
     "ClientError",
     "ConnectionClosed",
+    "Consumed",
+    "Dispatched",
+    "EpochChanged",
     "FrameTooLarge",
+    "GrantChanged",
     "HelloResult",
+    "HistoryRecord",
     "KeyFileError",
+    "ListedAttempt",
+    "ManualTaken",
     "MayHaveRun",
+    "NO_VALUE",
     "Neuron",
+    "NeuronRoot",
+    "Operation",
+    "OperationSummary",
+    "Outcome",
+    "Page",
+    "PlacementChanged",
+    "Prepared",
+    "Prog",
+    "ProgCreated",
+    "ProgStateChanged",
+    "Rebound",
+    "ReceiptsChecked",
+    "Reconciled",
+    "Record",
+    "Registered",
+    "Released",
     "RemoteProtocolError",
+    "Reservation",
     "Retry",
     "Session",
+    "Status",
+    "StepLimitChanged",
+    "Submitted",
     "TrioClient",
     "TrioSession",
+    "Worker",
     "default_key_path",
     "default_socket_path",
     "result_of",

@@ -157,18 +157,21 @@ class _Plans:
     def prog(self, prog: str) -> Plan[dict[str, Any]]:
         return (yield from _ask("get_prog", {"neuron": self.neuron_id, "prog": prog}, False))
 
-    def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[list[Any]]:
-        """Every item of a paged read (contract §4: pass `next` back as `after`)."""
+    def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[dict[str, Any]]:
+        """Every item of a paged read (contract §4: pass `next` back as `after`), as
+        one page would carry them: ``{key: items}``, and ``pruned`` if a page says so."""
         pager = Pager(params, key)
+        pruned = False
         while not pager.done:
             page = yield _Call(method, pager.request(), False)
             try:
                 pager.feed(page)
             except PagingError as exc:
                 raise RemoteProtocolError(f"{method}: {exc}") from exc
-        return pager.items
+            pruned = pruned or page.get("pruned") is True
+        return {key: pager.items, "pruned": True} if pruned else {key: pager.items}
 
-    def operations(self, state: str | None, prog: str | None) -> Plan[list[dict[str, Any]]]:
+    def operations(self, state: str | None, prog: str | None) -> Plan[dict[str, Any]]:
         params: dict[str, Any] = {"neuron": self.neuron_id}
         if state is not None:
             params["state"] = state
@@ -176,10 +179,10 @@ class _Plans:
             params["prog"] = prog
         return (yield from self.pages("list_operations", params, "operations"))
 
-    def history(self, op: str) -> Plan[list[dict[str, Any]]]:
+    def history(self, op: str) -> Plan[dict[str, Any]]:
         return (yield from self.pages("history", {"neuron": self.neuron_id, "op": op}, "records"))
 
-    def attempts(self, state: str) -> Plan[list[dict[str, Any]]]:
+    def attempts(self, state: str) -> Plan[dict[str, Any]]:
         return (yield from self.pages("list_attempts", {"state": state}, "attempts"))
 
     # -- placement, epoch, policy (contract §3.1) --------------------------------------

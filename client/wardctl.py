@@ -862,7 +862,7 @@ def _history(ctx: _Context) -> int:
 
 
 def _register(ctx: _Context) -> int:
-    result = ctx.session().register()
+    result = ctx.session().register().to_wire()
     text = (
         f"neuron {result.get('neuron')} registered, epoch {result.get('epoch')}{_already(result)}"
     )
@@ -870,19 +870,19 @@ def _register(ctx: _Context) -> int:
 
 
 def _bind(ctx: _Context) -> int:
-    result = ctx.session().bind(ctx.args.worker)
+    result = ctx.session().bind(ctx.args.worker).to_wire()
     gen = result.get("placement_generation")
     return _out(ctx, result, f"bound to {ctx.args.worker} (placement generation {gen})")
 
 
 def _release(ctx: _Context) -> int:
-    result = ctx.session().release()
+    result = ctx.session().release().to_wire()
     gen = result.get("placement_generation")
     return _out(ctx, result, f"placement released (placement generation {gen})")
 
 
 def _epoch_advance(ctx: _Context) -> int:
-    result = ctx.session().advance_epoch()
+    result = ctx.session().advance_epoch().to_wire()
     return _out(ctx, result, f"epoch {result.get('epoch')}")
 
 
@@ -893,7 +893,7 @@ def _grant(ctx: _Context) -> int:
     acts = args.acts if args.acts else None  # --disable alone keeps the current acts
     if acts:
         _warn_about_grant(ctx, args.prog, set(acts))
-    result = ctx.session().grant(args.prog, acts, enabled=not args.disable)
+    result = ctx.session().grant(args.prog, acts, enabled=not args.disable).to_wire()
     granted = ", ".join(sorted(set(args.acts))) if args.acts else "current acts kept"
     state = "disabled" if args.disable else "enabled"
     text = (
@@ -928,7 +928,7 @@ def _warn_about_grant(ctx: _Context, prog: str, acts: set[str]) -> None:
 def _prog_create(ctx: _Context) -> int:
     if ctx.args.steps < 0:
         ctx.args.parser.error("--steps must be 0 or more")
-    result = ctx.session().create_prog(ctx.args.prog, ctx.args.steps)
+    result = ctx.session().create_prog(ctx.args.prog, ctx.args.steps).to_wire()
     return _out(ctx, result, f"prog {result.get('prog')} created{_already(result)}")
 
 
@@ -940,7 +940,7 @@ def _prog_state(ctx: _Context) -> int:
         ctx.args.state,
         expected_state=ctx.args.expected,
         expected_state_version=ctx.args.expected_version,
-    )
+    ).to_wire()
     version = result.get("state_version")
     shown = "" if version is None else f" (state_version {version})"
     return _out(ctx, result, f"prog {result.get('prog')}: {result.get('state')}{shown}")
@@ -949,7 +949,7 @@ def _prog_state(ctx: _Context) -> int:
 def _prog_recover(ctx: _Context) -> int:
     if ctx.args.before is not None and ctx.args.before < 0:
         ctx.args.parser.error("--before must be 0 or more")
-    result = ctx.session().recover_reservations(ctx.args.prog, before=ctx.args.before)
+    result = ctx.session().recover_reservations(ctx.args.prog, before=ctx.args.before).to_wire()
     return _out(
         ctx, result, f"prog {ctx.args.prog}: {result.get('released')} reservation(s) released"
     )
@@ -977,7 +977,7 @@ def _read_args(ctx: _Context) -> bytes:
 
 def _submit(ctx: _Context) -> int:
     args = _read_args(ctx)
-    result = ctx.session().submit(ctx.args.prog, ctx.args.op, ctx.args.act, args)
+    result = ctx.session().submit(ctx.args.prog, ctx.args.op, ctx.args.act, args).to_wire()
     text = f"op {result.get('op')}: {result.get('state')}{_already(result)}"
     if result.get("pruned"):  # contract §3.9: the tombstone keeps idempotency
         text += (
@@ -995,7 +995,7 @@ def _invoke(ctx: _Context) -> int:
         f"`wardctl op show {op}` before anything else; an attempt left running or unknown "
         "is resolved as docs/recovery.md says"
     )
-    result = session.invoke(op, expected_attempt=ctx.args.attempt)
+    result = session.invoke(op, expected_attempt=ctx.args.attempt).to_wire()
     status = result.get("status")
     lines = [f"op {result.get('op')} attempt {result.get('attempt')}: {status}"]
     if "result" in result:
@@ -1034,7 +1034,7 @@ def _reconcile(ctx: _Context) -> int:
             value = bytes.fromhex(a.value_hex)
         except ValueError:
             a.parser.error("--value-hex needs hex digits (0-9, a-f), an even number of them")
-    result = ctx.session().reconcile(a.op, a.attempt, a.status, value)
+    result = ctx.session().reconcile(a.op, a.attempt, a.status, value).to_wire()
     text = f"op {result.get('op')} attempt {result.get('attempt')}: {result.get('status')}"
     return _out(ctx, result, text + _already(result))
 
@@ -1064,7 +1064,7 @@ def _reconcile_unclaimed(ctx: _Context) -> int:
                 print(f"op {op} attempt {attempt}: would reconcile not_executed (unclaimed)")
             continue
         try:
-            result = ctx.session().reconcile(op, attempt, "not_executed", NO_VALUE)
+            result = ctx.session().reconcile(op, attempt, "not_executed", NO_VALUE).to_wire()
         except WarddError as exc:
             refused += 1
             results.append({"op": op, "attempt": attempt, "error": exc.code})
@@ -1081,7 +1081,7 @@ def _reconcile_unclaimed(ctx: _Context) -> int:
 
 def _abort(ctx: _Context) -> int:
     a = ctx.args
-    result = ctx.session().abort(a.op, a.attempt)
+    result = ctx.session().abort(a.op, a.attempt).to_wire()
     text = (
         f"op {result.get('op')} attempt {result.get('attempt')}: aborted, now unknown "
         f"(its effect may have happened: check, then wardctl reconcile {result.get('op')} "
@@ -1098,7 +1098,7 @@ def _prog_limit(ctx: _Context) -> int:
         a.parser.error("--expected-version must be 0 or more")
     result = ctx.session().set_step_limit(
         a.prog, a.step_limit, expected_state_version=a.expected_version
-    )
+    ).to_wire()
     text = (
         f"prog {result.get('prog')}: step limit {result.get('step_limit')} "
         f"(state_version {result.get('state_version')})"
@@ -1115,7 +1115,7 @@ _CANCELLED_WHAT = {
 
 
 def _cancel(ctx: _Context) -> int:
-    result = ctx.session().cancel(ctx.args.op)
+    result = ctx.session().cancel(ctx.args.op).to_wire()
     lines = [f"op {result.get('op')}: {result.get('state')}{_already(result)}"]
     what = _CANCELLED_WHAT.get(str(result.get("was")))
     if what and not result.get("already"):
@@ -1124,26 +1124,26 @@ def _cancel(ctx: _Context) -> int:
 
 
 def _consume(ctx: _Context) -> int:
-    result = ctx.session().consume(ctx.args.op)
+    result = ctx.session().consume(ctx.args.op).to_wire()
     lines = [f"op {result.get('op')} consumed (attempt {result.get('attempt')})"]
     lines.extend(tree({"result": result.get("result")}))
     return _out(ctx, result, lines)
 
 
 def _rebind(ctx: _Context) -> int:
-    result = ctx.session().rebind(ctx.args.op)
+    result = ctx.session().rebind(ctx.args.op).to_wire()
     text = f"op {result.get('op')} bound to epoch {result.get('epoch')}{_already(result)}"
     return _out(ctx, result, text)
 
 
 def _receipts(ctx: _Context) -> int:
-    result = ctx.session().check_receipts()
+    result = ctx.session().check_receipts().to_wire()
     text = f"checked {result.get('checked')}, resolved {result.get('resolved')}"
     return _out(ctx, result, text)
 
 
 def _manual_take(ctx: _Context) -> int:
-    result = ctx.session().manual_take(ctx.args.op, expected_attempt=ctx.args.attempt)
+    result = ctx.session().manual_take(ctx.args.op, expected_attempt=ctx.args.attempt).to_wire()
     attempt = result.get("attempt") or {}
     n = attempt.get("attempt")
     lines = [

@@ -41,17 +41,17 @@ class TestAsyncSession:
         async def body() -> None:
             async with AsyncClient.connect(d.env.socket) as client:
                 session = await ready_session(client, ("echo",))
-                assert (await session.submit("p", "op-1", "echo", b"hi"))["state"] == "pending"
+                assert (await session.submit("p", "op-1", "echo", b"hi")).state == "pending"
                 invoked = await session.invoke("op-1")
-                assert (invoked["status"], invoked["result"]) == ("succeeded", b"hi")
-                assert (await session.consume("op-1"))["result"]["value"] == b"hi"
+                assert (invoked.status, invoked.result) == ("succeeded", b"hi")
+                assert (await session.consume("op-1")).result.value == b"hi"
                 op = await session.get_operation("op-1")
-                assert op["state"] == "consumed" and len(op["attempts"]) == 1
-                assert [o["op"] for o in await session.list_operations()] == ["op-1"]
-                kinds = [r["kind"] for r in await session.history("op-1")]
+                assert op.state == "consumed" and len(op.attempts) == 1
+                assert [o.op for o in await session.list_operations()] == ["op-1"]
+                kinds = [r.kind for r in await session.history("op-1")]
                 assert kinds[0] == "submitted" and "consumed" in kinds
-                assert (await session.status())["boot"] == d.boot
-                assert [w["worker"] for w in await session.workers()] == ["w0", "w1"]
+                assert (await session.status()).boot == d.boot
+                assert [w.worker for w in await session.workers()] == ["w0", "w1"]
 
         run_on(backend, body)
 
@@ -80,15 +80,15 @@ class TestAsyncSession:
                 results: dict[str, object] = {}
 
                 async def slow() -> None:
-                    results["slow"] = (await session.invoke("slow"))["status"]
+                    results["slow"] = (await session.invoke("slow")).status
 
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(slow)
                     await wait_for_file(d.env.started_marker("slow"))
                     for i in range(5):  # answered while the invoke still waits
                         await session.submit("p", f"later-{i}", "echo", b"x")
-                        assert (await session.get_operation("slow"))["state"] == "running"
-                        assert (await session.status())["boot"] == d.boot
+                        assert (await session.get_operation("slow")).state == "running"
+                        assert (await session.status()).boot == d.boot
                     assert "slow" not in results
                     d.env.open_gate("slow")
                 assert results == {"slow": "succeeded"}
@@ -107,10 +107,10 @@ class TestAsyncSession:
             ):
                 session = await ready_session(first, ("echo",))
                 await session.submit("p", "op", "echo", b"t")
-                token = (await session.prepare("op"))["token"]
+                token = (await session.prepare("op")).token
                 with pytest.raises(TokenInvalid):
                     await AsyncSession(second, session.neuron).execute(token)
-                assert (await session.execute(token))["status"] == "succeeded"
+                assert (await session.execute(token)).status == "succeeded"
 
         run_on(backend, body)
 
@@ -143,12 +143,12 @@ class TestAsyncSession:
                 assert isinstance(cancelled, anyio.get_cancelled_exc_class())
                 notes = "\n".join(getattr(cancelled, "__notes__", []))
                 assert "may have run" in notes and "op-c" in notes
-                assert (await session.get_operation("op-c"))["state"] == "running"
+                assert (await session.get_operation("op-c")).state == "running"
                 d.env.open_gate("op-c")
-                while (await session.get_operation("op-c"))["state"] == "running":
+                while (await session.get_operation("op-c")).state == "running":
                     await anyio.sleep(0.02)  # the gated call ends on its own
                 op = await session.get_operation("op-c")
-                assert op["state"] == "retained" and len(op["attempts"]) == 1
+                assert op.state == "retained" and len(op.attempts) == 1
 
         run_on(backend, body)
 

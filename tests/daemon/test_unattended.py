@@ -65,13 +65,13 @@ class TestPlacementOfANewBoot:
                 await s.create_prog("p", 100)
                 await s.grant("p", ["echo"])
                 bound = await s.ensure_placement("w1")  # unbound: binds
-                assert bound["bound"] is True
+                assert bound.bound is True
                 again = await s.ensure_placement("w1")  # names this boot: nothing
-                assert again == {
-                    "placement_generation": bound["placement_generation"],
+                assert again.to_wire() == {
+                    "placement_generation": bound.placement_generation,
                     "bound": False,
                 }
-                return int(bound["placement_generation"])
+                return int(bound.placement_generation)
 
         async def next_boot(generation: int) -> None:
             async with AsyncClient.connect(d.env.socket) as client:
@@ -80,12 +80,12 @@ class TestPlacementOfANewBoot:
                 with pytest.raises(PlacementStale):
                     await s.invoke("op")
                 rebound = await s.ensure_placement()  # the worker the placement names
-                assert rebound["bound"] is True
-                assert rebound["placement_generation"] == generation + 1
+                assert rebound.bound is True
+                assert rebound.placement_generation == generation + 1
                 root = await s.get_neuron()
-                assert root["placement"]["executor"]["worker"] == "w1"
-                assert root["placement"]["executor"]["boot"] == client.hello_result.boot
-                assert (await s.invoke("op"))["status"] == "succeeded"
+                assert root.placement["executor"]["worker"] == "w1"
+                assert root.placement["executor"]["boot"] == client.hello_result.boot
+                assert (await s.invoke("op")).status == "succeeded"
 
         generation = run_on(backend, first_boot)
         d.terminate()
@@ -107,9 +107,9 @@ class TestPlacementOfANewBoot:
                 await s.submit("p", "b", "echo", b"2")
                 with pytest.raises(PlacementStale):
                     await s.prepare("a")
-                assert (await s.get_operation("a"))["attempts"] == []  # refused before any
-                token = (await s.prepare("a", rebind_stale=True))["token"]
-                assert (await s.execute(token))["status"] == "succeeded"
+                assert (await s.get_operation("a")).attempts == ()  # refused before any
+                token = (await s.prepare("a", rebind_stale=True)).token
+                assert (await s.execute(token)).status == "succeeded"
 
         run_on(backend, body)
         d.terminate()
@@ -118,7 +118,7 @@ class TestPlacementOfANewBoot:
         async def invoke_after_restart() -> None:
             async with AsyncClient.connect(d.env.socket) as client:
                 s = AsyncSession(client, neuron)
-                assert (await s.invoke("b", rebind_stale=True))["status"] == "succeeded"
+                assert (await s.invoke("b", rebind_stale=True)).status == "succeeded"
 
         run_on(backend, invoke_after_restart)
 
@@ -134,11 +134,11 @@ class TestRetry:
                 s = AsyncSession(client, neuron)
                 await s.submit("p", "f", "flaky")
                 result = await s.invoke("f", retry=Retry(max_attempts=3, **NO_PAUSE))
-                assert (result["status"], result["attempt"]) == ("succeeded", 2)
+                assert (result.status, result.attempt) == ("succeeded", 2)
                 await s.submit("p", "n", "nofx")
                 result = await s.invoke("n", retry=Retry(max_attempts=3, **NO_PAUSE))
-                assert (result["status"], result["attempt"]) == ("failed", 3)  # all asks spent
-                states = [a["state"] for a in (await s.get_operation("n"))["attempts"]]
+                assert (result.status, result.attempt) == ("failed", 3)  # all asks spent
+                states = [a.state for a in (await s.get_operation("n")).attempts]
                 assert states == ["failed", "failed", "failed"]
 
         run_on(backend, body)
@@ -159,8 +159,8 @@ class TestRetry:
                 assert "may have run" in str(info.value)
                 with pytest.raises(AttemptUnknown):
                     await s.invoke("u", retry=Retry(max_attempts=5, **NO_PAUSE))
-                attempts = (await s.get_operation("u"))["attempts"]
-                assert [a["state"] for a in attempts] == ["unknown"]
+                attempts = (await s.get_operation("u")).attempts
+                assert [a.state for a in attempts] == ["unknown"]
 
         run_on(backend, body)
 
@@ -179,8 +179,8 @@ class TestRetry:
                 root = await s.get_neuron()
                 fences = {
                     "expected_attempt": 1,
-                    "placement_generation": root["placement_generation"],
-                    "expected_epoch": root["epoch"],
+                    "placement_generation": root.placement_generation,
+                    "expected_epoch": root.epoch,
                 }
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(s.invoke, "g")
@@ -211,7 +211,7 @@ class TestRetry:
                     await retried.wait()
                     d.env.open_gate("g2")
                 assert all(isinstance(a, Overloaded) for a in answers)
-                assert results[0]["status"] == "succeeded" and results[0]["attempt"] == 1
+                assert results[0].status == "succeeded" and results[0].attempt == 1
 
         run_on(backend, body)
 

@@ -54,14 +54,14 @@ class TestRetryRules:
         )
         seen: list[Any] = []
         retry = Retry(max_attempts=2, backoff=0, on_retry=lambda n, a: seen.append((n, a)))
-        assert session(client).invoke("o", retry=retry) == done
+        assert session(client).invoke("o", retry=retry).to_wire() == done
         assert [p["expected_attempt"] for p in client.invokes()] == [1, 2]
         assert seen == [(1, void)]
 
     def test_overloaded_asks_again_with_the_same_fences(self) -> None:
         done = {"op": "o", "attempt": 1, "status": "succeeded"}
         client = ScriptedClient({"invoke": [Overloaded("busy"), done]}, [{"attempts": []}])
-        assert session(client).invoke("o", retry=Retry(backoff=0)) == done
+        assert session(client).invoke("o", retry=Retry(backoff=0)).to_wire() == done
         first, second = client.invokes()
         keys = ("expected_attempt", "placement_generation", "expected_epoch")
         assert [first[k] for k in keys] == [second[k] for k in keys] == [1, 5, 2]
@@ -77,7 +77,7 @@ class TestRetryRules:
         with pytest.raises(Overloaded):
             session(client).invoke("o")
         client = ScriptedClient({"invoke": [unknown]}, [{"attempts": []}])
-        assert session(client).invoke("o") == unknown
+        assert session(client).invoke("o").to_wire() == unknown
         client = ScriptedClient({"invoke": [unknown]}, [{"attempts": []}])
         with pytest.raises(MayHaveRun, match="attempt 1 of op o is unknown"):
             session(client).invoke("o", retry=Retry(backoff=0))
