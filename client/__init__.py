@@ -1,4 +1,4 @@
-"""wardd.client: talk to a wardd daemon (contract §4).
+"""wardd.client: talk to a wardd daemon (contract §4); the manual is docs/client.md.
 
 - `Client`: a blocking connection over the daemon's Unix socket;
   `AsyncClient`: its async twin on anyio, for asyncio and trio alike, safe
