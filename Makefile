@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python client/_unasync.py --check
 
-# The blocking Session is generated from the trio one: edit client/_async_session.py, then this.
+# The blocking Session is generated from the async one: edit client/_async_session.py, then this.
 unasync: $(STAMP)
 	$(BIN)/python client/_unasync.py
 

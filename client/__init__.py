@@ -1,49 +1,127 @@
-"""wardd.client: talk to a wardd daemon (contract §4).
+"""wardd.client: talk to a wardd daemon (contract §4); the manual is docs/client.md.
 
 - `Client`: a blocking connection over the daemon's Unix socket;
-  `TrioClient`: its trio twin, safe for concurrent calls from many tasks.
-  Both run `hello` on connect, and raise the `wardd.protocol.WarddError`
-  subclass of the daemon's error code when it refuses a request.
+  `AsyncClient`: its async twin on anyio, for asyncio and trio alike, safe
+  for concurrent calls from many tasks. Both run `hello` on connect, and
+  raise the `wardd.protocol.WarddError` subclass of the daemon's error code
+  when it refuses a request.
 - `Neuron`: an Ed25519 signing subject (`generate`, `load`, `save`, `sign`).
-- `Session` / `TrioSession`: signed calls for one neuron, reading the
+- `Session` / `AsyncSession`: signed calls for one neuron, reading the
   compare-and-set values they need from the daemon unless given (the
-  blocking `Session` is generated from `TrioSession`: `_unasync.py`).
+  blocking `Session` is generated from `AsyncSession`: `_unasync.py`).
+  Each returns a frozen record (`Operation`, `Dispatched`, `Status`, a
+  `Page` of listings, ...) with the protocol's `StrEnum` states and
+  ``to_wire()`` for the raw map. `Retry` says when `invoke` asks again.
+- `TrioClient` / `TrioSession`: the same classes as `AsyncClient` /
+  `AsyncSession`, under the names they had when the client ran on trio only.
 - `ClientCore`: the sans-IO connection core both clients share.
 - `wardctl`: the operator command line (`wardd.client.wardctl:main`).
 """
 
 from __future__ import annotations
 
-from ._async_session import TrioSession
+from ._async import AsyncClient
+from ._async_session import AsyncSession
 from ._core import ClientCore, HelloResult, result_of
 from ._errors import (
     ClientError,
     ConnectionClosed,
     FrameTooLarge,
     KeyFileError,
+    MayHaveRun,
     RemoteProtocolError,
 )
 from ._neuron import Neuron
 from ._paths import default_key_path, default_socket_path
-from ._session import NO_VALUE
+from ._results import (
+    Aborted,
+    Attempt,
+    Cancelled,
+    Consumed,
+    Dispatched,
+    EpochChanged,
+    GrantChanged,
+    HistoryRecord,
+    ListedAttempt,
+    ManualTaken,
+    NeuronRoot,
+    Operation,
+    OperationSummary,
+    Outcome,
+    Page,
+    PlacementChanged,
+    Prepared,
+    Prog,
+    ProgCreated,
+    ProgStateChanged,
+    Rebound,
+    ReceiptsChecked,
+    Reconciled,
+    Record,
+    Registered,
+    Released,
+    Reservation,
+    Status,
+    StepLimitChanged,
+    Submitted,
+    Worker,
+)
+from ._session import NO_VALUE, Retry
 from ._sync import Client
 from ._sync_session import Session
-from ._trio import TrioClient
+
+TrioClient = AsyncClient
+TrioSession = AsyncSession
 
 __all__ = [
-    "NO_VALUE",
+    "Aborted",
+    "AsyncClient",
+    "AsyncSession",
+    "Attempt",
+    "Cancelled",
     "Client",
     "ClientCore",
     "ClientError",
     "ConnectionClosed",
+    "Consumed",
+    "Dispatched",
+    "EpochChanged",
     "FrameTooLarge",
+    "GrantChanged",
     "HelloResult",
+    "HistoryRecord",
     "KeyFileError",
+    "ListedAttempt",
+    "ManualTaken",
+    "MayHaveRun",
+    "NO_VALUE",
     "Neuron",
+    "NeuronRoot",
+    "Operation",
+    "OperationSummary",
+    "Outcome",
+    "Page",
+    "PlacementChanged",
+    "Prepared",
+    "Prog",
+    "ProgCreated",
+    "ProgStateChanged",
+    "Rebound",
+    "ReceiptsChecked",
+    "Reconciled",
+    "Record",
+    "Registered",
+    "Released",
     "RemoteProtocolError",
+    "Reservation",
+    "Retry",
     "Session",
+    "Status",
+    "StepLimitChanged",
+    "Submitted",
     "TrioClient",
     "TrioSession",
+    "Worker",
     "default_key_path",
     "default_socket_path",
     "result_of",

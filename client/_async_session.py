@@ -1,4 +1,4 @@
-"""`TrioSession`: signed and read calls for one neuron over a `TrioClient` (contract §3, §4).
+"""`AsyncSession`: signed and read calls for one neuron over an `AsyncClient` (contract §3, §4).
 
 `_async_session.py` is the one source of both sessions: `_unasync.py` writes
 the blocking `Session` into `_sync_session.py` from it, as httpcore does with
@@ -10,20 +10,58 @@ once, as a plan, in `_session.py`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from wardd.protocol import WarddError
+
+from . import _async as _io
 from ._errors import ConnectionClosed
 from ._neuron import Neuron
-from ._session import NO_VALUE, Plan, _lost, _outcome, _SessionBase
-from ._trio import TrioClient
+from ._results import (
+    Aborted,
+    Cancelled,
+    Consumed,
+    Dispatched,
+    EpochChanged,
+    GrantChanged,
+    HistoryRecord,
+    ListedAttempt,
+    ManualTaken,
+    NeuronRoot,
+    Operation,
+    OperationSummary,
+    Page,
+    PlacementChanged,
+    Prepared,
+    Prog,
+    ProgCreated,
+    ProgStateChanged,
+    Rebound,
+    ReceiptsChecked,
+    Reconciled,
+    Record,
+    Registered,
+    Released,
+    Reservation,
+    Status,
+    StepLimitChanged,
+    Submitted,
+    Worker,
+    _page,
+)
+from ._session import NO_VALUE, Plan, Retry, _in_doubt, _lost, _outcome, _SessionBase, _Sleep
 
-__all__ = ["TrioSession"]
+if TYPE_CHECKING:  # annotations only; the client is whatever the caller passes
+    from ._async import AsyncClient
+
+__all__ = ["AsyncSession"]
 
 T = TypeVar("T")
+R = TypeVar("R", bound=Record)
 
 
-class TrioSession(_SessionBase):
-    """Signed and read calls for one neuron over a `TrioClient` (same API, awaited).
+class AsyncSession(_SessionBase):
+    """Signed and read calls for one neuron over an `AsyncClient` (same API, awaited).
 
     Each write signs with the daemon's network (from `hello`) unless
     `network` is given, in which case it is also sent in the params.
@@ -32,7 +70,7 @@ class TrioSession(_SessionBase):
 
     def __init__(
         self,
-        client: TrioClient,
+        client: AsyncClient,
         neuron: Neuron,
         *,
         network: str | None = None,
@@ -43,75 +81,105 @@ class TrioSession(_SessionBase):
 
     async def _run(self, plan: Plan[T]) -> T:
         try:
-            call = next(plan)
+            step = next(plan)
             while True:
-                params = self._wire_params(call, self.client.hello_result)
+                if isinstance(step, _Sleep):  # a retry's backoff
+                    await _io.pause(step.seconds)
+                    step = plan.send(None)
+                    continue
+                params = self._wire_params(step, self.client.hello_result)
                 try:
-                    result = await self.client.call(call.method, params)
+                    result = await self.client.call(step.method, params)
                 except ConnectionClosed as exc:
-                    raise _lost(call, exc) from exc
-                call = plan.send(result)
+                    raise _lost(step, exc) from exc
+                except WarddError as exc:  # the plan may answer a refusal (retry, rebind)
+                    step = plan.throw(exc)
+                    continue
+                except BaseException as exc:  # cancelled, timed out, interrupted
+                    _in_doubt(step, exc)
+                    raise
+                step = plan.send(result)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         finally:
             plan.close()
+
+    async def _run_typed(self, record: type[R], plan: Plan[Any]) -> R:
+        return record.from_wire(await self._run(plan))
 
     async def signed(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
         """Sign and send any method (the escape hatch for what has no helper)."""
         return await self._run(self._plans.one(method, dict(params or {})))
 
     # -- reads ----------------------------------------------------------------------
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Status:
         """The daemon's `status` (contract §4)."""
-        return await self._run(self._plans.one("status", {}, signed=False))
+        return await self._run_typed(Status, self._plans.one("status", {}, signed=False))
 
-    async def workers(self) -> list[dict[str, Any]]:
-        """`list_workers`: ``[{worker, descriptor, digest}]``."""
+    async def workers(self) -> Page[Worker]:
+        """`list_workers`: each worker's descriptor and digest."""
         workers = await self._run(self._plans.one("list_workers", {}, signed=False))
-        return workers["workers"]  # type: ignore[no-any-return]
+        return _page(Worker, workers, "workers")
 
-    async def get_neuron(self) -> dict[str, Any]:
+    async def get_neuron(self) -> NeuronRoot:
         """This neuron's root: epoch, policy_version, placement, grants."""
-        return await self._run(self._plans.root())
+        return await self._run_typed(NeuronRoot, self._plans.root())
 
-    async def get_prog(self, prog: str) -> dict[str, Any]:
+    async def get_prog(self, prog: str) -> Prog:
         """One prog of this neuron."""
-        return await self._run(self._plans.prog(prog))
+        return await self._run_typed(Prog, self._plans.prog(prog))
 
-    async def get_operation(self, op: str) -> dict[str, Any]:
+    async def get_operation(self, op: str) -> Operation:
         """One op of this neuron with its attempts and result."""
-        return await self._run(self._plans.operation(op))
+        return await self._run_typed(Operation, self._plans.operation(op))
 
-    async def list_operations(self, state: str | None = None, prog: str | None = None) -> list[Any]:
+    async def list_operations(
+        self, state: str | None = None, prog: str | None = None
+    ) -> Page[OperationSummary]:
         """Every op of this neuron (all pages), optionally by state and prog."""
-        return await self._run(self._plans.operations(state, prog))
+        wire = await self._run(self._plans.operations(state, prog))
+        return _page(OperationSummary, wire, "operations")
 
-    async def history(self, op: str) -> list[Any]:
-        """Every event record of one op (all pages)."""
-        return await self._run(self._plans.history(op))
+    async def history(self, op: str) -> Page[HistoryRecord]:
+        """Every event record of one op (all pages); ``pruned`` if the op was pruned."""
+        return _page(HistoryRecord, await self._run(self._plans.history(op)), "records")
 
-    async def list_attempts(self, state: str) -> list[Any]:
+    async def list_attempts(self, state: str) -> Page[ListedAttempt]:
         """Every attempt in `state` (unknown, running, prepared) of every neuron."""
-        return await self._run(self._plans.attempts(state))
+        return _page(ListedAttempt, await self._run(self._plans.attempts(state)), "attempts")
 
     # -- neuron root ----------------------------------------------------------------
-    async def register(self) -> dict[str, Any]:
+    async def register(self) -> Registered:
         """`register_neuron` for this neuron (idempotent: ``already: true``)."""
-        return await self._run(self._plans.one("register_neuron", {}))
+        return await self._run_typed(Registered, self._plans.one("register_neuron", {}))
+
+    async def ensure_placement(self, worker: str | None = None) -> PlacementChanged:
+        """Make the placement name this boot: bind `worker`'s current descriptor
+        (default: the worker the placement names, else ``w0``) by compare-and-set
+        when the placement is unbound or names an earlier boot; do nothing when
+        it already names this boot. Returns ``{placement_generation, bound}``.
+
+        After every restart each `prepare`/`invoke` is ``placement_stale`` until
+        this (or `bind`) runs: a new boot never inherits a placement (contract §3.1).
+        """
+        boot = self.client.hello_result.boot
+        return await self._run_typed(PlacementChanged, self._plans.ensure_placement(worker, boot))
 
     async def bind(
         self, worker: str = "w0", *, expected_generation: int | None = None
-    ) -> dict[str, Any]:
+    ) -> PlacementChanged:
         """Bind the placement to `worker`'s current descriptor (from `list_workers`)."""
-        return await self._run(self._plans.bind(worker, expected_generation))
+        return await self._run_typed(
+            PlacementChanged, self._plans.bind(worker, expected_generation)
+        )
 
-    async def release(self, *, expected_generation: int | None = None) -> dict[str, Any]:
+    async def release(self, *, expected_generation: int | None = None) -> PlacementChanged:
         """`release_placement`: the placement becomes null."""
-        return await self._run(self._plans.release(expected_generation))
+        return await self._run_typed(PlacementChanged, self._plans.release(expected_generation))
 
-    async def advance_epoch(self, *, expected_epoch: int | None = None) -> dict[str, Any]:
+    async def advance_epoch(self, *, expected_epoch: int | None = None) -> EpochChanged:
         """`advance_epoch`: retires every request signed for the older epoch."""
-        return await self._run(self._plans.advance_epoch(expected_epoch))
+        return await self._run_typed(EpochChanged, self._plans.advance_epoch(expected_epoch))
 
     async def grant(
         self,
@@ -120,15 +188,17 @@ class TrioSession(_SessionBase):
         *,
         enabled: bool = True,
         expected_policy_version: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> GrantChanged:
         """`set_grant` for `prog`; `acts=None` keeps its current act set."""
-        return await self._run(self._plans.grant(prog, acts, enabled, expected_policy_version))
+        return await self._run_typed(
+            GrantChanged, self._plans.grant(prog, acts, enabled, expected_policy_version)
+        )
 
     # -- progs ----------------------------------------------------------------------
-    async def create_prog(self, prog: str, step_limit: int) -> dict[str, Any]:
+    async def create_prog(self, prog: str, step_limit: int) -> ProgCreated:
         """`create_prog` (the same content again answers ``already: true``)."""
-        return await self._run(
-            self._plans.one("create_prog", {"prog": prog, "step_limit": step_limit})
+        return await self._run_typed(
+            ProgCreated, self._plans.one("create_prog", {"prog": prog, "step_limit": step_limit})
         )
 
     async def set_prog_state(
@@ -138,52 +208,53 @@ class TrioSession(_SessionBase):
         *,
         expected_state: str | None = None,
         expected_state_version: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> ProgStateChanged:
         """`set_prog_state`, always fenced by ``expected_state_version``; both
         expected values default to the prog's current ones (read first)."""
-        return await self._run(
-            self._plans.set_prog_state(prog, state, expected_state, expected_state_version)
+        return await self._run_typed(
+            ProgStateChanged,
+            self._plans.set_prog_state(prog, state, expected_state, expected_state_version),
         )
 
     async def set_step_limit(
         self, prog: str, step_limit: int, *, expected_state_version: int | None = None
-    ) -> dict[str, Any]:
+    ) -> StepLimitChanged:
         """`set_step_limit`, always fenced by ``expected_state_version`` (default:
         the prog's current one, read first). Raising the limit of an exhausted
         prog lets new work pass; what the exhaustion cancelled stays cancelled."""
-        return await self._run(
-            self._plans.set_step_limit(prog, step_limit, expected_state_version)
+        return await self._run_typed(
+            StepLimitChanged, self._plans.set_step_limit(prog, step_limit, expected_state_version)
         )
 
-    async def abort(self, op: str, attempt: int | None = None) -> dict[str, Any]:
+    async def abort(self, op: str, attempt: int | None = None) -> Aborted:
         """`abort` a hung call of a running attempt (default: the op's latest
         attempt): its process group is killed and the attempt ends
         ``unknown`` with ``aborted: true``, for a later ``reconcile``. The
         answer's ``aborted`` is false when the call ended unknown on its own
         before the kill reached it."""
-        return await self._run(self._plans.abort(op, attempt))
+        return await self._run_typed(Aborted, self._plans.abort(op, attempt))
 
-    async def reserve_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
+    async def reserve_steps(self, prog: str, reservation: str, steps: int) -> Reservation:
         """`reserve_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
-        return await self._run(self._plans.one("reserve_steps", params))
+        return await self._run_typed(Reservation, self._plans.one("reserve_steps", params))
 
-    async def settle_steps(self, prog: str, reservation: str, steps: int) -> dict[str, Any]:
+    async def settle_steps(self, prog: str, reservation: str, steps: int) -> Reservation:
         """`settle_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
-        return await self._run(self._plans.one("settle_steps", params))
+        return await self._run_typed(Reservation, self._plans.one("settle_steps", params))
 
-    async def recover_reservations(self, prog: str, *, before: int | None = None) -> dict[str, Any]:
+    async def recover_reservations(self, prog: str, *, before: int | None = None) -> Released:
         """`recover_reservations`, always with ``before``: only open reservations
         numbered below it are released (default: the prog's current
         ``reservation_seq``, read first, i.e. every reservation made so far)."""
-        return await self._run(self._plans.recover_reservations(prog, before))
+        return await self._run_typed(Released, self._plans.recover_reservations(prog, before))
 
     # -- operations -----------------------------------------------------------------
-    async def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> dict[str, Any]:
+    async def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> Submitted:
         """`submit` an op (idempotent for identical content)."""
         params = {"prog": prog, "op": op, "act": act, "args": bytes(args)}
-        return await self._run(self._plans.one("submit", params))
+        return await self._run_typed(Submitted, self._plans.one("submit", params))
 
     async def prepare(
         self,
@@ -192,17 +263,31 @@ class TrioSession(_SessionBase):
         expected_attempt: int | None = None,
         placement_generation: int | None = None,
         expected_epoch: int | None = None,
-    ) -> dict[str, Any]:
-        """`prepare` the next attempt: ``{token, attempt}``; `execute` it on this connection."""
-        return await self._run(
-            self._plans.attempt(
-                "prepare", op, expected_attempt, placement_generation, expected_epoch
-            )
+        rebind_stale: bool = False,
+    ) -> Prepared:
+        """`prepare` the next attempt: ``{token, attempt}``; `execute` it on this connection.
+
+        `rebind_stale`: on ``placement_stale`` (refused before any attempt
+        exists), run `ensure_placement` once and ask again.
+        """
+        return await self._run_typed(
+            Prepared,
+            self._plans.placed_attempt(
+                "prepare",
+                op,
+                expected_attempt,
+                placement_generation,
+                expected_epoch,
+                rebind_stale=rebind_stale,
+                boot=self.client.hello_result.boot,
+            ),
         )
 
-    async def execute(self, token: bytes) -> dict[str, Any]:
+    async def execute(self, token: bytes) -> Dispatched:
         """`execute` a token prepared on this session's connection."""
-        return await self._run(self._plans.one("execute", {"token": token}, signed=False))
+        return await self._run_typed(
+            Dispatched, self._plans.one("execute", {"token": token}, signed=False)
+        )
 
     async def invoke(
         self,
@@ -211,41 +296,57 @@ class TrioSession(_SessionBase):
         expected_attempt: int | None = None,
         placement_generation: int | None = None,
         expected_epoch: int | None = None,
-    ) -> dict[str, Any]:
-        """`invoke`: prepare and execute the next attempt in one request."""
-        return await self._run(
-            self._plans.attempt(
-                "invoke", op, expected_attempt, placement_generation, expected_epoch
-            )
+        rebind_stale: bool = False,
+        retry: Retry | None = None,
+    ) -> Dispatched:
+        """`invoke`: prepare and execute the next attempt in one request.
+
+        `rebind_stale`: on ``placement_stale`` (refused before any attempt
+        exists), run `ensure_placement` once and ask again. `retry`: ask again
+        only after answers that prove no effect (see `Retry`); with it, an
+        ``unknown`` outcome raises `MayHaveRun` instead of being returned.
+        """
+        return await self._run_typed(
+            Dispatched,
+            self._plans.invoke(
+                op,
+                expected_attempt,
+                placement_generation,
+                expected_epoch,
+                rebind_stale=rebind_stale,
+                boot=self.client.hello_result.boot,
+                retry=retry,
+            ),
         )
 
     async def manual_take(
         self, op: str, *, expected_attempt: int | None = None, expected_epoch: int | None = None
-    ) -> dict[str, Any]:
+    ) -> ManualTaken:
         """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
-        return await self._run(
-            self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch)
+        return await self._run_typed(
+            ManualTaken,
+            self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch),
         )
 
     async def reconcile(
         self, op: str, attempt: int, status: str, value: Any = NO_VALUE
-    ) -> dict[str, Any]:
+    ) -> Reconciled:
         """`reconcile` an unknown attempt to succeeded, failed or not_executed."""
         params = {"op": op, "attempt": attempt, "outcome": _outcome(status, value)}
-        return await self._run(self._plans.one("reconcile", params))
+        return await self._run_typed(Reconciled, self._plans.one("reconcile", params))
 
-    async def cancel(self, op: str) -> dict[str, Any]:
+    async def cancel(self, op: str) -> Cancelled:
         """`cancel` an op (never executes anything)."""
-        return await self._run(self._plans.one("cancel", {"op": op}))
+        return await self._run_typed(Cancelled, self._plans.one("cancel", {"op": op}))
 
-    async def consume(self, op: str) -> dict[str, Any]:
+    async def consume(self, op: str) -> Consumed:
         """`consume` the op's retained result."""
-        return await self._run(self._plans.one("consume", {"op": op}))
+        return await self._run_typed(Consumed, self._plans.one("consume", {"op": op}))
 
-    async def rebind(self, op: str, *, expected_epoch: int | None = None) -> dict[str, Any]:
+    async def rebind(self, op: str, *, expected_epoch: int | None = None) -> Rebound:
         """`rebind` a retained result to the current epoch (executes nothing)."""
-        return await self._run(self._plans.rebind(op, expected_epoch))
+        return await self._run_typed(Rebound, self._plans.rebind(op, expected_epoch))
 
-    async def check_receipts(self) -> dict[str, Any]:
+    async def check_receipts(self) -> ReceiptsChecked:
         """`check_receipts` for this neuron's unknown guarded attempts."""
-        return await self._run(self._plans.one("check_receipts", {}))
+        return await self._run_typed(ReceiptsChecked, self._plans.one("check_receipts", {}))

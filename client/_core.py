@@ -46,7 +46,7 @@ from wardd.protocol import (
 
 from ._errors import ConnectionClosed, FrameTooLarge, RemoteProtocolError
 
-__all__ = ["ClientCore", "HelloResult", "Reply", "result_of"]
+__all__ = ["ClientCore", "Connected", "HelloResult", "Reply", "result_of"]
 
 Reply: TypeAlias = Response | ErrorReply
 
@@ -306,3 +306,21 @@ class ClientCore:
     def _broken(self, error: BaseException) -> BaseException:
         self.fail(error)
         return error
+
+
+class Connected:
+    """What both clients say about their connection once `hello` was answered."""
+
+    _core: ClientCore
+
+    @property
+    def hello_result(self) -> HelloResult:
+        """The daemon's `hello` reply: protocol, daemon, boot, network, max_frame."""
+        hello = self._core.hello_result
+        assert hello is not None  # set before the client is handed out
+        return hello
+
+    @property
+    def network(self) -> str:
+        """The daemon's network (what signatures on this connection must name)."""
+        return self.hello_result.network

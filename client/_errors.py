@@ -15,6 +15,7 @@ __all__ = [
     "ConnectionClosed",
     "FrameTooLarge",
     "KeyFileError",
+    "MayHaveRun",
     "RemoteProtocolError",
 ]
 
@@ -52,3 +53,23 @@ class KeyFileError(ClientError):
 
     The message names the path and the problem, never the file's content.
     """
+
+
+class MayHaveRun(ClientError):
+    """An attempt's outcome is ``unknown``: it may have run, and nothing will
+    ever run it again by itself.
+
+    Raised by ``invoke(..., retry=...)``, which never asks again after it.
+    `op` and `attempt` name the attempt; resolve it with a receipt
+    (`check_receipts`) or a signed `reconcile` before anything else
+    (docs/recovery.md).
+    """
+
+    def __init__(self, op: str, attempt: int | None, error: object = None) -> None:
+        self.op = op
+        self.attempt = attempt
+        why = f" ({error})" if error else ""
+        super().__init__(
+            f"attempt {attempt} of op {op} is unknown{why}: it may have run; resolve it "
+            f"(a receipt, or reconcile) before anything else: wardctl op show {op}"
+        )

@@ -3,8 +3,8 @@
 Each operation is written once, as a *plan*: a generator that yields the
 calls it needs (`_Call`) and receives their results, so a multi-step
 operation (read the current generation, then bind with it) is plain
-sequential code that does no I/O. `TrioSession` (`_async_session.py`) runs
-plans on a `TrioClient`; the blocking `Session` (`_sync_session.py`, written
+sequential code that does no I/O. `AsyncSession` (`_async_session.py`) runs
+plans on an `AsyncClient`; the blocking `Session` (`_sync_session.py`, written
 from it by `_unasync.py`) runs them on a `Client`. `_SessionBase` holds what
 the two share and does no I/O either.
 
@@ -26,18 +26,18 @@ made after it was signed.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, Final, TypeVar
 
 import attrs
 
-from wardd.protocol import Pager, PagingError
+from wardd.protocol import Overloaded, Pager, PagingError, PlacementStale, TokenVoid
 
 from ._core import HelloResult
-from ._errors import ClientError, ConnectionClosed, RemoteProtocolError
+from ._errors import ClientError, ConnectionClosed, MayHaveRun, RemoteProtocolError
 from ._neuron import Neuron
 
-__all__ = ["NO_VALUE"]
+__all__ = ["NO_VALUE", "Retry"]
 
 T = TypeVar("T")
 
@@ -67,7 +67,44 @@ class _Call:
     signed: bool
 
 
-Plan = Generator[_Call, Any, T]
+@attrs.frozen
+class _Sleep:
+    """A pause a plan asks for between two asks (a retry's backoff)."""
+
+    seconds: float
+
+
+Plan = Generator["_Call | _Sleep", Any, T]
+
+
+@attrs.frozen
+class Retry:
+    """When `invoke` asks again: only after an answer that proves no effect.
+
+    - an attempt that ``failed`` (a definite outcome, no effect): a new attempt;
+    - ``token_void`` (the attempt was voided before its claim, never ran);
+    - ``overloaded`` (the daemon did not admit the request: nothing changed);
+    - ``placement_stale``, when `invoke` was given ``rebind_stale=True``
+      (refused before any attempt exists).
+
+    Never after ``unknown``, ``attempt_unknown`` or an answer lost after the
+    request was sent: the attempt may have run, so `invoke` raises
+    `MayHaveRun` (or the daemon's refusal, or `ConnectionClosed`), naming
+    the op and attempt to look at. `max_attempts` counts every ask, the
+    first included (1: never ask again). The pause before ask n+1 is
+    ``backoff * 2**(n-1)`` seconds, at most `max_backoff`. `on_retry`, if
+    given, is called before each pause with the number of asks so far and
+    what answered the last one (a `WarddError`, or the failed result).
+    """
+
+    max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    backoff: float = attrs.field(default=0.1, validator=attrs.validators.ge(0))
+    max_backoff: float = attrs.field(default=5.0, validator=attrs.validators.ge(0))
+    on_retry: Callable[[int, Any], None] | None = None
+
+    def pause(self, asks: int) -> float:
+        """Seconds to wait after ask number `asks` before the next."""
+        return float(min(self.max_backoff, self.backoff * 2 ** (asks - 1)))
 
 _DISPATCHES = ("invoke", "execute")
 
@@ -82,6 +119,19 @@ def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
         f"{exc}: the attempt may have run (its claim may be durable); look with {look} "
         "before anything else"
     )
+
+
+def _in_doubt(call: _Call, exc: BaseException) -> None:
+    """A wait for a dispatch's answer ended without it (cancelled, timed out,
+    interrupted): the request may have gone out and is never re-sent, so
+    say on the exception that the attempt may have run."""
+    if call.method in _DISPATCHES:
+        op = call.params.get("op")
+        what = f"op {op}" if op else "the token's op"
+        exc.add_note(
+            f"wardd: the {call.method} of {what} was not answered here; the attempt may have "
+            "run (it is never sent again): read it back with get_operation before anything else"
+        )
 
 
 def _ask(method: str, params: dict[str, Any], signed: bool) -> Plan[dict[str, Any]]:
@@ -107,18 +157,21 @@ class _Plans:
     def prog(self, prog: str) -> Plan[dict[str, Any]]:
         return (yield from _ask("get_prog", {"neuron": self.neuron_id, "prog": prog}, False))
 
-    def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[list[Any]]:
-        """Every item of a paged read (contract §4: pass `next` back as `after`)."""
+    def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[dict[str, Any]]:
+        """Every item of a paged read (contract §4: pass `next` back as `after`), as
+        one page would carry them: ``{key: items}``, and ``pruned`` if a page says so."""
         pager = Pager(params, key)
+        pruned = False
         while not pager.done:
             page = yield _Call(method, pager.request(), False)
             try:
                 pager.feed(page)
             except PagingError as exc:
                 raise RemoteProtocolError(f"{method}: {exc}") from exc
-        return pager.items
+            pruned = pruned or page.get("pruned") is True
+        return {key: pager.items, "pruned": True} if pruned else {key: pager.items}
 
-    def operations(self, state: str | None, prog: str | None) -> Plan[list[dict[str, Any]]]:
+    def operations(self, state: str | None, prog: str | None) -> Plan[dict[str, Any]]:
         params: dict[str, Any] = {"neuron": self.neuron_id}
         if state is not None:
             params["state"] = state
@@ -126,13 +179,29 @@ class _Plans:
             params["prog"] = prog
         return (yield from self.pages("list_operations", params, "operations"))
 
-    def history(self, op: str) -> Plan[list[dict[str, Any]]]:
+    def history(self, op: str) -> Plan[dict[str, Any]]:
         return (yield from self.pages("history", {"neuron": self.neuron_id, "op": op}, "records"))
 
-    def attempts(self, state: str) -> Plan[list[dict[str, Any]]]:
+    def attempts(self, state: str) -> Plan[dict[str, Any]]:
         return (yield from self.pages("list_attempts", {"state": state}, "attempts"))
 
     # -- placement, epoch, policy (contract §3.1) --------------------------------------
+    def ensure_placement(self, worker: str | None, boot: str) -> Plan[dict[str, Any]]:
+        """Bind `worker`'s descriptor of this boot, by compare-and-set, unless the
+        placement already names this boot (contract §3.1: a new boot never
+        inherits a placement). `worker` None: the worker the placement names,
+        else ``w0``. Returns ``{placement_generation, bound}``."""
+        root = yield from self.root()
+        placement = root.get("placement")
+        executor = placement.get("executor") if isinstance(placement, Mapping) else None
+        if isinstance(executor, Mapping) and executor.get("boot") == boot:
+            return {"placement_generation": root["placement_generation"], "bound": False}
+        if worker is None:
+            named = executor.get("worker") if isinstance(executor, Mapping) else None
+            worker = named if isinstance(named, str) else "w0"
+        result = yield from self.bind(worker, root["placement_generation"])
+        return {**result, "bound": True}
+
     def bind(self, worker: str, expected_generation: int | None) -> Plan[dict[str, Any]]:
         listed = (yield _Call("list_workers", {}, False))["workers"]
         match = [w for w in listed if w.get("worker") == worker]
@@ -266,6 +335,75 @@ class _Plans:
             op, expected_attempt, placement_generation, expected_epoch, placed=placed
         )
         return (yield from _ask(method, params, True))
+
+    def placed_attempt(
+        self,
+        method: str,
+        op: str,
+        expected_attempt: int | None,
+        placement_generation: int | None,
+        expected_epoch: int | None,
+        *,
+        rebind_stale: bool,
+        boot: str,
+    ) -> Plan[dict[str, Any]]:
+        """`prepare` or `invoke`; with `rebind_stale`, a ``placement_stale``
+        refusal (given before any attempt exists, contract §3.2.1) binds this
+        boot's descriptor once (`ensure_placement`) and asks again."""
+        try:
+            return (
+                yield from self.attempt(
+                    method, op, expected_attempt, placement_generation, expected_epoch
+                )
+            )
+        except PlacementStale:
+            if not rebind_stale:
+                raise
+        yield from self.ensure_placement(None, boot)
+        return (yield from self.attempt(method, op, expected_attempt, None, expected_epoch))
+
+    def invoke(
+        self,
+        op: str,
+        expected_attempt: int | None,
+        placement_generation: int | None,
+        expected_epoch: int | None,
+        *,
+        rebind_stale: bool,
+        boot: str,
+        retry: Retry | None,
+    ) -> Plan[dict[str, Any]]:
+        """`invoke`, asking again as `retry` allows (see `Retry` for when)."""
+        asks = 0
+        while True:
+            asks += 1
+            try:
+                result = yield from self.placed_attempt(
+                    "invoke",
+                    op,
+                    expected_attempt,
+                    placement_generation,
+                    expected_epoch,
+                    rebind_stale=rebind_stale,
+                    boot=boot,
+                )
+            except (TokenVoid, Overloaded) as exc:
+                if retry is None or asks >= retry.max_attempts:
+                    raise
+                answer: Any = exc
+            else:
+                if retry is None:
+                    return result
+                if result.get("status") == "unknown":
+                    raise MayHaveRun(op, result.get("attempt"), result.get("error"))
+                if result.get("status") != "failed" or asks >= retry.max_attempts:
+                    return result
+                answer = result
+            if not isinstance(answer, Overloaded):  # an attempt was made: the next one
+                expected_attempt = placement_generation = None
+            if retry.on_retry is not None:
+                retry.on_retry(asks, answer)
+            yield _Sleep(retry.pause(asks))
 
     def rebind(self, op: str, expected_epoch: int | None) -> Plan[dict[str, Any]]:
         if expected_epoch is None:

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from ._core import ClientCore, HelloResult, Reply, result_of
+from ._core import ClientCore, Connected, Reply, result_of
 from ._errors import ConnectionClosed
 from ._paths import socket_path
 
-__all__ = ["Client"]
+__all__ = ["Client", "pause"]
 
 _RECV_SIZE = 1 << 16
 
 
-class Client:
+def pause(seconds: float) -> None:
+    """Sleep (a retry's backoff in the blocking `Session`)."""
+    time.sleep(seconds)
+
+
+class Client(Connected):
     """A blocking connection to wardd over its Unix socket.
 
     Connecting sends `hello` (contract §4) and waits for its reply, so a new
@@ -54,19 +60,6 @@ class Client:
         except BaseException:
             self._sock.close()
             raise
-
-    # -- properties -----------------------------------------------------------------
-    @property
-    def hello_result(self) -> HelloResult:
-        """The daemon's `hello` reply: protocol, daemon, boot, network, max_frame."""
-        hello = self._core.hello_result
-        assert hello is not None  # set by __init__
-        return hello
-
-    @property
-    def network(self) -> str:
-        """The daemon's network (what signatures on this connection must name)."""
-        return self.hello_result.network
 
     @property
     def timeout(self) -> float | None:

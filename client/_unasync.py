@@ -1,7 +1,7 @@
-"""Write the blocking `Session` from the trio one, as httpcore does with unasync.
+"""Write the blocking `Session` from the async one, as httpcore does with unasync.
 
-`TrioSession` in `_async_session.py` is the one source. `unasync` rewrites it
-line by line (drop ``async`` and ``await``, rename the trio names) into
+`AsyncSession` in `_async_session.py` is the one source. `unasync` rewrites it
+line by line (drop ``async`` and ``await``, rename the async names) into
 `_sync_session.py`, which is committed, so that it reads, imports and
 type-checks like any other module. ``python client/_unasync.py`` writes it
 (`make unasync`); with ``--check`` it only says whether the committed file is
@@ -10,8 +10,8 @@ imports nothing of wardd, so it works while the generated file is missing
 or broken.
 
 The rules are few on purpose. Each must match somewhere, so a rule the
-source outgrew shows; and the result must not keep a trace of the trio
-side, so a construct the rules do not cover (``async with``, a trio call)
+source outgrew shows; and the result must not keep a trace of the async
+side, so a construct the rules do not cover (``async with``, an anyio call)
 is refused rather than written out wrong.
 """
 
@@ -37,17 +37,21 @@ _HEADER: Final = (
 _RULES: Final = tuple(
     (re.compile(pattern), replacement)
     for pattern, replacement in (
-        (r"^from \._trio import TrioClient$", "from ._sync import Client"),
-        (r"over a `TrioClient` \(same API, awaited\)", "over a blocking `Client`"),
-        (r"\bTrioSession\b", "Session"),
-        (r"\bTrioClient\b", "Client"),
+        (r"^    from \._async import AsyncClient$", "    from ._sync import Client"),
+        (r"^from \. import _async as _io$", "from . import _sync as _io"),
+        (r"over an `AsyncClient` \(same API, awaited\)", "over a blocking `Client`"),
+        (r"\ban `AsyncClient`", "a `Client`"),
+        (r"\bAsyncSession\b", "Session"),
+        (r"\bAsyncClient\b", "Client"),
         (r"\basync def\b", "def"),
         (r"\bawait ", ""),
     )
 )
 
 # What must not survive into the blocking module.
-_LEFTOVER: Final = re.compile(r"\b(?:async|await|trio|aclose)\b|Trio|__a(?:enter|exit|iter|next)__")
+_LEFTOVER: Final = re.compile(
+    r"\b(?:async|await|trio|anyio|aclose)\b|Trio|Async|__a(?:enter|exit|iter|next)__"
+)
 
 
 class UnasyncError(ValueError):
@@ -55,7 +59,7 @@ class UnasyncError(ValueError):
 
 
 def unasync(source: str) -> str:
-    """The blocking module written from the trio `source` (the text of a module)."""
+    """The blocking module written from the async `source` (the text of a module)."""
     used: set[int] = set()
     lines = []
     for number, line in enumerate(source.splitlines(keepends=True), 1):

@@ -6,15 +6,19 @@ interrupt), wardctl says that the request may have been applied, and for
 OP`): it never guesses. A key file that others can read or write is
 refused, as ssh refuses one.
 
-Exit status: 0 when the command did what it says; 1 when the daemon refused
-(``error: <code>: <message>`` on stderr) or the daemon, socket or key could
-not be used, and when `invoke` ran an attempt whose outcome is not
-`succeeded`; 2 for a usage error.
+The exit status tells a script what happened (`Exit`, also in ``--help``
+and docs/operations.md): 0 done; 1 refused by the daemon (``error: <code>:
+<message>`` on stderr, nothing was done); 2 usage (the command line, or a
+key or file it names, cannot be used); 3 the attempt's fate is unknown, or
+the answer to a write was lost after it was sent (it may have run); 4 the
+act failed (definite: no effect); 69 the daemon cannot be reached; 130
+interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import enum
 import math
 import os
 import stat
@@ -23,7 +27,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from wardd.protocol import ATTEMPT_LIST_STATES, OpState, Pager, PagingError, ProgState, WarddError
+from wardd.protocol import (
+    ATTEMPT_LIST_STATES,
+    MAX_PAGE_LIMIT,
+    OpState,
+    Pager,
+    PagingError,
+    ProgState,
+    WarddError,
+)
 
 from ._errors import ClientError, ConnectionClosed, KeyFileError, RemoteProtocolError
 from ._neuron import Neuron
@@ -34,7 +46,42 @@ from ._session import NO_VALUE
 from ._sync import Client
 from ._sync_session import Session
 
-__all__ = ["build_parser", "main"]
+__all__ = ["Exit", "build_parser", "main"]
+
+
+class Exit(enum.IntEnum):
+    """wardctl's exit statuses: what a script may conclude from each."""
+
+    DONE = 0
+    """The command did what it says."""
+    REFUSED = 1
+    """The daemon refused the request (its code is printed): nothing was done."""
+    USAGE = 2
+    """The command line, or a key or file it names, cannot be used: nothing was sent."""
+    MAY_HAVE_RUN = 3
+    """The attempt's fate is unknown, or a write's answer was lost after it was sent."""
+    FAILED = 4
+    """The act failed: a definite outcome without effect (the op may be invoked again)."""
+    UNREACHABLE = 69
+    """The daemon cannot be reached (EX_UNAVAILABLE): nothing was sent."""
+    INTERRUPTED = 130
+    """Interrupted (SIGINT): what was in flight is said on stderr."""
+
+
+_EXIT_TEXT = {
+    Exit.DONE: "done",
+    Exit.REFUSED: "refused by the daemon (the code is printed)",
+    Exit.USAGE: "usage (the command line, or a key or file it names)",
+    Exit.MAY_HAVE_RUN: "the attempt's fate is unknown, or the answer was lost after "
+    "sending (it may have run)",
+    Exit.FAILED: "the act failed (definite, no effect)",
+    Exit.UNREACHABLE: "the daemon cannot be reached",
+    Exit.INTERRUPTED: "interrupted",
+}
+EXIT_STATUS_HELP = "exit status:\n" + "\n".join(
+    f"  {int(code):<4} {text}" for code, text in _EXIT_TEXT.items()
+)
+SHELLS = ("bash", "zsh", "fish")
 
 # plain strings, so that argparse's messages show the words, not enum reprs
 PROG_STATES = tuple(s.value for s in ProgState)
@@ -51,6 +98,14 @@ DEFAULT_READ_TIMEOUT = 30.0
 
 class _Failed(Exception):
     """A command that cannot go on; the message is printed after ``error: ``."""
+
+    status = Exit.USAGE
+
+
+class _Unreachable(_Failed):
+    """The daemon's socket could not be connected to, or it did not answer hello."""
+
+    status = Exit.UNREACHABLE
 
 
 # --------------------------------------------------------------------------------
@@ -127,8 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wardctl",
         description="Operate a wardd daemon: inspect it, and sign requests as a neuron.",
-        epilog="Exit status: 0 ok, 1 refused by wardd or unable to reach it "
-        "(invoke: also when the attempt did not succeed), 2 usage error.",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common_options(True)],
     )
     parser.add_argument("--version", action="version", version=f"wardctl {_version()}")
@@ -266,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         "invoke",
         _invoke,
         "prepare and execute the op's next attempt",
-        epilog="Exit status 1 when the attempt failed or its outcome is unknown.",
+        epilog="Exit status 4 when the attempt failed (no effect), 3 when its outcome is "
+        "unknown or the answer was lost (it may have run).",
     )
     sub.add_argument("op", metavar="OP")
     sub.add_argument(
@@ -284,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--state", choices=OP_STATES, help="|".join(OP_STATES))
     sub.add_argument("--prog", metavar="PROG")
     _neuron_option(sub)
+    _limit_option(sub)
 
     sub = add("attempts", _attempts, "list attempts in one state across all neurons", read=True)
     sub.add_argument("--state", required=True, choices=ATTEMPTS_LISTED)
@@ -293,10 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="list again every SECONDS until none is left (then exit 0)",
     )
+    _limit_option(sub)
 
     sub = add("history", _history, "show the event records of an operation", read=True)
     sub.add_argument("op", metavar="OP")
     _neuron_option(sub)
+    _limit_option(sub)
 
     sub = add(
         "reconcile",
@@ -355,7 +414,37 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--attempt", type=int, metavar="N", help="attempt number (default: 1 + attempts so far)"
     )
+
+    sub = add(
+        "completion",
+        _completion,
+        "print a shell completion script for wardctl",
+        epilog="bash: wardctl completion bash > ~/.local/share/bash-completion/completions/"
+        "wardctl; zsh: wardctl completion zsh > a directory on $fpath, as _wardctl; fish: "
+        "wardctl completion fish > ~/.config/fish/completions/wardctl.fish",
+    )
+    sub.add_argument("shell", choices=SHELLS, help="|".join(SHELLS))
     return parser
+
+
+def _positive_count(text: str) -> int:
+    """A whole number above 0 (argparse reports the error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def _limit_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit",
+        type=_positive_count,
+        metavar="N",
+        help="show at most the first N (default: all; a last line says when more exist)",
+    )
 
 
 # --------------------------------------------------------------------------------
@@ -390,7 +479,7 @@ class _Context:
                 self._client = Client(self.socket_path, timeout=timeout, client_name="wardctl")
             except (OSError, ConnectionClosed) as exc:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                raise _Failed(
+                raise _Unreachable(
                     f"cannot reach wardd at {self.socket_path}: {why}. Is the daemon running "
                     "(make run, or systemctl --user status wardd)? Another socket: --socket "
                     "PATH or $WARDD_SOCKET"
@@ -429,46 +518,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error (2)
-        return exc.code if isinstance(exc.code, int) else 2
+    except SystemExit as exc:  # --help (0), or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else Exit.USAGE
     ctx = _Context(args)
     try:
         return int(args.handler(ctx))
     except SystemExit as exc:  # parser.error() from a handler
-        return exc.code if isinstance(exc.code, int) else 2
+        return exc.code if isinstance(exc.code, int) else Exit.USAGE
     except WarddError as exc:
         return _report_refusal(ctx, exc)
     except TimeoutError:
         doubt = ctx.in_flight or "the request may still be applied: read it back"
-        return _report(ctx, f"timed out waiting for wardd; {doubt}")
-    except ConnectionClosed as exc:
+        return _report(ctx, f"timed out waiting for wardd; {doubt}", _lost_status(ctx))
+    except (ConnectionClosed, RemoteProtocolError) as exc:
         said = str(exc)
         if ctx.in_flight and "may have" not in said:  # the session may have said it already
             said = f"{said}; {ctx.in_flight}"
-        return _report(ctx, said)
-    except (_Failed, KeyFileError, ClientError) as exc:
-        return _report(ctx, str(exc))
+        return _report(ctx, said, _lost_status(ctx))
+    except _Failed as exc:
+        return _report(ctx, str(exc), exc.status)
+    except (KeyFileError, ClientError) as exc:
+        return _report(ctx, str(exc), Exit.USAGE)
     except FileExistsError as exc:
-        return _report(ctx, f"{exc.args[0] if exc.args else exc}")
+        return _report(ctx, f"{exc.args[0] if exc.args else exc}", Exit.USAGE)
     except KeyboardInterrupt:
         doubt = f": {ctx.in_flight}" if ctx.in_flight else ""
         print(f"wardctl: interrupted{doubt}", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:
         # The reader of our output went away (`wardctl ops | head`): say
         # nothing more, and keep Python from complaining at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
+        return Exit.REFUSED
     finally:
         ctx.close()
 
 
-def _report(ctx: _Context, message: str) -> int:
+def _lost_status(ctx: _Context) -> Exit:
+    """A lost or timed-out answer: a write may have been applied (3); a read
+    changes nothing, so the daemon was simply not reachable in time (69)."""
+    return Exit.MAY_HAVE_RUN if ctx.in_flight else Exit.UNREACHABLE
+
+
+def _report(ctx: _Context, message: str, status: Exit) -> int:
     if ctx.json:
         write_json({"error": {"message": message}})
     print(f"error: {message}", file=sys.stderr)
-    return 1
+    return status
 
 
 def _report_refusal(ctx: _Context, exc: WarddError) -> int:
@@ -478,7 +575,7 @@ def _report_refusal(ctx: _Context, exc: WarddError) -> int:
     if exc.data:
         for key, value in exc.data.items():
             print(f"  {key}: {scalar(value)}", file=sys.stderr)
-    return 1
+    return Exit.REFUSED
 
 
 def _out(ctx: _Context, result: Any, text: str | Sequence[str]) -> int:
@@ -663,14 +760,38 @@ def _receipt_conflicts(attempts: list[Any]) -> list[str]:
     return lines
 
 
+class _Listing:
+    """The items of a paged read, up to ``--limit``; `more` says some were left out."""
+
+    def __init__(self, items: list[Any], more: bool, last_page: Mapping[str, Any]) -> None:
+        self.items = items
+        self.more = more
+        self.last_page = last_page
+
+    def footer(self, noun: str) -> list[str]:
+        if not self.more:
+            return []
+        return [f"(the first {len(self.items)} {noun} shown, more exist: raise --limit)"]
+
+
 def _pages(ctx: _Context, method: str, key: str, **params: Any) -> list[Any]:
-    pager = Pager(params, key)
-    while not pager.done:
+    """Every item of a paged read."""
+    return _listing(ctx, method, key, None, **params).items
+
+
+def _listing(ctx: _Context, method: str, key: str, limit: int | None, **params: Any) -> _Listing:
+    """The first `limit` items of a paged read (None: all); pages stop once they are in."""
+    pager = Pager(params, key, limit=min(limit or MAX_PAGE_LIMIT, MAX_PAGE_LIMIT))
+    page: Any = {}
+    while not pager.done and (limit is None or len(pager.items) < limit):
+        page = ctx.client().call(method, pager.request())
         try:
-            pager.feed(ctx.client().call(method, pager.request()))
+            pager.feed(page)
         except PagingError as exc:
             raise RemoteProtocolError(f"{method}: {exc}") from exc
-    return pager.items
+    items = pager.items if limit is None else pager.items[:limit]
+    more = len(items) < len(pager.items) or not pager.done
+    return _Listing(items, more, page if isinstance(page, Mapping) else {})
 
 
 def _ops(ctx: _Context) -> int:
@@ -679,20 +800,21 @@ def _ops(ctx: _Context) -> int:
         params["state"] = ctx.args.state
     if ctx.args.prog:
         params["prog"] = ctx.args.prog
-    ops = _pages(ctx, "list_operations", "operations", **params)
+    listing = _listing(ctx, "list_operations", "operations", ctx.args.limit, **params)
+    ops = listing.items
     if ctx.args.state == "unknown":
-        return _unknown_ops(ctx, params["neuron"], ops)
+        return _unknown_ops(ctx, params["neuron"], listing)
     lines = [
         f"{o.get('op')}  prog {o.get('prog')}  act {o.get('act')}  {o.get('state')}  "
         f"attempts {o.get('attempts')}" + ("  (pruned)" if o.get("pruned") else "")
         for o in ops
     ]
-    return _out(ctx, ops, lines or ["no operations"])
+    return _out(ctx, ops, [*lines, *listing.footer("operations")] or ["no operations"])
 
 
-def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
+def _unknown_ops(ctx: _Context, neuron: str, listing: _Listing) -> int:
     """Each op with an unknown attempt, and that attempt's evidence (contract §3.6)."""
-    full = [ctx.read("get_operation", neuron=neuron, op=o["op"]) for o in ops]
+    full = [ctx.read("get_operation", neuron=neuron, op=o["op"]) for o in listing.items]
     if ctx.json:
         write_json(full)
         return 0
@@ -712,28 +834,31 @@ def _unknown_ops(ctx: _Context, neuron: str, ops: list[Any]) -> int:
             if evidence:
                 lines.append("    evidence:")
                 lines.extend(tree(evidence, 3))
+    lines.extend(listing.footer("operations"))
     print("\n".join(lines) if lines else "no unknown operations")
     return 0
 
 
 def _attempts(ctx: _Context) -> int:
     every = ctx.args.watch
+    state, limit = ctx.args.state, ctx.args.limit
     if every is None:
-        return _attempts_once(ctx, _pages(ctx, "list_attempts", "attempts", state=ctx.args.state))
+        return _attempts_once(ctx, _listing(ctx, "list_attempts", "attempts", limit, state=state))
     if not every > 0:
         ctx.args.parser.error("--watch needs a positive number of seconds")
     while True:  # until a listing comes back empty: that one is printed as such
         if not ctx.json:
             print(f"-- {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", flush=True)
-        attempts = _pages(ctx, "list_attempts", "attempts", state=ctx.args.state)
-        if not attempts:
-            return _out(ctx, [], f"no {ctx.args.state} attempts left")
-        _attempts_once(ctx, attempts)
+        listing = _listing(ctx, "list_attempts", "attempts", limit, state=state)
+        if not listing.items:
+            return _out(ctx, [], f"no {state} attempts left")
+        _attempts_once(ctx, listing)
         sys.stdout.flush()
         time.sleep(every)  # the operator's refresh interval
 
 
-def _attempts_once(ctx: _Context, attempts: list[Any]) -> int:
+def _attempts_once(ctx: _Context, listing: _Listing) -> int:
+    attempts = listing.items
     lines: list[str] = []
     for a in attempts:
         lines.append(
@@ -744,18 +869,27 @@ def _attempts_once(ctx: _Context, attempts: list[Any]) -> int:
         if a.get("evidence"):
             lines.append("    evidence:")
             lines.extend(tree(a["evidence"], 3))
+    lines.extend(listing.footer("attempts"))
     return _out(ctx, attempts, lines or [f"no {ctx.args.state} attempts"])
 
 
 def _history(ctx: _Context) -> int:
-    records = _pages(ctx, "history", "records", neuron=ctx.neuron_id(), op=ctx.args.op)
+    op = ctx.args.op
+    listing = _listing(ctx, "history", "records", ctx.args.limit, neuron=ctx.neuron_id(), op=op)
+    records = listing.items
+    if listing.last_page.get("pruned"):  # contract §3.9: only the tombstone is left
+        text = (
+            f"op {op} was pruned: its records are gone, and it can never run again "
+            f"(what is kept: wardctl op show {op})"
+        )
+        return _out(ctx, records, text)
     lines = []
     for r in records:
         attempt = f" attempt {r['attempt']}" if r.get("attempt") is not None else ""
         lines.append(f"{r.get('seq')}  {r.get('at')}  {r.get('kind')}{attempt}")
         if r.get("data"):
             lines.extend(tree(r["data"], 2))
-    return _out(ctx, records, lines or ["no records"])
+    return _out(ctx, records, [*lines, *listing.footer("records")] or ["no records"])
 
 
 # --------------------------------------------------------------------------------
@@ -763,7 +897,7 @@ def _history(ctx: _Context) -> int:
 
 
 def _register(ctx: _Context) -> int:
-    result = ctx.session().register()
+    result = ctx.session().register().to_wire()
     text = (
         f"neuron {result.get('neuron')} registered, epoch {result.get('epoch')}{_already(result)}"
     )
@@ -771,19 +905,19 @@ def _register(ctx: _Context) -> int:
 
 
 def _bind(ctx: _Context) -> int:
-    result = ctx.session().bind(ctx.args.worker)
+    result = ctx.session().bind(ctx.args.worker).to_wire()
     gen = result.get("placement_generation")
     return _out(ctx, result, f"bound to {ctx.args.worker} (placement generation {gen})")
 
 
 def _release(ctx: _Context) -> int:
-    result = ctx.session().release()
+    result = ctx.session().release().to_wire()
     gen = result.get("placement_generation")
     return _out(ctx, result, f"placement released (placement generation {gen})")
 
 
 def _epoch_advance(ctx: _Context) -> int:
-    result = ctx.session().advance_epoch()
+    result = ctx.session().advance_epoch().to_wire()
     return _out(ctx, result, f"epoch {result.get('epoch')}")
 
 
@@ -794,7 +928,7 @@ def _grant(ctx: _Context) -> int:
     acts = args.acts if args.acts else None  # --disable alone keeps the current acts
     if acts:
         _warn_about_grant(ctx, args.prog, set(acts))
-    result = ctx.session().grant(args.prog, acts, enabled=not args.disable)
+    result = ctx.session().grant(args.prog, acts, enabled=not args.disable).to_wire()
     granted = ", ".join(sorted(set(args.acts))) if args.acts else "current acts kept"
     state = "disabled" if args.disable else "enabled"
     text = (
@@ -829,7 +963,7 @@ def _warn_about_grant(ctx: _Context, prog: str, acts: set[str]) -> None:
 def _prog_create(ctx: _Context) -> int:
     if ctx.args.steps < 0:
         ctx.args.parser.error("--steps must be 0 or more")
-    result = ctx.session().create_prog(ctx.args.prog, ctx.args.steps)
+    result = ctx.session().create_prog(ctx.args.prog, ctx.args.steps).to_wire()
     return _out(ctx, result, f"prog {result.get('prog')} created{_already(result)}")
 
 
@@ -841,7 +975,7 @@ def _prog_state(ctx: _Context) -> int:
         ctx.args.state,
         expected_state=ctx.args.expected,
         expected_state_version=ctx.args.expected_version,
-    )
+    ).to_wire()
     version = result.get("state_version")
     shown = "" if version is None else f" (state_version {version})"
     return _out(ctx, result, f"prog {result.get('prog')}: {result.get('state')}{shown}")
@@ -850,7 +984,7 @@ def _prog_state(ctx: _Context) -> int:
 def _prog_recover(ctx: _Context) -> int:
     if ctx.args.before is not None and ctx.args.before < 0:
         ctx.args.parser.error("--before must be 0 or more")
-    result = ctx.session().recover_reservations(ctx.args.prog, before=ctx.args.before)
+    result = ctx.session().recover_reservations(ctx.args.prog, before=ctx.args.before).to_wire()
     return _out(
         ctx, result, f"prog {ctx.args.prog}: {result.get('released')} reservation(s) released"
     )
@@ -878,8 +1012,14 @@ def _read_args(ctx: _Context) -> bytes:
 
 def _submit(ctx: _Context) -> int:
     args = _read_args(ctx)
-    result = ctx.session().submit(ctx.args.prog, ctx.args.op, ctx.args.act, args)
-    return _out(ctx, result, f"op {result.get('op')}: {result.get('state')}{_already(result)}")
+    result = ctx.session().submit(ctx.args.prog, ctx.args.op, ctx.args.act, args).to_wire()
+    text = f"op {result.get('op')}: {result.get('state')}{_already(result)}"
+    if result.get("pruned"):  # contract §3.9: the tombstone keeps idempotency
+        text += (
+            "; it ended and was pruned: its result and records are gone, and it can "
+            "never run again (choose a new op id to run the act again)"
+        )
+    return _out(ctx, result, text)
 
 
 def _invoke(ctx: _Context) -> int:
@@ -890,7 +1030,7 @@ def _invoke(ctx: _Context) -> int:
         f"`wardctl op show {op}` before anything else; an attempt left running or unknown "
         "is resolved as docs/recovery.md says"
     )
-    result = session.invoke(op, expected_attempt=ctx.args.attempt)
+    result = session.invoke(op, expected_attempt=ctx.args.attempt).to_wire()
     status = result.get("status")
     lines = [f"op {result.get('op')} attempt {result.get('attempt')}: {status}"]
     if "result" in result:
@@ -903,7 +1043,9 @@ def _invoke(ctx: _Context) -> int:
             "wardctl reconcile"
         )
     _out(ctx, result, lines)
-    return 0 if status == "succeeded" else 1
+    if status == "succeeded":
+        return Exit.DONE
+    return Exit.FAILED if status == "failed" else Exit.MAY_HAVE_RUN
 
 
 def _reconcile(ctx: _Context) -> int:
@@ -927,7 +1069,7 @@ def _reconcile(ctx: _Context) -> int:
             value = bytes.fromhex(a.value_hex)
         except ValueError:
             a.parser.error("--value-hex needs hex digits (0-9, a-f), an even number of them")
-    result = ctx.session().reconcile(a.op, a.attempt, a.status, value)
+    result = ctx.session().reconcile(a.op, a.attempt, a.status, value).to_wire()
     text = f"op {result.get('op')} attempt {result.get('attempt')}: {result.get('status')}"
     return _out(ctx, result, text + _already(result))
 
@@ -957,7 +1099,7 @@ def _reconcile_unclaimed(ctx: _Context) -> int:
                 print(f"op {op} attempt {attempt}: would reconcile not_executed (unclaimed)")
             continue
         try:
-            result = ctx.session().reconcile(op, attempt, "not_executed", NO_VALUE)
+            result = ctx.session().reconcile(op, attempt, "not_executed", NO_VALUE).to_wire()
         except WarddError as exc:
             refused += 1
             results.append({"op": op, "attempt": attempt, "error": exc.code})
@@ -969,12 +1111,12 @@ def _reconcile_unclaimed(ctx: _Context) -> int:
             print(f"op {op} attempt {attempt}: not_executed{_already(result)}")
     if ctx.json:
         write_json(results)
-    return 1 if refused else 0
+    return Exit.REFUSED if refused else Exit.DONE
 
 
 def _abort(ctx: _Context) -> int:
     a = ctx.args
-    result = ctx.session().abort(a.op, a.attempt)
+    result = ctx.session().abort(a.op, a.attempt).to_wire()
     how = (
         "aborted, now unknown"
         if result.get("aborted", True)
@@ -996,7 +1138,7 @@ def _prog_limit(ctx: _Context) -> int:
         a.parser.error("--expected-version must be 0 or more")
     result = ctx.session().set_step_limit(
         a.prog, a.step_limit, expected_state_version=a.expected_version
-    )
+    ).to_wire()
     text = (
         f"prog {result.get('prog')}: step limit {result.get('step_limit')} "
         f"(state_version {result.get('state_version')})"
@@ -1013,7 +1155,7 @@ _CANCELLED_WHAT = {
 
 
 def _cancel(ctx: _Context) -> int:
-    result = ctx.session().cancel(ctx.args.op)
+    result = ctx.session().cancel(ctx.args.op).to_wire()
     lines = [f"op {result.get('op')}: {result.get('state')}{_already(result)}"]
     what = _CANCELLED_WHAT.get(str(result.get("was")))
     if what and not result.get("already"):
@@ -1022,26 +1164,26 @@ def _cancel(ctx: _Context) -> int:
 
 
 def _consume(ctx: _Context) -> int:
-    result = ctx.session().consume(ctx.args.op)
+    result = ctx.session().consume(ctx.args.op).to_wire()
     lines = [f"op {result.get('op')} consumed (attempt {result.get('attempt')})"]
     lines.extend(tree({"result": result.get("result")}))
     return _out(ctx, result, lines)
 
 
 def _rebind(ctx: _Context) -> int:
-    result = ctx.session().rebind(ctx.args.op)
+    result = ctx.session().rebind(ctx.args.op).to_wire()
     text = f"op {result.get('op')} bound to epoch {result.get('epoch')}{_already(result)}"
     return _out(ctx, result, text)
 
 
 def _receipts(ctx: _Context) -> int:
-    result = ctx.session().check_receipts()
+    result = ctx.session().check_receipts().to_wire()
     text = f"checked {result.get('checked')}, resolved {result.get('resolved')}"
     return _out(ctx, result, text)
 
 
 def _manual_take(ctx: _Context) -> int:
-    result = ctx.session().manual_take(ctx.args.op, expected_attempt=ctx.args.attempt)
+    result = ctx.session().manual_take(ctx.args.op, expected_attempt=ctx.args.attempt).to_wire()
     attempt = result.get("attempt") or {}
     n = attempt.get("attempt")
     lines = [
@@ -1050,6 +1192,14 @@ def _manual_take(ctx: _Context) -> int:
         f"  wardctl reconcile {attempt.get('op')} {n} --succeeded|--failed|--not-executed",
     ]
     return _out(ctx, result, lines)
+
+
+def _completion(ctx: _Context) -> int:
+    """The completion script, generated from the parser by shtab (nothing is contacted)."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=ctx.args.shell))
+    return Exit.DONE
 
 
 if __name__ == "__main__":

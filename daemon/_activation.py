@@ -25,7 +25,7 @@ LISTEN_FDS_START = 3
 _LISTEN_ENVIRONMENT = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 
 
-def listen_fds(environ: MutableMapping[str, str] = os.environ) -> list[socket.socket]:
+def listen_fds(environ: MutableMapping[str, str] | None = None) -> list[socket.socket]:
     """The listening Unix stream sockets passed by socket activation.
 
     Returns ``[]`` when the daemon was not socket-activated: ``$LISTEN_PID``
@@ -41,8 +41,10 @@ def listen_fds(environ: MutableMapping[str, str] = os.environ) -> list[socket.so
     of socket is a configuration error, not something to guess around. On
     error no descriptor is closed or changed.
 
-    The ``LISTEN_*`` variables are removed from ``environ`` in every case.
+    The ``LISTEN_*`` variables are removed from ``environ`` (default: the
+    process environment) in every case.
     """
+    environ = os.environ if environ is None else environ
     try:
         count = _activated_count(environ)
     finally:

@@ -76,7 +76,7 @@ class Notifier:
     timeout: float = 1.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Notifier:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Notifier:
         """The notifier ``$NOTIFY_SOCKET`` asks for, or a disabled one.
 
         An absolute path names a filesystem socket; a leading ``@`` names an
@@ -84,6 +84,7 @@ class Notifier:
         else (unset, empty, relative, a ``vsock:`` address, too long) gives a
         disabled notifier: the daemon runs the same, unsupervised.
         """
+        environ = os.environ if environ is None else environ
         return cls(_parse_address(environ.get("NOTIFY_SOCKET", "")))
 
     @property
@@ -130,7 +131,7 @@ class Notifier:
         return self.send("STATUS=" + " ".join(text.splitlines()))
 
 
-def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
+def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
     """Seconds between ``WATCHDOG=1`` pings, or ``None`` for no watchdog.
 
     Per sd_watchdog_enabled(3): ``$WATCHDOG_USEC`` is the period and applies
@@ -139,6 +140,7 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
     tick never costs a restart. Malformed or non-positive values are no
     watchdog.
     """
+    environ = os.environ if environ is None else environ
     usec = _positive_int(environ.get("WATCHDOG_USEC"))
     if usec is None:
         return None
@@ -147,13 +149,14 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ) -> float | None:
     return usec / 2 / 1_000_000
 
 
-def scrub_environment(environ: MutableMapping[str, str] = os.environ) -> None:
+def scrub_environment(environ: MutableMapping[str, str] | None = None) -> None:
     """Remove the service manager's variables (:data:`SYSTEMD_ENVIRONMENT`).
 
     Deleting from ``os.environ`` also unsets them in the process
     environment, so no child started afterwards inherits them (contract §6:
     a ``cli`` act never sees ``NOTIFY_SOCKET`` or ``LISTEN_*``).
     """
+    environ = os.environ if environ is None else environ
     for name in SYSTEMD_ENVIRONMENT:
         environ.pop(name, None)
 

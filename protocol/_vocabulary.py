@@ -109,11 +109,15 @@ def is_neuron_id(value: Any) -> bool:
     return isinstance(value, str) and _NEURON_ID.fullmatch(value) is not None
 
 
-def default_socket_path(environ: Mapping[str, str] = os.environ, uid: int | None = None) -> str:
+def default_socket_path(environ: Mapping[str, str] | None = None, uid: int | None = None) -> str:
     """The daemon's default socket (contract §6): ``$XDG_RUNTIME_DIR/wardd/wardd.sock``,
     or ``/tmp/wardd-<uid>/wardd/wardd.sock`` when ``XDG_RUNTIME_DIR`` is unset or
-    not absolute. The daemon binds it and the clients connect to it."""
-    runtime = environ.get("XDG_RUNTIME_DIR")
+    not absolute. The daemon binds it and the clients connect to it.
+
+    `environ` defaults to the process environment, read at the call (never
+    a default argument: ``pydoc`` would print the whole environment, tokens
+    included, in the signature)."""
+    runtime = (os.environ if environ is None else environ).get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime):
         base = runtime
     else:

@@ -260,13 +260,13 @@ class TestReplay:
         """contract §3.4: Session sends expected_state_version and before, read from get_prog."""
         a = Actor(shared, acts=("echo",))
         session = Session(a.client, a.neuron)
-        assert session.set_prog_state(a.prog, "paused")["state_version"] == 2
+        assert session.set_prog_state(a.prog, "paused").state_version == 2
         stale = code_of(session.set_prog_state, a.prog, "active", expected_state_version=1)
         assert stale.code == "state_mismatch" and a.get_prog()["state"] == "paused"
-        assert session.set_prog_state(a.prog, "active")["state_version"] == 3
+        assert session.set_prog_state(a.prog, "active").state_version == 3
         session.reserve_steps(a.prog, "r", 1)
-        assert session.recover_reservations(a.prog, before=1) == {"released": 0}
-        assert session.recover_reservations(a.prog) == {"released": 1}
+        assert session.recover_reservations(a.prog, before=1).released == 0
+        assert session.recover_reservations(a.prog).released == 1
 
     def test_a_request_signed_before_advance_epoch_can_never_prepare(self, shared):
         """contract §4: what a CAS cannot fence, the epoch does."""

@@ -696,8 +696,8 @@ class TestTrioClient:
             await client.aclose()
         assert len(failures) == 1
 
-    async def test_connect_without_a_nursery_uses_a_system_task(self) -> None:
-        """`over_stream` without a nursery still multiplexes (the reader is a system task)."""
+    async def test_a_client_needs_no_nursery(self) -> None:
+        """`over_stream` without a nursery serves calls: the client runs no task of its own."""
         client_side, daemon_side = trio.testing.memory_stream_pair()
         peer = MemoryPeer(daemon_side)
         async with trio.open_nursery() as nursery:
@@ -716,11 +716,27 @@ class TestTrioClient:
 # Session: the plans of signed operations
 
 
+#: A write's smallest well-formed result (contract §4), for a FakeClient answer of ``{}``.
+SMALLEST_RESULT: dict[str, dict[str, Any]] = {
+    "invoke": {"op": "o", "attempt": 1, "status": "succeeded"},
+    "execute": {"op": "o", "attempt": 1, "status": "succeeded"},
+    "prepare": {"token": b"t", "attempt": {"attempt": 1}},
+    "manual_take": {"attempt": {"attempt": 1, "state": "unknown"}},
+    "set_prog_state": {"prog": "p", "state": "active"},
+    "cancel": {"op": "o", "state": "cancelled"},
+    "rebind": {"op": "o", "epoch": 3},
+}
+
+
 class FakeClient:
-    """Answers calls from a dict of method → result (or a callable of params)."""
+    """Answers calls from a dict of method → result (or a callable of params);
+    ``{}`` answers a write with its smallest well-formed result."""
 
     def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers = answers
+        self.answers = {
+            method: SMALLEST_RESULT.get(method, answer) if answer == {} else answer
+            for method, answer in answers.items()
+        }
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.hello_result = ready_core().hello_result
 
@@ -768,7 +784,7 @@ class TestSession:
             }
         )
         session = Session(fake, neuron)  # type: ignore[arg-type]
-        assert session.bind("w1") == {"placement_generation": 6}
+        assert session.bind("w1").to_wire() == {"placement_generation": 6}
         ((method, params),) = fake.signed_calls()
         assert method == "bind_placement"
         assert params["descriptor"] == DESCRIPTOR and params["expected_generation"] == 5
@@ -790,7 +806,7 @@ class TestSession:
             {
                 "get_neuron": ROOT,
                 "get_operation": {"op": "o", "attempts": [{"attempt": 1}, {"attempt": 2}]},
-                method: {"ok": True},
+                method: {},
             }
         )
         getattr(Session(fake, neuron), method)("o")  # type: ignore[arg-type]
@@ -827,7 +843,7 @@ class TestSession:
     def test_set_prog_state_always_sends_expected_state_version(self) -> None:
         """contract §3.4: the bundled clients always send it, read from get_prog unless given."""
         neuron = Neuron.generate()
-        fake = FakeClient({"get_prog": PROG, "set_prog_state": {"state_version": 5}})
+        fake = FakeClient({"get_prog": PROG, "set_prog_state": {}})
         session = Session(fake, neuron)  # type: ignore[arg-type]
         session.set_prog_state("p", "active")
         session.set_prog_state("p", "active", expected_state="active")
@@ -846,7 +862,7 @@ class TestSession:
         neuron = Neuron.generate()
         fake = FakeClient({"get_prog": PROG, "recover_reservations": {"released": 1}})
         session = Session(fake, neuron)  # type: ignore[arg-type]
-        assert session.recover_reservations("p") == {"released": 1}
+        assert session.recover_reservations("p").released == 1
         session.recover_reservations("p", before=2)
         sent = fake.signed_calls()
         assert [p["before"] for _, p in sent] == [12, 2]
@@ -855,7 +871,7 @@ class TestSession:
 
     def test_reconcile_distinguishes_no_value_from_null(self) -> None:
         """NO_VALUE omits outcome.value; None sends a null value."""
-        fake = FakeClient({"reconcile": {}})
+        fake = FakeClient({"reconcile": {"op": "o", "attempt": 1, "status": "failed"}})
         session = Session(fake, Neuron.generate())  # type: ignore[arg-type]
         session.reconcile("o", 1, "failed")
         session.reconcile("o", 1, "succeeded", None)
@@ -869,10 +885,11 @@ class TestSession:
 
     def test_paged_reads_follow_next(self) -> None:
         """list_operations returns every page, passing each page's next as after."""
-        pages = {None: {"operations": [1, 2], "next": "b"}, "b": {"operations": [3]}}
+        items = [{"op": name, "state": "unknown"} for name in "abc"]
+        pages = {None: {"operations": items[:2], "next": "b"}, "b": {"operations": items[2:]}}
         fake = FakeClient({"list_operations": lambda p: pages[p.get("after")]})
         session = Session(fake, Neuron.generate())  # type: ignore[arg-type]
-        assert session.list_operations(state="unknown") == [1, 2, 3]
+        assert [o.op for o in session.list_operations(state="unknown")] == ["a", "b", "c"]
         assert [p.get("after") for _, p in fake.calls] == [None, "b"]
         assert all(p["state"] == "unknown" and "sig" not in p for _, p in fake.calls)
 
@@ -914,7 +931,7 @@ class TestSession:
                 await peer.send(ok(req["id"], answer))
 
         nursery.start_soon(daemon)
-        assert await session.advance_epoch() == {"epoch": 4}
+        assert (await session.advance_epoch()).epoch == 4
         assert [r["method"] for r in seen] == ["get_neuron", "advance_epoch"]
         params = seen[1]["params"]
         assert params["expected_epoch"] == 3
@@ -929,7 +946,8 @@ class TestSession:
         seen: list[dict[str, Any]] = []
 
         async def daemon() -> None:
-            for answer in (PROG, {"state_version": 5}, PROG, {"released": 0}):
+            changed = {"prog": "p", "state": "active", "state_version": 5}
+            for answer in (PROG, changed, PROG, {"released": 0}):
                 req = await peer.request()
                 seen.append(req)
                 await peer.send(ok(req["id"], answer))

@@ -1,4 +1,4 @@
-"""The two sessions are one source: `Session` is generated from `TrioSession`.
+"""The two sessions are one source: `Session` is generated from `AsyncSession`.
 
 `client/_unasync.py` writes `client/_sync_session.py` from
 `client/_async_session.py`; these tests hold the committed file to what it
@@ -34,6 +34,7 @@ PUBLIC = {
     "list_attempts",
     # neuron root
     "register",
+    "ensure_placement",
     "bind",
     "release",
     "advance_epoch",
@@ -160,5 +161,5 @@ class TestSessionSurface:
         ]
         assert inspect.signature(Session.__init__).parameters["client"].annotation == "Client"
         assert (
-            inspect.signature(TrioSession.__init__).parameters["client"].annotation == "TrioClient"
+            inspect.signature(TrioSession.__init__).parameters["client"].annotation == "AsyncClient"
         )

@@ -2,52 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import socket
 import stat
 import subprocess
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.unit._wardctl_stub import ALL_COMMANDS, daemon_stub, run
 from wardd.client import Neuron
-from wardd.client.wardctl import build_parser, main
-from wardd.protocol import FrameDecoder, WarddError, encode_frame, verify
+from wardd.client.wardctl import Exit
+from wardd.protocol import verify
 
-HELLO = {
-    "protocol": 1,
-    "daemon": "wardd test",
-    "boot": "b" * 32,
-    "network": "local",
-    "max_frame": 1 << 20,
-}
-
-
-def command_paths(
-    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
-) -> Iterator[tuple[str, ...]]:
-    """Every command and sub-command of the parser, as argv prefixes."""
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-            for name, sub in action.choices.items():
-                yield (*prefix, name)
-                yield from command_paths(sub, (*prefix, name))
-
-
-ALL_COMMANDS = sorted(set(command_paths(build_parser())))
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+__all__ = ["daemon_stub"]  # the fixture, used by name
 
 
 class TestHelp:
@@ -82,10 +50,13 @@ class TestHelp:
         assert expected <= set(ALL_COMMANDS)
 
     def test_top_level_help_exits_0(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """`wardctl --help` lists the commands and the exit statuses."""
+        """`wardctl --help` lists the commands and every exit status with its meaning."""
         code, out, _ = run(capsys, "--help")
         assert code == 0
-        assert "usage: wardctl" in out and "manual-take" in out and "Exit status" in out
+        assert "usage: wardctl" in out and "manual-take" in out
+        listed = out.split("exit status:\n", 1)[1].splitlines()
+        codes = [int(line.split()[0]) for line in listed if line.strip()]
+        assert codes == [0, 1, 2, 3, 4, 69, 130] == [int(e) for e in Exit]
 
     @pytest.mark.parametrize("argv", ALL_COMMANDS, ids=" ".join)
     def test_every_command_has_help(
@@ -154,12 +125,12 @@ class TestUsage:
         code, _, err = run(capsys, "--key", str(tmp_path / "k"), "grant", "p")
         assert code == 2 and "--disable" in err
 
-    def test_unreachable_daemon_exits_1(
+    def test_unreachable_daemon_exits_69(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
-        """No daemon at --socket: one `error:` line naming the socket, exit 1."""
+        """No daemon at --socket: one `error:` line naming the socket, exit 69."""
         code, _, err = run(capsys, "--socket", str(tmp_path / "none.sock"), "status")
-        assert code == 1
+        assert code == Exit.UNREACHABLE == 69
         assert err.startswith("error: cannot reach wardd at ") and "none.sock" in err
 
     def test_global_options_work_after_the_command(
@@ -167,7 +138,7 @@ class TestUsage:
     ) -> None:
         """--socket/--json may follow the command (`status --json`)."""
         code, out, err = run(capsys, "status", "--json", "--socket", str(tmp_path / "none"))
-        assert code == 1 and "none" in err
+        assert code == Exit.UNREACHABLE and "none" in err
         assert json.loads(out)["error"]["message"].startswith("cannot reach wardd")
 
 
@@ -186,12 +157,12 @@ class TestKeygen:
     def test_keygen_refuses_to_replace_a_key_without_force(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
-        """A second keygen exits 1 and keeps the key; --force replaces it."""
+        """A second keygen exits 2 (usage) and keeps the key; --force replaces it."""
         path = tmp_path / "neuron.key"
         run(capsys, "--key", str(path), "keygen")
         first = Neuron.load(path).id
         code, _, err = run(capsys, "--key", str(path), "keygen")
-        assert code == 1 and "--force" in err
+        assert code == Exit.USAGE and "--force" in err
         assert Neuron.load(path).id == first
         code, out, _ = run(capsys, "--key", str(path), "keygen", "--force")
         last = out.strip().splitlines()[-1]
@@ -214,78 +185,15 @@ class TestKeygen:
     def test_a_bad_key_file_is_one_error_line(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
-        """A signed command with an unreadable key exits 1 naming the file, not its content."""
+        """A signed command with an unreadable key exits 2 naming the file, not its content."""
         (tmp_path / "k").write_text("not a key at all, secret-ish words")
         code, _, err = run(capsys, "--key", str(tmp_path / "k"), "--socket", "/x", "register")
-        assert code == 1
+        assert code == Exit.USAGE
         assert "key file" in err and "secret-ish" not in err
 
 
 # ------------------------------------------------------------------------------------
 # against a scripted peer
-
-Answer = Callable[[dict[str, Any]], Any]
-
-
-@pytest.fixture
-def daemon_stub() -> Iterator[Callable[[dict[str, Any]], tuple[str, list[dict[str, Any]]]]]:
-    """`daemon_stub({method: result | WarddError | callable})` → (socket path, requests seen)."""
-    stop: list[Callable[[], None]] = []
-
-    def start(answers: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-        tmp = tempfile.mkdtemp(prefix="wc-", dir="/tmp")
-        path = os.path.join(tmp, "s")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(4)
-        seen: list[dict[str, Any]] = []
-
-        def serve_one(conn: socket.socket) -> None:
-            decoder = FrameDecoder()
-            with conn:
-                while True:
-                    item = decoder.next_item()
-                    if not isinstance(item, dict):
-                        data = conn.recv(65536)
-                        if not data:
-                            return
-                        decoder.feed(data)
-                        continue
-                    seen.append(item)
-                    answer = HELLO if item["method"] == "hello" else answers[item["method"]]
-                    if callable(answer) and not isinstance(answer, WarddError):
-                        answer = answer(item["params"])
-                    if isinstance(answer, WarddError):
-                        reply = {"id": item["id"], "error": answer.to_wire()}
-                    else:
-                        reply = {"id": item["id"], "result": answer}
-                    conn.sendall(encode_frame(reply))
-
-        def serve() -> None:
-            while True:
-                try:
-                    conn, _ = listener.accept()
-                except OSError:
-                    return
-                serve_one(conn)
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-
-        def close() -> None:
-            listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
-            thread.join(5)
-            os.unlink(path)
-            os.rmdir(tmp)
-
-        stop.append(close)
-        return path, seen
-
-    yield start
-    for close in stop:
-        close()
-
 
 STATUS = {
     "version": "0.1.0",
@@ -355,7 +263,7 @@ class TestAgainstAStub:
         Neuron.generate().save(key)
         path, _ = daemon_stub({"cancel": TokenVoid("voided", {"reason": "revoked"})})
         code, out, err = run(capsys, "--socket", path, "--key", str(key), "cancel", "o")
-        assert code == 1 and out == ""
+        assert code == Exit.REFUSED == 1 and out == ""
         assert err.splitlines() == ["error: token_void: voided", "  reason: revoked"]
 
     def test_submit_signs_args_from_each_source(
@@ -451,8 +359,8 @@ class TestAgainstAStub:
         for p in recovers:
             assert verify(neuron.id, p["sig"], "local", "recover_reservations", p)
 
-    def test_invoke_with_an_unknown_outcome_exits_1(self, capsys, daemon_stub, tmp_path) -> None:
-        """An attempt that did not succeed is not an ok exit, and says how to resolve it."""
+    def test_invoke_with_an_unknown_outcome_exits_3(self, capsys, daemon_stub, tmp_path) -> None:
+        """An unknown attempt exits 3 (it may have run), and says how to resolve it."""
         key = tmp_path / "k"
         Neuron.generate().save(key)
         path, _ = daemon_stub(
@@ -464,7 +372,7 @@ class TestAgainstAStub:
         code, out, _ = run(
             capsys, "--socket", path, "--key", str(key), "invoke", "o", "--attempt", "1"
         )
-        assert code == 1
+        assert code == Exit.MAY_HAVE_RUN == 3
         assert "op o attempt 1: unknown" in out and "reconcile" in out
 
     def test_json_output_hexes_bytes(self, capsys, daemon_stub, tmp_path) -> None:

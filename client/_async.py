@@ -1,0 +1,290 @@
+"""The async client, on anyio: one connection shared by many tasks, under
+asyncio and trio alike (contract §4 pipelining).
+
+Calls from several tasks go out on one connection, each with its own request
+id, and replies are matched by id as they arrive, so a long `execute` never
+holds up a `status` sent after it. There is no reader task: whichever
+waiting call finds nobody reading reads one chunk, hands every complete
+reply in it to the call awaiting that id, and lets the others look again
+(leader and followers). The client therefore needs no task group, lives as
+long as the caller keeps it, and runs the same under ``asyncio.run`` and
+``trio.run``. A read cut short by cancellation loses nothing: a socket
+receive takes bytes only when it returns them (anyio, trio).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from types import TracebackType
+from typing import Any, Protocol
+
+import anyio
+import attrs
+
+from ._core import ClientCore, Connected, Reply, result_of
+from ._errors import ConnectionClosed
+from ._paths import socket_path
+
+__all__ = ["AsyncClient", "pause"]
+
+_RECV_SIZE = 1 << 16
+
+
+class _TrioStream(Protocol):
+    """What `over_stream` uses of a ``trio.abc.Stream`` (tests hand it memory streams)."""
+
+    async def send_all(self, data: bytes) -> None: ...
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray: ...
+    async def aclose(self) -> None: ...
+
+
+Stream = anyio.abc.ByteStream | _TrioStream
+"""A byte stream `over_stream` accepts: an anyio one, or a trio one."""
+
+
+@attrs.define
+class _Bytes:
+    """One byte stream, anyio's or trio's, as send / receive (``b""``: end of file)."""
+
+    send: Callable[[bytes], Awaitable[None]]
+    receive: Callable[[], Awaitable[bytes]]
+    aclose: Callable[[], Awaitable[None]]
+
+    @classmethod
+    def of(cls, stream: Stream) -> _Bytes:
+        if isinstance(stream, anyio.abc.ByteStream):
+            anyio_stream = stream
+
+            async def receive() -> bytes:
+                try:
+                    return await anyio_stream.receive(_RECV_SIZE)
+                except anyio.EndOfStream:
+                    return b""
+
+            return cls(anyio_stream.send, receive, anyio_stream.aclose)
+        trio_stream = stream
+
+        async def receive_some() -> bytes:
+            return bytes(await trio_stream.receive_some(_RECV_SIZE))
+
+        return cls(trio_stream.send_all, receive_some, trio_stream.aclose)
+
+
+@attrs.define(eq=False)
+class _Slot:
+    """Where one request's reply is left for the call awaiting it."""
+
+    done: bool = False
+    reply: Reply | None = None
+
+
+class AsyncClient(Connected):
+    """An async connection to wardd, for asyncio and trio alike (anyio).
+
+    Open one with ``async with AsyncClient.connect(path) as client:`` (or
+    ``client = await AsyncClient.connect(path)`` and `aclose` it yourself).
+    `call` is safe to use from many tasks at once: requests are multiplexed
+    by id and replies are matched by id as they arrive, in any order.
+
+    Cancelling a `call` after its request went out does not unsend it: the
+    daemon may apply it, and its reply is dropped when it comes. Nothing is
+    ever resent. Cancelling a task in the middle of writing a frame leaves
+    the stream unusable, so the connection is then failed for everyone.
+    """
+
+    def __init__(self, stream: Stream, core: ClientCore, path: str) -> None:
+        # Use `connect` or `over_stream`; this only wires the parts together.
+        self.path = path
+        self._io = _Bytes.of(stream)
+        self._core = core
+        self._slots: dict[int, _Slot] = {}
+        self._send_lock = anyio.Lock()
+        self._reading = False
+        self._round = anyio.Event()  # set when the current read ends
+        self._closed = False
+
+    @classmethod
+    def connect(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        client_name: str = "wardctl",
+        nursery: object = None,
+    ) -> _Opening:
+        """Connect to the daemon's socket and run `hello` (contract §4).
+
+        Use it as ``async with AsyncClient.connect(path) as client:`` (closed
+        at the end of the block) or ``client = await AsyncClient.connect(path)``.
+        `path` defaults to ``$WARDD_SOCKET``, else the daemon's default
+        socket. `nursery` is accepted for callers of the trio client and
+        not used: this client runs no task of its own.
+        """
+        where = os.fspath(path) if path is not None else socket_path()
+
+        async def open_() -> AsyncClient:
+            stream = await anyio.connect_unix(where)
+            return await cls.over_stream(stream, client_name=client_name, name=where)
+
+        return _Opening(open_)
+
+    @classmethod
+    async def over_stream(
+        cls,
+        stream: Stream,
+        *,
+        client_name: str = "wardctl",
+        nursery: object = None,
+        name: str = "stream",
+    ) -> AsyncClient:
+        """Like `connect`, over an open anyio or trio byte stream (the client then owns it)."""
+        self = cls(stream, ClientCore(client_name=client_name), name)
+        try:
+            async with self._send_lock:
+                rid, data = self._core.hello_request()
+                await self._send_frame(rid, data)
+            await self.recv(rid)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+        return self
+
+    # -- requests -------------------------------------------------------------------
+    async def call(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Send one request and return its result (or raise its error)."""
+        return result_of(await self.call_reply(method, params))
+
+    async def call_reply(self, method: str, params: Mapping[str, Any] | None = None) -> Reply:
+        """Send one request and return its reply unopened (`Response` or `ErrorReply`)."""
+        return await self.recv_reply(await self.send(method, params))
+
+    async def send(self, method: str, params: Mapping[str, Any] | None = None) -> int:
+        """Send one request without waiting for its reply; returns its id for `recv`."""
+        async with self._send_lock:
+            rid, data = self._core.request(method, params)
+            await self._send_frame(rid, data)
+        return rid
+
+    async def recv(self, rid: int) -> Any:
+        """Wait for the reply to request `rid`; return its result or raise its error."""
+        return result_of(await self.recv_reply(rid))
+
+    async def recv_reply(self, rid: int) -> Reply:
+        """Wait for the reply to request `rid` and return it unopened.
+
+        If this wait is cancelled before the reply came, the request is
+        abandoned: its reply is dropped when it arrives.
+        """
+        slot = self._slots.get(rid)
+        if slot is None:
+            raise KeyError(f"no request {rid} is awaited on this connection")
+        try:
+            while not slot.done:
+                if self._reading:
+                    await self._round.wait()
+                else:
+                    await self._read_once()
+        except BaseException:
+            if slot.reply is None:
+                self._core.abandon(rid)
+            self._slots.pop(rid, None)
+            raise
+        self._slots.pop(rid, None)
+        if slot.reply is None:
+            self._core.raise_if_failed()
+            raise ConnectionClosed("the connection ended before the daemon answered")
+        return slot.reply
+
+    async def _send_frame(self, rid: int, data: bytes) -> None:
+        # Callers hold the send lock: one writer at a time.
+        self._slots[rid] = _Slot()
+        try:
+            await self._io.send(data)
+        except BaseException as exc:
+            # Part of the frame may be out, so the whole connection fails.
+            self._fail(ConnectionClosed(f"sending to the daemon was interrupted: {exc!r}"))
+            raise
+
+    async def _read_once(self) -> None:
+        """Read one chunk as the leader, hand out its replies, wake the followers."""
+        self._reading = True
+        try:
+            try:
+                data = await self._io.receive()
+            except Exception as exc:  # closed, broken, reset: the connection is over
+                self._fail(ConnectionClosed(f"receiving from the daemon failed: {exc!r}"))
+                return
+            self._core.receive_data(data)
+            try:
+                while (reply := self._core.next_reply()) is not None:
+                    assert reply.id is not None
+                    slot = self._slots.get(reply.id)
+                    if slot is not None:
+                        slot.reply, slot.done = reply, True
+            except Exception as exc:  # end of file, a frame the protocol forbids
+                self._fail(exc)
+        finally:
+            self._reading = False
+            finished, self._round = self._round, anyio.Event()
+            finished.set()
+
+    # -- lifetime -------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the connection; waiting calls raise `ConnectionClosed`."""
+        if not self._closed:
+            self._closed = True
+            self._fail(ConnectionClosed("the client closed this connection"))
+            await self._io.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path!r}>"
+
+    def _fail(self, error: BaseException) -> None:
+        """Fail the connection and wake every waiting call (they raise why)."""
+        self._core.fail(error)
+        for slot in self._slots.values():
+            slot.done = True
+        self._round.set()
+
+
+async def pause(seconds: float) -> None:
+    """Sleep on whichever event loop runs (a retry's backoff in `AsyncSession`)."""
+    await anyio.sleep(seconds)
+
+
+class _Opening:
+    """What `AsyncClient.connect` returns: await it, or enter it with ``async with``."""
+
+    def __init__(self, open_: Callable[[], Coroutine[Any, Any, AsyncClient]]) -> None:
+        self._open = open_
+        self._client: AsyncClient | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncClient]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncClient:
+        self._client = await self._open()
+        return self._client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        client = self._client
+        assert client is not None
+        with anyio.CancelScope(shield=True):
+            await client.aclose()

@@ -1,0 +1,179 @@
+"""AsyncClient and AsyncSession against a real daemon, each test once under
+asyncio and once under trio (the same classes, anyio underneath)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from tests.daemon.backends import backend, run_on, wait_for_file
+from wardd.client import (
+    AsyncClient,
+    AsyncSession,
+    ConnectionClosed,
+    Neuron,
+    TrioClient,
+    TrioSession,
+)
+from wardd.protocol import TokenInvalid
+
+__all__ = ["backend"]  # the fixture, used by name
+
+
+async def ready_session(client: AsyncClient, acts: tuple[str, ...]) -> AsyncSession:
+    """A registered neuron with prog `p` granted `acts` and bound to w0."""
+    session = AsyncSession(client, Neuron.generate())
+    await session.register()
+    await session.create_prog("p", 100)
+    await session.grant("p", acts)
+    await session.bind("w0")
+    return session
+
+
+class TestAsyncSession:
+    def test_the_old_trio_names_are_the_same_classes(self) -> None:
+        assert TrioClient is AsyncClient and TrioSession is AsyncSession
+
+    def test_submit_invoke_consume(self, backend: str, make_daemon) -> None:
+        """The whole way of an op, with the reads beside it."""
+        d = make_daemon()
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = await ready_session(client, ("echo",))
+                assert (await session.submit("p", "op-1", "echo", b"hi")).state == "pending"
+                invoked = await session.invoke("op-1")
+                assert (invoked.status, invoked.result) == ("succeeded", b"hi")
+                assert (await session.consume("op-1")).result.value == b"hi"
+                op = await session.get_operation("op-1")
+                assert op.state == "consumed" and len(op.attempts) == 1
+                assert [o.op for o in await session.list_operations()] == ["op-1"]
+                kinds = [r.kind for r in await session.history("op-1")]
+                assert kinds[0] == "submitted" and "consumed" in kinds
+                assert (await session.status()).boot == d.boot
+                assert [w.worker for w in await session.workers()] == ["w0", "w1"]
+
+        run_on(backend, body)
+
+    def test_an_awaited_connect_is_a_client_to_close(self, backend: str, make_daemon) -> None:
+        d = make_daemon()
+
+        async def body() -> None:
+            client = await AsyncClient.connect(d.env.socket)
+            try:
+                assert client.hello_result.boot == d.boot
+            finally:
+                await client.aclose()
+            with pytest.raises(ConnectionClosed):
+                await client.call("status")
+
+        run_on(backend, body)
+
+    def test_many_tasks_share_one_connection(self, backend: str, make_daemon) -> None:
+        """A long invoke does not hold up calls from other tasks on the same client."""
+        d = make_daemon()
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = await ready_session(client, ("gated", "echo"))
+                await session.submit("p", "slow", "gated")
+                results: dict[str, object] = {}
+
+                async def slow() -> None:
+                    results["slow"] = (await session.invoke("slow")).status
+
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(slow)
+                    await wait_for_file(d.env.started_marker("slow"))
+                    for i in range(5):  # answered while the invoke still waits
+                        await session.submit("p", f"later-{i}", "echo", b"x")
+                        assert (await session.get_operation("slow")).state == "running"
+                        assert (await session.status()).boot == d.boot
+                    assert "slow" not in results
+                    d.env.open_gate("slow")
+                assert results == {"slow": "succeeded"}
+
+        run_on(backend, body)
+
+    def test_a_token_is_bound_to_the_connection_that_prepared_it(
+        self, backend: str, make_daemon
+    ) -> None:
+        d = make_daemon()
+
+        async def body() -> None:
+            async with (
+                AsyncClient.connect(d.env.socket) as first,
+                AsyncClient.connect(d.env.socket) as second,
+            ):
+                session = await ready_session(first, ("echo",))
+                await session.submit("p", "op", "echo", b"t")
+                token = (await session.prepare("op")).token
+                with pytest.raises(TokenInvalid):
+                    await AsyncSession(second, session.neuron).execute(token)
+                assert (await session.execute(token)).status == "succeeded"
+
+        run_on(backend, body)
+
+    def test_a_cancelled_invoke_is_not_resent_and_says_it_may_have_run(
+        self, backend: str, make_daemon
+    ) -> None:
+        """Cancelling the wait leaves the attempt to the daemon; the exception says so,
+        and the connection goes on serving."""
+        d = make_daemon()
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = await ready_session(client, ("gated",))
+                await session.submit("p", "op-c", "gated")
+                caught: list[BaseException] = []
+                with anyio.CancelScope() as scope:
+
+                    async def invoke() -> None:
+                        try:
+                            await session.invoke("op-c")
+                        except BaseException as exc:
+                            caught.append(exc)
+                            raise
+
+                    async with anyio.create_task_group() as tasks:
+                        tasks.start_soon(invoke)
+                        await wait_for_file(d.env.started_marker("op-c"))
+                        scope.cancel()
+                (cancelled,) = caught
+                assert isinstance(cancelled, anyio.get_cancelled_exc_class())
+                notes = "\n".join(getattr(cancelled, "__notes__", []))
+                assert "may have run" in notes and "op-c" in notes
+                assert (await session.get_operation("op-c")).state == "running"
+                d.env.open_gate("op-c")
+                while (await session.get_operation("op-c")).state == "running":
+                    await anyio.sleep(0.02)  # the gated call ends on its own
+                op = await session.get_operation("op-c")
+                assert op.state == "retained" and len(op.attempts) == 1
+
+        run_on(backend, body)
+
+    def test_a_daemon_killed_under_an_invoke_says_the_attempt_may_have_run(
+        self, backend: str, make_daemon
+    ) -> None:
+        d = make_daemon()
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = await ready_session(client, ("gated",))
+                await session.submit("p", "op-k", "gated")
+                async with anyio.create_task_group() as tasks:
+                    failed: list[ConnectionClosed] = []
+
+                    async def invoke() -> None:
+                        try:
+                            await session.invoke("op-k")
+                        except ConnectionClosed as exc:
+                            failed.append(exc)
+
+                    tasks.start_soon(invoke)
+                    await wait_for_file(d.env.started_marker("op-k"))
+                    d.kill()
+                (exc,) = failed
+                assert "may have run" in str(exc) and "wardctl op show op-k" in str(exc)
+
+        run_on(backend, body)
