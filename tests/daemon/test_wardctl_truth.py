@@ -14,7 +14,6 @@ from pathlib import Path
 from tests.daemon._wardctl import environ, set_up, wardctl
 from tests.daemon.harness import Env
 
-
 # wardctl as a terminal starts a foreground job: SIGINT at its default, which
 # Python turns into KeyboardInterrupt. Started plainly, wardctl would inherit
 # our disposition, and a suite run by a non-interactive shell with `&` has
