@@ -43,6 +43,9 @@ def _report(figures: dict, violations: list[str], cluster) -> None:
     )
 
 
+# 50 restarts of a real daemon take 40-60 s on a quiet 2-core machine and
+# 100-115 s on a loaded one: the suite's 120 s per test would cut a passing run.
+@pytest.mark.timeout(300)
 def test_crash_soak_bounded():
     """50 SIGKILLs at random moments: every invariant holds after each kill and restart."""
     figures, violations, cluster = run_soak(kills=50, neurons=3, delay=(0.02, 0.45), seed=SEED)
