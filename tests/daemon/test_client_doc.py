@@ -36,7 +36,7 @@ def doc_daemon():
     """One daemon for every example (each example registers its own neuron)."""
     from tests.daemon.harness import Daemon, Env
 
-    d = Daemon(Env())
+    d = Daemon(Env(), shared=True)  # module-scoped: the leftover guard spares it till the end
     try:
         d.start()
         yield d
