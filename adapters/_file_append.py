@@ -72,7 +72,10 @@ What the claim records, and what the receipt makes of it (contract §6,):
   claim's file — same device and inode, no shorter than ``size``, the same
   digest — its sampled bytes held a complete line of this adapter
   (``keyed``), and the key occurs nowhere at or after ``size``, neither as
-  a line start nor inside a line. The
+  a line start nor inside a line. The identity is checked before the scan
+  and again after it (the open file, and the path naming it still), and
+  the file must be no shorter than where the scan stopped: a copy-truncate
+  or a rename while the scan reads would otherwise hide our record. The
   ``keyed`` condition makes the digest proof of identity: a line of ours
   carries a key that names one attempt for ever, so no one writes those
   bytes again by accident, whereas a file holding only, say, a header that
@@ -328,6 +331,13 @@ def claimed_receipt(claim_info: Mapping[str, Any], prefix: bytes) -> Receipt:
             if changed is not None:
                 return _scan_answer(scan_for_key(f, prefix), f"{path} {changed}")
             found = scan_for_key(f, prefix, size)
+            if found.answer == "not_executed":
+                # The scan reads the file while a rotation may act on it:
+                # absence counts only if the file is still the claim's, no
+                # shorter than where the scan stopped, once the scan is done.
+                changed = _change_during_scan(f, path, dev, ino, size, digest)
+                if changed is not None:
+                    return Receipt("unknown", detail=f"{path} {changed}")
     except OSError as exc:
         return Receipt("unknown", detail=f"cannot read {path}: {exc.strerror}")
     if found.answer == "not_executed" and size == 0:
@@ -365,6 +375,37 @@ def _change_since_claim(
         return f"is shorter than at the claim ({st.st_size} < {size} bytes: truncated since)"
     if _prefix_digest(fd, size) != digest:
         return "holds other bytes before the claim's offset (truncated and rewritten since)"
+    return None
+
+
+def _change_during_scan(
+    f: IO[bytes], path: str, dev: int, ino: int, size: int, digest: str
+) -> str | None:
+    """How the file changed while a scan that found no key read it, or None.
+
+    Checked after the scan, as `_change_since_claim` was before it: a
+    copy-truncate between the two cuts the file the scan then reads from
+    the claim's offset, and its EOF would hide our record. So the open file
+    must still be the claim's (device, inode, digest), no shorter than the
+    offset the scan reached, and the path must still name it (not renamed
+    or replaced meanwhile).
+    """
+    reached = max(f.tell(), size)
+    st = os.fstat(f.fileno())
+    changed = _change_since_claim(f.fileno(), st, dev, ino, size, digest)
+    if changed is not None:
+        return f"changed while it was read: it {changed}"
+    if st.st_size < reached:
+        return (
+            f"is shorter than where the scan stopped ({st.st_size} < {reached} bytes: "
+            "truncated while it was read)"
+        )
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return "is gone (renamed or deleted while it was read)"
+    if (now.st_dev, now.st_ino) != (dev, ino):
+        return "now names another file (renamed or replaced while it was read)"
     return None
 
 

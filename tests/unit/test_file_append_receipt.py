@@ -9,14 +9,18 @@ is followed by the rest of our record, complete; ``unknown`` otherwise.
 from __future__ import annotations
 
 import io
+import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from wardd.adapters import ActRequest, FileAppendAdapter, Receipt, build_adapter
+from wardd.adapters import _file_append as fa
 from wardd.adapters._file_append import _CHUNK, scan_for_key
 
 NEURON = "cd" * 32
@@ -165,6 +169,107 @@ class TestWhereTheKeyIsFound:
             f.write(b"ab")
         adapter.call(ActRequest(neuron=NEURON, op="pay", attempt=1, act="notes", args=b"x"))
         assert path.read_bytes() == OTHER + b"ab\n" + RECORD
+        assert adapter.receipt(KEY, info) == Receipt("executed")
+
+
+def rotate_after_the_identity_check(
+    monkeypatch: pytest.MonkeyPatch, rotate: Callable[[], None]
+) -> None:
+    """Run ``rotate`` once, right after the receipt's identity check and
+    before its scan: a fault-injection point, the only way to place a
+    rotation between the two steps without timing. The check itself is the
+    real one, on the real file; ``rotate`` acts on the real file too."""
+    real = fa._change_since_claim
+    rotated = False
+
+    def check_then_rotate(*args: Any) -> str | None:
+        nonlocal rotated
+        changed = real(*args)
+        if not rotated:
+            rotated = True
+            rotate()
+        return changed
+
+    monkeypatch.setattr(fa, "_change_since_claim", check_then_rotate)
+
+
+class TestARotationWhileTheReceiptReads:
+    """A rotation between the identity check and the scan never turns an
+    executed attempt into ``not_executed``: the identity is checked again
+    after the scan."""
+
+    def test_copytruncate_between_identity_check_and_scan(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The call appended our record after the claim's offset; logrotate's
+        copytruncate empties the file after the check passed, so the scan
+        from the offset reads EOF: that is no proof of absence."""
+        path = tmp_path / "log"
+        adapter, info = claimed(path)
+        with path.open("ab") as f:
+            f.write(RECORD)
+        rotate_after_the_identity_check(monkeypatch, lambda: os.truncate(path, 0))
+        got = adapter.receipt(KEY, info)
+        assert got.answer == "unknown"
+        assert "truncated" in (got.detail or "")
+
+    def test_copytruncate_then_regrowth_past_the_offset(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Truncated and written again past where the scan stops: the file is
+        long enough, but the bytes before the claim's offset are others."""
+        path = tmp_path / "log"
+        adapter, info = claimed(path)
+        with path.open("ab") as f:
+            f.write(RECORD)
+
+        def copytruncate_and_append() -> None:
+            os.truncate(path, 0)
+            with path.open("ab") as f:
+                f.write(f"{NEURON}/later/1\t{'00' * 64}\n".encode())
+
+        rotate_after_the_identity_check(monkeypatch, copytruncate_and_append)
+        got = adapter.receipt(KEY, info)
+        assert got.answer == "unknown"
+        assert "other bytes" in (got.detail or "")
+
+    def test_rename_between_identity_check_and_scan(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Rotated with ``create`` after the check: the path names a new file
+        the claim says nothing about, so the claim's file read to its end
+        proves nothing about the name the call opened."""
+        path = tmp_path / "log"
+        adapter, info = claimed(path)
+
+        def rename_and_create() -> None:
+            path.rename(tmp_path / "log.1")
+            path.write_bytes(b"a foreign line\n")
+
+        rotate_after_the_identity_check(monkeypatch, rename_and_create)
+        got = adapter.receipt(KEY, info)
+        assert got.answer == "unknown"
+        assert "renamed" in (got.detail or "")
+
+    def test_rename_away_between_identity_check_and_scan(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "log"
+        adapter, info = claimed(path)
+        rotate_after_the_identity_check(monkeypatch, lambda: path.rename(tmp_path / "log.1"))
+        got = adapter.receipt(KEY, info)
+        assert got.answer == "unknown"
+        assert "gone" in (got.detail or "")
+
+    def test_a_record_in_the_renamed_file_is_still_executed(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The open file is the claim's: our record read in it stands."""
+        path = tmp_path / "log"
+        adapter, info = claimed(path)
+        with path.open("ab") as f:
+            f.write(RECORD)
+        rotate_after_the_identity_check(monkeypatch, lambda: path.rename(tmp_path / "log.1"))
         assert adapter.receipt(KEY, info) == Receipt("executed")
 
 
