@@ -62,7 +62,9 @@ Decisions:
   ``receipt_url`` with the recorded key form, so a reconfigured act never
   makes a receipt look up a key the call never sent; a claim made without
   ``receipt_url`` is asked at the current one, and its ``not_executed`` is
-  then only ``unknown``.
+  then only ``unknown``. So is the 404 for a claim made with no key header
+  (``idempotency_header = ""``, which ``receipt_url`` is now refused with):
+  the server never received that key.
 """
 
 from __future__ import annotations
@@ -488,6 +490,11 @@ class HttpAdapter:
                 "max_response_bytes", f"must be an integer from 0 to max_frame - 65536 ({limit})"
             )
         receipt = table.get("receipt_url")
+        if receipt is not None and not idem:
+            # the server never sees a key: its 404 for one cannot say "not applied" (§6)
+            raise AdapterConfigError(
+                "receipt_url", 'needs an idempotency_header (not ""): the key is never sent'
+            )
         return cls(
             tag=tag,
             target=target,
@@ -564,7 +571,7 @@ class HttpAdapter:
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """GET the receipt URL for the key; never raises (module docstring)."""
-        url, header, fmt, hint_only = self._receipt_plan(claim_info)
+        url, header, fmt, hint = self._receipt_plan(claim_info)
         if url is None:
             return Receipt("unknown", detail="no receipt_url configured")
         sent = key_value(idempotency_key, fmt)
@@ -588,32 +595,38 @@ class HttpAdapter:
             return Receipt("unknown", detail=f"receipt request failed ({reason})")
         if got.status == 200:
             return Receipt("executed", None if got.truncated else got.body)
-        if got.status == 404 and not hint_only:
+        if got.status == 404 and hint is None:
             return Receipt("not_executed")
         if got.status == 404:
-            return Receipt(
-                "unknown",
-                detail="receipt_url answered 404, but the claim was made without receipt_url",
-            )
+            return Receipt("unknown", detail=f"receipt_url answered 404, but {hint}")
         return Receipt("unknown", detail=f"receipt_url answered HTTP {got.status}")
 
     def _receipt_plan(
         self, claim_info: Mapping[str, Any] | None
-    ) -> tuple[str | None, str, str, bool]:
-        """(receipt URL, key header, key format, not_executed only a hint) for a claim."""
-        current = (self.receipt_url, self.idempotency_header, self.idempotency_format, False)
+    ) -> tuple[str | None, str, str, str | None]:
+        """(receipt URL, key header, key format, why a 404 is only a hint) for a claim.
+
+        A 404 means ``not_executed`` only when the call sent its key to the
+        server and the receipt asks for that key there; otherwise the fourth
+        item says why not."""
+        no_key = "the call sent no key (idempotency_header was \"\")"
         if not isinstance(claim_info, Mapping) or "idempotency_format" not in claim_info:
-            return current  # never claimed, or a claim of another adapter (then a hint)
+            # never claimed, or a claim of another adapter
+            hint = None if self.idempotency_header else no_key
+            return self.receipt_url, self.idempotency_header, self.idempotency_format, hint
         url = claim_info.get("receipt_url")
         header = claim_info.get("idempotency_header")
         fmt = claim_info.get("idempotency_format")
         if not isinstance(header, str) or fmt not in ("key", "uuid5"):
-            return None, "", "key", True
+            return None, "", "key", "the claim is unreadable"
         if url is None:
-            return self.receipt_url, header, str(fmt), True
+            why = "the claim was made without receipt_url"
+            return self.receipt_url, header, str(fmt), why
         if not isinstance(url, str):
-            return None, "", "key", True
-        return url, header, str(fmt), False
+            return None, "", "key", "the claim is unreadable"
+        if not header:
+            return url, header, str(fmt), no_key
+        return url, header, str(fmt), None
 
     def _headers(self, key_header: str, key: str) -> tuple[dict[str, str], list[bytes]]:
         """The request's headers and the secret values in them (read now)."""

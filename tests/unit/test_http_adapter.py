@@ -105,6 +105,10 @@ class TestTable:
             ({"url": "http://h/", "receipt_url": "http://h/k"}, "receipt_url"),
             ({"url": "http://h/", "receipt_url": "http://{key}/k"}, "receipt_url"),
             ({"url": "http://h/", "receipt_url": "ftp://h/{key}"}, "receipt_url"),
+            (
+                {"url": "http://h/", "idempotency_header": "", "receipt_url": "http://h/{key}"},
+                "receipt_url",
+            ),
             ({"url": "http://h/", "max_response_bytes": MAX_FRAME}, "max_response_bytes"),
             ({"url": "http://h/", "max_arg_bytes": 0}, "max_arg_bytes"),
             ({"url": "http://h/", "bogus": 1}, "bogus"),
@@ -259,6 +263,29 @@ class TestReceipt:
         now = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}"))
         got = now.receipt("n1/op/1", before.claim_info())
         assert got.answer == "unknown" and "without receipt_url" in (got.detail or "")
+
+    def test_a_key_never_sent_gets_no_not_executed(self, peers):
+        """A claim recorded with idempotency_header "" (a table from_table refuses
+        now, but made before): the POST took effect, the server never saw a key,
+        so its 404 for that key proves nothing and the answer stays unknown."""
+        peer = Peer(lambda r: Reply(201 if r.method == "POST" else 404))
+        peers.append(peer)
+        keyless = HttpAdapter(
+            tag="pay",
+            target=adapter(url=peer.url("/pay")).target,
+            max_arg_bytes=1024,
+            max_response_bytes=1024,
+            idempotency_header="",
+            receipt_url=peer.url("/receipts/{key}"),
+        )
+        req = request()
+        assert keyless.call(req)["status"] == 201
+        got = keyless.receipt(req.idempotency_key, keyless.claim_info())
+        assert got.answer == "unknown" and "sent no key" in (got.detail or "")
+        now = adapter(url=peer.url("/pay"), receipt_url=peer.url("/receipts/{key}"))
+        assert now.receipt(req.idempotency_key, keyless.claim_info()).answer == "unknown"
+        assert [r.method for r in peer.requests] == ["POST", "GET", "GET"]
+        assert "idempotency-key" not in peer.requests[0].headers
 
     def test_no_receipt_url_is_unknown_without_a_request(self):
         assert adapter(url="http://h/").receipt("n1/op/1").answer == "unknown"
