@@ -44,7 +44,10 @@ Decisions:
   sent. One trailing newline is stripped; a file over 64 KiB or holding a
   NUL, CR or LF byte is refused. Their values are redacted
   (``[redacted]``) from the response body, the headers kept, and every
-  error text; they are never logged or stored.
+  error text; they are never logged or stored. A value of the form
+  ``<scheme> <credentials>`` (``Bearer abc…``) has its credentials redacted
+  on their own too, when they are at least 8 bytes: a server may echo a
+  token without its scheme.
 - The key header's value is the idempotency key ``<neuron>/<op>/<attempt>``
   (``idempotency_format = "key"``) or its UUIDv5 in `KEY_NAMESPACE`
   (``"uuid5"``, for APIs that want a UUID).
@@ -114,6 +117,7 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_NO_EFFECT_STATUSES = (400, 401, 403, 404, 405, 415, 422)
 FRAME_RESERVE = 65536  # room left in a frame beside the body, as for cli stdout
 SECRET_FILE_MAX_BYTES = 65536
+CREDENTIALS_MIN_BYTES = 8  # shorter credentials after a scheme are not redacted on their own
 USER_AGENT = "wardd"
 #: The namespace of ``idempotency_format = "uuid5"``: uuid5(NAMESPACE_URL, "wardd:idempotency-key").
 KEY_NAMESPACE = uuid.UUID("474ac64f-29bb-5c4a-8fa9-a1a40f25b83d")
@@ -130,6 +134,20 @@ def key_value(idempotency_key: str, fmt: str) -> str:
     if fmt == "uuid5":
         return str(uuid.uuid5(KEY_NAMESPACE, idempotency_key))
     return idempotency_key
+
+
+def secret_forms(value: bytes) -> list[bytes]:
+    """What to redact for a secret header value: the value, and for ``<scheme> <credentials>``
+    the credentials on their own (at least `CREDENTIALS_MIN_BYTES`), which a server may echo
+    without the scheme (``invalid token <credentials>``)."""
+    if not value:
+        return []
+    forms = [value]
+    scheme, sep, rest = value.partition(b" ")
+    credentials = rest.strip(b" \t")
+    if sep and _TOKEN.match(scheme.decode("latin-1")) and len(credentials) >= CREDENTIALS_MIN_BYTES:
+        forms.append(credentials)
+    return forms
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -609,7 +627,7 @@ class HttpAdapter:
         A 404 means ``not_executed`` only when the call sent its key to the
         server and the receipt asks for that key there; otherwise the fourth
         item says why not."""
-        no_key = "the call sent no key (idempotency_header was \"\")"
+        no_key = 'the call sent no key (idempotency_header was "")'
         if not isinstance(claim_info, Mapping) or "idempotency_format" not in claim_info:
             # never claimed, or a claim of another adapter
             hint = None if self.idempotency_header else no_key
@@ -642,8 +660,7 @@ class HttpAdapter:
                         f"{self.tag}: cannot read the secret file for header {name} "
                         f"({value.path}): {why}; nothing was sent"
                     ) from None
-                if data:
-                    secrets.append(data)
+                secrets += secret_forms(data)
                 out[name] = data.decode("latin-1")
             else:
                 out[name] = value

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon._http_peer import Peer, Reply
+from tests.daemon._http_peer import Peer, Received, Reply
 from wardd.adapters import (
     ActRequest,
     AdapterConfigError,
@@ -25,7 +25,7 @@ from wardd.adapters import (
     OutcomeUnknown,
     build_adapter,
 )
-from wardd.adapters._http import KEY_NAMESPACE, key_value
+from wardd.adapters._http import KEY_NAMESPACE, key_value, secret_forms
 
 MAX_FRAME = 1 << 20
 
@@ -157,6 +157,43 @@ class TestCalls:
         assert out["truncated"] is True and len(out["body"]) <= 64
         assert out["body"].startswith(b"x" * 60) and secret[:4] not in out["body"]
         assert peer.requests[0].headers["authorization"] == secret.decode()
+
+    def test_a_token_echoed_without_its_scheme_is_redacted(self, peers, tmp_path):
+        """The file holds ``Bearer <token>``; the server echoes ``<token>`` alone in a
+        401's body, then in a 200's body and Location: it is in no error text, body
+        or header kept."""
+        token = "tok_0123456789abcdef"
+        (tmp_path / "tok").write_text(f"Bearer {token}\n")
+
+        def echo(r: Received) -> Reply:
+            seen = r.headers["authorization"].split(" ", 1)[1].encode()
+            if r.path == "/bad":
+                return Reply(401, b'{"error":"invalid token ' + seen + b'"}')
+            return Reply(200, b"ok " + seen, {"Location": "/t/" + seen.decode()})
+
+        peer = Peer(echo)
+        peers.append(peer)
+        headers = {"Authorization": {"file": str(tmp_path / "tok")}}
+        with pytest.raises(DefiniteFailure) as ei:
+            adapter(url=peer.url("/bad"), headers=headers).call(request("a"))
+        assert "invalid token [redacted]" in str(ei.value) and token not in str(ei.value)
+        out = adapter(url=peer.url("/good"), headers=headers).call(request("b"))
+        assert out["body"] == b"ok [redacted]" and out["headers"]["location"] == "/t/[redacted]"
+        assert [r.headers["authorization"] for r in peer.requests] == [f"Bearer {token}"] * 2
+
+    @pytest.mark.parametrize(
+        "value, forms",
+        [
+            (b"Bearer 0123456789", [b"Bearer 0123456789", b"0123456789"]),
+            (b"Basic  dXNlcjpwYXNz", [b"Basic  dXNlcjpwYXNz", b"dXNlcjpwYXNz"]),
+            (b"Bearer 1234567", [b"Bearer 1234567"]),  # too short to stand alone
+            (b"0123456789abcdef", [b"0123456789abcdef"]),  # no scheme
+            (b"a:b 0123456789", [b"a:b 0123456789"]),  # "a:b" is no scheme
+            (b"", []),
+        ],
+    )
+    def test_the_secret_forms_redacted(self, value, forms):
+        assert secret_forms(value) == forms
 
     def test_a_secret_rotated_between_calls_is_sent_and_an_unreadable_one_fails(
         self, peers, tmp_path
