@@ -10,7 +10,8 @@ followed and nothing is ever retried):
 
 - no byte of the request was sent — the name did not resolve, the connection
   was refused or did not complete within ``timeout_s``, the TLS handshake
-  failed, a secret file could not be read — `DefiniteFailure` (failed);
+  failed, a secret file could not be read, the daemon's stop (``kill_all``)
+  came before the request was sent — `DefiniteFailure` (failed);
 - a complete response with a 2xx status → succeeded, with ``{"status": int,
   "headers": {"content-type", "location" (those present)}, "body": bytes,
   "truncated": bool}`` (the body is kept up to ``max_response_bytes``);
@@ -413,6 +414,12 @@ class Flights:
                     _shutdown(flight.handle)
 
     @property
+    def closed(self) -> bool:
+        """`kill_all` has run: no new request is sent."""
+        with self._cond:
+            return self._closed
+
+    @property
     def live(self) -> int:
         """How many calls are in flight."""
         with self._cond:
@@ -692,6 +699,10 @@ class HttpAdapter:
                 raise DefiniteFailure(
                     f"{self.tag}: timed out after {self.timeout_s:g} s while connecting; "
                     "nothing was sent"
+                )
+            if self._flights.closed:  # kill_all came while connecting: the stop sends nothing
+                raise DefiniteFailure(
+                    f"{self.tag}: the adapter has been shut down; nothing was sent"
                 )
             try:
                 got = _send_and_read(conn, req)

@@ -10,6 +10,8 @@ the adapter's stop.
 from __future__ import annotations
 
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -231,6 +233,46 @@ class TestCalls:
         with pytest.raises(DefiniteFailure, match="shut down"):
             a.call(request())
         assert peer.requests == []
+
+    def test_a_kill_all_while_connecting_sends_nothing_and_fails(self):
+        """kill_all while the call's connection is being made (the listener's
+        accept queue is full, so the SYN waits for a retransmission): once the
+        connection is up, nothing is sent and the call fails, not unknown."""
+        listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+        filler = socket.create_connection(listener.getsockname())  # fills the accept queue
+        a = adapter(url=f"http://127.0.0.1:{listener.getsockname()[1]}/pay")
+        ended: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                a.call(request())
+            except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                ended.append(exc)
+
+        caller = threading.Thread(target=call)
+        accepted: list[socket.socket] = []
+        try:
+            caller.start()
+            deadline = time.monotonic() + 10
+            while a.live == 0 and time.monotonic() < deadline:
+                threading.Event().wait(0.005)  # until the call has begun (then it is connecting)
+            assert a.live == 1
+            a.kill_all()
+            accepted.append(listener.accept()[0])  # the filler: room for the call's SYN
+            listener.settimeout(30)
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            caller.join(30)
+            assert not caller.is_alive()
+            conn.settimeout(30)
+            assert conn.recv(1024) == b""  # closed without a byte of the request
+        finally:
+            caller.join(30)
+            for s in (*accepted, filler, listener):
+                s.close()
+        (exc,) = ended
+        assert isinstance(exc, DefiniteFailure) and not isinstance(exc, OutcomeUnknown)
+        assert "shut down; nothing was sent" in str(exc)
 
     def test_a_failed_tls_handshake_fails_and_sends_no_request(self, peers):
         """https:// to a server that speaks plain HTTP: the handshake fails, failed."""
