@@ -68,7 +68,9 @@ Decisions:
   ``receipt_url`` is asked at the current one, and its ``not_executed`` is
   then only ``unknown``. So is the 404 for a claim made with no key header
   (``idempotency_header = ""``, which ``receipt_url`` is now refused with):
-  the server never received that key.
+  the server never received that key. An attempt never claimed (the
+  daemon passes no claim) never began its call: its receipt is
+  ``not_executed`` without asking the server.
 """
 
 from __future__ import annotations
@@ -596,6 +598,8 @@ class HttpAdapter:
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """GET the receipt URL for the key; never raises (module docstring)."""
+        if claim_info is None:  # never claimed: the call never began, so nothing was sent
+            return Receipt("not_executed")
         url, header, fmt, hint = self._receipt_plan(claim_info)
         if url is None:
             return Receipt("unknown", detail="no receipt_url configured")
@@ -627,7 +631,7 @@ class HttpAdapter:
         return Receipt("unknown", detail=f"receipt_url answered HTTP {got.status}")
 
     def _receipt_plan(
-        self, claim_info: Mapping[str, Any] | None
+        self, claim_info: Mapping[str, Any]
     ) -> tuple[str | None, str, str, str | None]:
         """(receipt URL, key header, key format, why a 404 is only a hint) for a claim.
 
@@ -636,7 +640,7 @@ class HttpAdapter:
         item says why not."""
         no_key = 'the call sent no key (idempotency_header was "")'
         if not isinstance(claim_info, Mapping) or "idempotency_format" not in claim_info:
-            # never claimed, or a claim of another adapter
+            # a claim of another adapter, or of an older wardd
             hint = None if self.idempotency_header else no_key
             return self.receipt_url, self.idempotency_header, self.idempotency_format, hint
         url = claim_info.get("receipt_url")

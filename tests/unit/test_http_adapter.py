@@ -318,7 +318,8 @@ class TestReceipt:
         try:
             closed.bind(("127.0.0.1", 0))
             url = f"http://127.0.0.1:{closed.getsockname()[1]}/k/{{key}}"
-            got = adapter(url="http://h/", receipt_url=url).receipt("n1/op/1", None)
+            a = adapter(url="http://h/", receipt_url=url)
+            got = a.receipt("n1/op/1", a.claim_info())
         finally:
             closed.close()
         assert got.answer == "unknown" and "refused" in (got.detail or "")
@@ -367,7 +368,17 @@ class TestReceipt:
         assert "idempotency-key" not in peer.requests[0].headers
 
     def test_no_receipt_url_is_unknown_without_a_request(self):
-        assert adapter(url="http://h/").receipt("n1/op/1").answer == "unknown"
+        a = adapter(url="http://h/")
+        assert a.receipt("n1/op/1", a.claim_info()).answer == "unknown"
+
+    def test_a_never_claimed_attempt_is_not_executed_without_a_request(self, peers):
+        """No claim (the daemon passes None): the call never began. The server,
+        which would say 200, is not asked."""
+        peer = self.receipt_peer(peers, 200)
+        a = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}"))
+        got = a.receipt("n1/op/1", None)
+        assert (got.answer, got.value) == ("not_executed", None)
+        assert peer.requests == []
 
 
 def test_the_default_config_shows_every_http_key():
