@@ -10,7 +10,8 @@ followed and nothing is ever retried):
 
 - no byte of the request was sent — the name did not resolve, the connection
   was refused or did not complete within ``timeout_s``, the TLS handshake
-  failed, a secret file could not be read — `DefiniteFailure` (failed);
+  failed, a secret file could not be read, the daemon's stop (``kill_all``)
+  came before the request was sent — `DefiniteFailure` (failed);
 - a complete response with a 2xx status → succeeded, with ``{"status": int,
   "headers": {"content-type", "location" (those present)}, "body": bytes,
   "truncated": bool}`` (the body is kept up to ``max_response_bytes``);
@@ -44,7 +45,10 @@ Decisions:
   sent. One trailing newline is stripped; a file over 64 KiB or holding a
   NUL, CR or LF byte is refused. Their values are redacted
   (``[redacted]``) from the response body, the headers kept, and every
-  error text; they are never logged or stored.
+  error text; they are never logged or stored. A value of the form
+  ``<scheme> <credentials>`` (``Bearer abc…``) has its credentials redacted
+  on their own too, when they are at least 8 bytes: a server may echo a
+  token without its scheme.
 - The key header's value is the idempotency key ``<neuron>/<op>/<attempt>``
   (``idempotency_format = "key"``) or its UUIDv5 in `KEY_NAMESPACE`
   (``"uuid5"``, for APIs that want a UUID).
@@ -62,7 +66,11 @@ Decisions:
   ``receipt_url`` with the recorded key form, so a reconfigured act never
   makes a receipt look up a key the call never sent; a claim made without
   ``receipt_url`` is asked at the current one, and its ``not_executed`` is
-  then only ``unknown``.
+  then only ``unknown``. So is the 404 for a claim made with no key header
+  (``idempotency_header = ""``, which ``receipt_url`` is now refused with):
+  the server never received that key. An attempt never claimed (the
+  daemon passes no claim) never began its call: its receipt is
+  ``not_executed`` without asking the server.
 """
 
 from __future__ import annotations
@@ -112,6 +120,7 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_NO_EFFECT_STATUSES = (400, 401, 403, 404, 405, 415, 422)
 FRAME_RESERVE = 65536  # room left in a frame beside the body, as for cli stdout
 SECRET_FILE_MAX_BYTES = 65536
+CREDENTIALS_MIN_BYTES = 8  # shorter credentials after a scheme are not redacted on their own
 USER_AGENT = "wardd"
 #: The namespace of ``idempotency_format = "uuid5"``: uuid5(NAMESPACE_URL, "wardd:idempotency-key").
 KEY_NAMESPACE = uuid.UUID("474ac64f-29bb-5c4a-8fa9-a1a40f25b83d")
@@ -128,6 +137,20 @@ def key_value(idempotency_key: str, fmt: str) -> str:
     if fmt == "uuid5":
         return str(uuid.uuid5(KEY_NAMESPACE, idempotency_key))
     return idempotency_key
+
+
+def secret_forms(value: bytes) -> list[bytes]:
+    """What to redact for a secret header value: the value, and for ``<scheme> <credentials>``
+    the credentials on their own (at least `CREDENTIALS_MIN_BYTES`), which a server may echo
+    without the scheme (``invalid token <credentials>``)."""
+    if not value:
+        return []
+    forms = [value]
+    scheme, sep, rest = value.partition(b" ")
+    credentials = rest.strip(b" \t")
+    if sep and _TOKEN.match(scheme.decode("latin-1")) and len(credentials) >= CREDENTIALS_MIN_BYTES:
+        forms.append(credentials)
+    return forms
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -393,6 +416,12 @@ class Flights:
                     _shutdown(flight.handle)
 
     @property
+    def closed(self) -> bool:
+        """`kill_all` has run: no new request is sent."""
+        with self._cond:
+            return self._closed
+
+    @property
     def live(self) -> int:
         """How many calls are in flight."""
         with self._cond:
@@ -488,6 +517,11 @@ class HttpAdapter:
                 "max_response_bytes", f"must be an integer from 0 to max_frame - 65536 ({limit})"
             )
         receipt = table.get("receipt_url")
+        if receipt is not None and not idem:
+            # the server never sees a key: its 404 for one cannot say "not applied" (§6)
+            raise AdapterConfigError(
+                "receipt_url", 'needs an idempotency_header (not ""): the key is never sent'
+            )
         return cls(
             tag=tag,
             target=target,
@@ -564,7 +598,9 @@ class HttpAdapter:
 
     def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """GET the receipt URL for the key; never raises (module docstring)."""
-        url, header, fmt, hint_only = self._receipt_plan(claim_info)
+        if claim_info is None:  # never claimed: the call never began, so nothing was sent
+            return Receipt("not_executed")
+        url, header, fmt, hint = self._receipt_plan(claim_info)
         if url is None:
             return Receipt("unknown", detail="no receipt_url configured")
         sent = key_value(idempotency_key, fmt)
@@ -588,32 +624,38 @@ class HttpAdapter:
             return Receipt("unknown", detail=f"receipt request failed ({reason})")
         if got.status == 200:
             return Receipt("executed", None if got.truncated else got.body)
-        if got.status == 404 and not hint_only:
+        if got.status == 404 and hint is None:
             return Receipt("not_executed")
         if got.status == 404:
-            return Receipt(
-                "unknown",
-                detail="receipt_url answered 404, but the claim was made without receipt_url",
-            )
+            return Receipt("unknown", detail=f"receipt_url answered 404, but {hint}")
         return Receipt("unknown", detail=f"receipt_url answered HTTP {got.status}")
 
     def _receipt_plan(
-        self, claim_info: Mapping[str, Any] | None
-    ) -> tuple[str | None, str, str, bool]:
-        """(receipt URL, key header, key format, not_executed only a hint) for a claim."""
-        current = (self.receipt_url, self.idempotency_header, self.idempotency_format, False)
+        self, claim_info: Mapping[str, Any]
+    ) -> tuple[str | None, str, str, str | None]:
+        """(receipt URL, key header, key format, why a 404 is only a hint) for a claim.
+
+        A 404 means ``not_executed`` only when the call sent its key to the
+        server and the receipt asks for that key there; otherwise the fourth
+        item says why not."""
+        no_key = 'the call sent no key (idempotency_header was "")'
         if not isinstance(claim_info, Mapping) or "idempotency_format" not in claim_info:
-            return current  # never claimed, or a claim of another adapter (then a hint)
+            # a claim of another adapter, or of an older wardd
+            hint = None if self.idempotency_header else no_key
+            return self.receipt_url, self.idempotency_header, self.idempotency_format, hint
         url = claim_info.get("receipt_url")
         header = claim_info.get("idempotency_header")
         fmt = claim_info.get("idempotency_format")
         if not isinstance(header, str) or fmt not in ("key", "uuid5"):
-            return None, "", "key", True
+            return None, "", "key", "the claim is unreadable"
         if url is None:
-            return self.receipt_url, header, str(fmt), True
+            why = "the claim was made without receipt_url"
+            return self.receipt_url, header, str(fmt), why
         if not isinstance(url, str):
-            return None, "", "key", True
-        return url, header, str(fmt), False
+            return None, "", "key", "the claim is unreadable"
+        if not header:
+            return url, header, str(fmt), no_key
+        return url, header, str(fmt), None
 
     def _headers(self, key_header: str, key: str) -> tuple[dict[str, str], list[bytes]]:
         """The request's headers and the secret values in them (read now)."""
@@ -629,8 +671,7 @@ class HttpAdapter:
                         f"{self.tag}: cannot read the secret file for header {name} "
                         f"({value.path}): {why}; nothing was sent"
                     ) from None
-                if data:
-                    secrets.append(data)
+                secrets += secret_forms(data)
                 out[name] = data.decode("latin-1")
             else:
                 out[name] = value
@@ -662,6 +703,10 @@ class HttpAdapter:
                 raise DefiniteFailure(
                     f"{self.tag}: timed out after {self.timeout_s:g} s while connecting; "
                     "nothing was sent"
+                )
+            if self._flights.closed:  # kill_all came while connecting: the stop sends nothing
+                raise DefiniteFailure(
+                    f"{self.tag}: the adapter has been shut down; nothing was sent"
                 )
             try:
                 got = _send_and_read(conn, req)

@@ -10,13 +10,15 @@ the adapter's stop.
 from __future__ import annotations
 
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.daemon._http_peer import Peer, Reply
+from tests.daemon._http_peer import Peer, Received, Reply
 from wardd.adapters import (
     ActRequest,
     AdapterConfigError,
@@ -25,7 +27,7 @@ from wardd.adapters import (
     OutcomeUnknown,
     build_adapter,
 )
-from wardd.adapters._http import KEY_NAMESPACE, key_value
+from wardd.adapters._http import KEY_NAMESPACE, key_value, secret_forms
 
 MAX_FRAME = 1 << 20
 
@@ -105,6 +107,10 @@ class TestTable:
             ({"url": "http://h/", "receipt_url": "http://h/k"}, "receipt_url"),
             ({"url": "http://h/", "receipt_url": "http://{key}/k"}, "receipt_url"),
             ({"url": "http://h/", "receipt_url": "ftp://h/{key}"}, "receipt_url"),
+            (
+                {"url": "http://h/", "idempotency_header": "", "receipt_url": "http://h/{key}"},
+                "receipt_url",
+            ),
             ({"url": "http://h/", "max_response_bytes": MAX_FRAME}, "max_response_bytes"),
             ({"url": "http://h/", "max_arg_bytes": 0}, "max_arg_bytes"),
             ({"url": "http://h/", "bogus": 1}, "bogus"),
@@ -154,6 +160,43 @@ class TestCalls:
         assert out["body"].startswith(b"x" * 60) and secret[:4] not in out["body"]
         assert peer.requests[0].headers["authorization"] == secret.decode()
 
+    def test_a_token_echoed_without_its_scheme_is_redacted(self, peers, tmp_path):
+        """The file holds ``Bearer <token>``; the server echoes ``<token>`` alone in a
+        401's body, then in a 200's body and Location: it is in no error text, body
+        or header kept."""
+        token = "tok_0123456789abcdef"
+        (tmp_path / "tok").write_text(f"Bearer {token}\n")
+
+        def echo(r: Received) -> Reply:
+            seen = r.headers["authorization"].split(" ", 1)[1].encode()
+            if r.path == "/bad":
+                return Reply(401, b'{"error":"invalid token ' + seen + b'"}')
+            return Reply(200, b"ok " + seen, {"Location": "/t/" + seen.decode()})
+
+        peer = Peer(echo)
+        peers.append(peer)
+        headers = {"Authorization": {"file": str(tmp_path / "tok")}}
+        with pytest.raises(DefiniteFailure) as ei:
+            adapter(url=peer.url("/bad"), headers=headers).call(request("a"))
+        assert "invalid token [redacted]" in str(ei.value) and token not in str(ei.value)
+        out = adapter(url=peer.url("/good"), headers=headers).call(request("b"))
+        assert out["body"] == b"ok [redacted]" and out["headers"]["location"] == "/t/[redacted]"
+        assert [r.headers["authorization"] for r in peer.requests] == [f"Bearer {token}"] * 2
+
+    @pytest.mark.parametrize(
+        "value, forms",
+        [
+            (b"Bearer 0123456789", [b"Bearer 0123456789", b"0123456789"]),
+            (b"Basic  dXNlcjpwYXNz", [b"Basic  dXNlcjpwYXNz", b"dXNlcjpwYXNz"]),
+            (b"Bearer 1234567", [b"Bearer 1234567"]),  # too short to stand alone
+            (b"0123456789abcdef", [b"0123456789abcdef"]),  # no scheme
+            (b"a:b 0123456789", [b"a:b 0123456789"]),  # "a:b" is no scheme
+            (b"", []),
+        ],
+    )
+    def test_the_secret_forms_redacted(self, value, forms):
+        assert secret_forms(value) == forms
+
     def test_a_secret_rotated_between_calls_is_sent_and_an_unreadable_one_fails(
         self, peers, tmp_path
     ):
@@ -190,6 +233,46 @@ class TestCalls:
         with pytest.raises(DefiniteFailure, match="shut down"):
             a.call(request())
         assert peer.requests == []
+
+    def test_a_kill_all_while_connecting_sends_nothing_and_fails(self):
+        """kill_all while the call's connection is being made (the listener's
+        accept queue is full, so the SYN waits for a retransmission): once the
+        connection is up, nothing is sent and the call fails, not unknown."""
+        listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+        filler = socket.create_connection(listener.getsockname())  # fills the accept queue
+        a = adapter(url=f"http://127.0.0.1:{listener.getsockname()[1]}/pay")
+        ended: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                a.call(request())
+            except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                ended.append(exc)
+
+        caller = threading.Thread(target=call)
+        accepted: list[socket.socket] = []
+        try:
+            caller.start()
+            deadline = time.monotonic() + 10
+            while a.live == 0 and time.monotonic() < deadline:
+                threading.Event().wait(0.005)  # until the call has begun (then it is connecting)
+            assert a.live == 1
+            a.kill_all()
+            accepted.append(listener.accept()[0])  # the filler: room for the call's SYN
+            listener.settimeout(30)
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            caller.join(30)
+            assert not caller.is_alive()
+            conn.settimeout(30)
+            assert conn.recv(1024) == b""  # closed without a byte of the request
+        finally:
+            caller.join(30)
+            for s in (*accepted, filler, listener):
+                s.close()
+        (exc,) = ended
+        assert isinstance(exc, DefiniteFailure) and not isinstance(exc, OutcomeUnknown)
+        assert "shut down; nothing was sent" in str(exc)
 
     def test_a_failed_tls_handshake_fails_and_sends_no_request(self, peers):
         """https:// to a server that speaks plain HTTP: the handshake fails, failed."""
@@ -235,7 +318,8 @@ class TestReceipt:
         try:
             closed.bind(("127.0.0.1", 0))
             url = f"http://127.0.0.1:{closed.getsockname()[1]}/k/{{key}}"
-            got = adapter(url="http://h/", receipt_url=url).receipt("n1/op/1", None)
+            a = adapter(url="http://h/", receipt_url=url)
+            got = a.receipt("n1/op/1", a.claim_info())
         finally:
             closed.close()
         assert got.answer == "unknown" and "refused" in (got.detail or "")
@@ -260,8 +344,41 @@ class TestReceipt:
         got = now.receipt("n1/op/1", before.claim_info())
         assert got.answer == "unknown" and "without receipt_url" in (got.detail or "")
 
+    def test_a_key_never_sent_gets_no_not_executed(self, peers):
+        """A claim recorded with idempotency_header "" (a table from_table refuses
+        now, but made before): the POST took effect, the server never saw a key,
+        so its 404 for that key proves nothing and the answer stays unknown."""
+        peer = Peer(lambda r: Reply(201 if r.method == "POST" else 404))
+        peers.append(peer)
+        keyless = HttpAdapter(
+            tag="pay",
+            target=adapter(url=peer.url("/pay")).target,
+            max_arg_bytes=1024,
+            max_response_bytes=1024,
+            idempotency_header="",
+            receipt_url=peer.url("/receipts/{key}"),
+        )
+        req = request()
+        assert keyless.call(req)["status"] == 201
+        got = keyless.receipt(req.idempotency_key, keyless.claim_info())
+        assert got.answer == "unknown" and "sent no key" in (got.detail or "")
+        now = adapter(url=peer.url("/pay"), receipt_url=peer.url("/receipts/{key}"))
+        assert now.receipt(req.idempotency_key, keyless.claim_info()).answer == "unknown"
+        assert [r.method for r in peer.requests] == ["POST", "GET", "GET"]
+        assert "idempotency-key" not in peer.requests[0].headers
+
     def test_no_receipt_url_is_unknown_without_a_request(self):
-        assert adapter(url="http://h/").receipt("n1/op/1").answer == "unknown"
+        a = adapter(url="http://h/")
+        assert a.receipt("n1/op/1", a.claim_info()).answer == "unknown"
+
+    def test_a_never_claimed_attempt_is_not_executed_without_a_request(self, peers):
+        """No claim (the daemon passes None): the call never began. The server,
+        which would say 200, is not asked."""
+        peer = self.receipt_peer(peers, 200)
+        a = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}"))
+        got = a.receipt("n1/op/1", None)
+        assert (got.answer, got.value) == ("not_executed", None)
+        assert peer.requests == []
 
 
 def test_the_default_config_shows_every_http_key():
