@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -311,6 +312,49 @@ class TestReceiptsPastTheStartBudget:
             {"status": "not_executed", "source": "receipt"},
         ]
         assert sorted(x["op"] for x in log_events(d, "receipt")) == ops  # each asked once
+        assert "reconciled" not in [r["kind"] for r in a.history("op2")]
+
+
+    def test_a_stop_cuts_the_deferred_checks_and_they_record_nothing(self, make_daemon, tools):
+        """SIGTERM while the start's deferred receipts still block: a reconcile
+        waiting for one is refused (overloaded, receipt_pending), the checks
+        record nothing, the exit is clean; the next start's receipts resolve
+        the attempts."""
+        acts = {"crm.crash": tools.act("crash", receipt="crmtools:held_receipt")}
+        d = make_daemon(python_env(tools, **acts))
+        a = Actor(d, acts=tuple(acts))
+        ops = ["op1", "op2"]
+        for op in ops:
+            a.submit(op, "crm.crash")
+            assert a.invoke(op)["status"] == "unknown"
+        tools.ledger.write_text(key(a, "op2") + "\n")
+        assert d.terminate() == 0
+        hold = tools.root / "hold-receipt"
+        hold.touch()
+        try:
+            d.start()
+            a.client = d.connect()
+            for op in ops:
+                wait_for((tools.root / "held" / f"receipt.{op}").exists, what=f"{op}'s receipt")
+            waiting = Background(reconcile, a, "op2", "not_executed", d.connect())
+            wait_for(lambda: log_events(d, "reconcile_waiting"), what="the reconcile to wait")
+            assert d.proc is not None
+            d.proc.send_signal(signal.SIGTERM)
+            err = waiting.error_of()
+            assert isinstance(err, WarddError)
+            assert (err.code, err.data.get("reason")) == ("overloaded", "receipt_pending")
+            assert d.proc.wait(30) == 0
+        finally:
+            hold.unlink(missing_ok=True)
+            _eof(tools.fifo)
+        assert log_events(d, "receipt") == []  # a cut check records nothing
+        d.start()
+        a.client = d.connect()
+        outcomes = [a.op(op)["attempts"][0].get("outcome") for op in ops]
+        assert outcomes == [
+            {"status": "not_executed", "source": "receipt"},
+            {"status": "succeeded", "value": {"ledger": 0}, "source": "receipt"},
+        ]
         assert "reconciled" not in [r["kind"] for r in a.history("op2")]
 
 
