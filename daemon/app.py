@@ -239,7 +239,7 @@ class Daemon:
                         accepting = trio.CancelScope()
                         services.start_soon(self._accept, accepting, listener, requests, conns)
                         services.start_soon(self.tokens.run)
-                        await self.recovery.at_start()
+                        await self.recovery.at_start(services)
                         self.recovered.set()
                         services.start_soon(self.recovery.background_receipts)
                         services.start_soon(self.pruner.run)  # contract §3.9

@@ -12,8 +12,14 @@ attempt (``source: receipt``). ``executed`` is applied for every adapter;
 (``in_process``), since recovery never concludes that an outside executor
 has stopped; any other answer is kept as a hint in the evidence and the
 attempt stays unknown for ``reconcile``. Receipts never resolve a manual
-attempt. In-process receipts run before serving; the others in the
-background with bounded concurrency, counted by ``receipts_pending``.
+attempt. In-process receipts run before serving, one after the other, for
+``START_RECEIPT_BUDGET_S`` at most in all: a receipt that hangs (a
+blackholed ``receipt_url``, a stuck receipt function) must not hold
+``READY=1`` past the service manager's start timeout, or every restart
+would be killed in the same place and the daemon would never serve. Past
+the budget the check under way goes on and those not begun join the
+others, which run in the background with bounded concurrency; all count
+in ``receipts_pending`` from the start.
 
 A ``reconcile`` of an attempt whose check is pending or running waits for
 it. An attempt is pending from the moment a check that will reach it is
@@ -66,6 +72,9 @@ __all__ = ["Recovery"]
 
 log = structlog.get_logger("wardd.recovery")
 RECEIPT_CONCURRENCY = 4
+# before READY=1, for the in-process receipts in all (module docstring); well
+# within the shipped unit's TimeoutStartSec=90 (docs/operations.md)
+START_RECEIPT_BUDGET_S = 10.0
 ORPHAN_EXIT_WAIT_S = 5.0  # a SIGKILLed group is gone well within this
 
 
@@ -174,13 +183,15 @@ class Recovery:
     def _in_process(self, c: Candidate) -> bool:
         return bool(getattr(self._adapters[c.act], "in_process", False))
 
-    async def at_start(self) -> None:
+    async def at_start(self, nursery: trio.Nursery) -> None:
+        """Mark what earlier boots left open, then run the in-process receipts
+        for ``START_RECEIPT_BUDGET_S`` at most; a check still under way then
+        goes on in ``nursery`` (module docstring)."""
         # Before the first await: status counts every receipt still to run
         # from the moment the daemon serves (contract §3.6), including those of
         # attempts this recovery is about to mark.
         for c in self._candidates(states=("unknown", "prepared", "running")):
-            if not self._in_process(c):
-                self._pending[c.attempt_id] = trio.Event()
+            self._pending[c.attempt_id] = trio.Event()
         orphans = await self._kill_orphans()
         marks: list[dict[str, Any]] = []
         self._marked_ids = set(await self._writer.run(mark_unknown(self._boot, marks, orphans)))
@@ -191,15 +202,31 @@ class Recovery:
             evidence = {k: v for k, v in mark.items() if k not in where}
             self.notify("attempt_unknown", **where, evidence=evidence)
         cands = self._candidates()
-        self._later = [c for c in cands if not self._in_process(c)]
-        later_ids = {c.attempt_id for c in self._later}
-        for attempt_id in [i for i in self._pending if i not in later_ids]:
+        ids = {c.attempt_id for c in cands}
+        for attempt_id in [i for i in self._pending if i not in ids]:
             self._pending.pop(attempt_id).set()
-        for c in self._later:
-            self._pending.setdefault(c.attempt_id, trio.Event())
         for c in cands:
-            if self._in_process(c):
-                await self._check(c)
+            self._pending.setdefault(c.attempt_id, trio.Event())
+        self._later = [c for c in cands if not self._in_process(c)]
+        first = [c for c in cands if self._in_process(c)]
+        finished = trio.Event()
+        nursery.start_soon(self._in_turn, first, finished)
+        with trio.move_on_after(START_RECEIPT_BUDGET_S):
+            await finished.wait()
+        if not finished.is_set():
+            # no await from here to background_receipts' start: each check is
+            # run once, by _in_turn (the one under way) or in the background
+            left = [c for c in cands if self._in_process(c) and c.attempt_id in self._pending]
+            log.warning("receipts_deferred", checks=len(left), budget_s=START_RECEIPT_BUDGET_S)
+            self._later.extend(first)
+            first.clear()
+
+    async def _in_turn(self, queue: list[Candidate], finished: trio.Event) -> None:
+        """Check ``queue`` one after the other; what at_start takes out of it
+        meanwhile is not checked here."""
+        while queue:
+            await self._check(queue.pop(0))
+        finished.set()
 
     async def _kill_orphans(self) -> set[int]:
         """Kill what an earlier boot's claimed calls left running (``_orphans``);

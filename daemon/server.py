@@ -258,6 +258,14 @@ class Server:
                 except BadFrame as err:
                     await conn.send(ErrorReply(None, err).to_wire())
                     return
+                except Exception as exc:  # noqa: BLE001 - e.g. no decode thread could start
+                    # the daemon never dies from one frame: only its connection ends.
+                    # The type only: an exception's text may quote the client's bytes
+                    log.error("decode_failed", conn=conn.id, error=type(exc).__name__)
+                    await conn.send(
+                        ErrorReply(None, Internal("the request was not decoded")).to_wire()
+                    )
+                    return
                 if item is _DROPPED:
                     return
                 if not await self._dispatch(conn, item):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.daemon.harness import Actor, Background, Daemon, Env, code_of, key, wait_for
+from wardd.protocol import WarddError
 
 TOOLS = textwrap.dedent(
     """
@@ -60,6 +62,15 @@ TOOLS = textwrap.dedent(
         with open(os.path.join(ROOT, "ledger")) as f:  # raises while there is none
             keys = f.read().split()
         return ("executed", {{"ledger": keys.index(key)}}) if key in keys else "not_executed"
+
+    def held_receipt(key):
+        # while the test holds receipts: say so (per op), then block on the FIFO
+        if os.path.exists(os.path.join(ROOT, "hold-receipt")):
+            op = key.rsplit("/", 2)[1]
+            open(os.path.join(ROOT, "held", f"receipt.{{op}}"), "w").close()
+            with open(os.path.join(ROOT, "fifo")) as f:
+                f.read()
+        return receipt(key)
     """
 )
 
@@ -246,6 +257,120 @@ class TestReceiptsAfterACrash:
         tools.ledger.write_text("")
         assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
         assert a.op("op")["attempts"][0]["outcome"]["status"] == "not_executed"
+
+
+class TestReceiptsPastTheStartBudget:
+    def test_hanging_receipts_go_on_after_ready_and_a_reconcile_waits_for_them(
+        self, make_daemon, tools
+    ):
+        """Three unknown attempts whose receipts block at start: past the start's
+        budget the daemon sends READY=1 and serves, every check still counts
+        in receipts_pending, a reconcile of one waits for its receipt, and
+        once the receipts answer they resolve the attempts, each once."""
+        acts = {"crm.crash": tools.act("crash", receipt="crmtools:held_receipt")}
+        d = make_daemon(python_env(tools, **acts))
+        a = Actor(d, acts=tuple(acts))
+        ops = ["op1", "op2", "op3"]
+        for op in ops:
+            a.submit(op, "crm.crash")
+            assert a.invoke(op)["status"] == "unknown"
+        tools.ledger.write_text(key(a, "op2") + "\n")  # op2's effect happened
+        assert d.terminate() == 0
+        hold = tools.root / "hold-receipt"
+        hold.touch()
+        try:
+            d.start()  # READY=1 while op1's receipt still blocks
+            a.client = d.connect()
+            assert [x["checks"] for x in log_events(d, "receipts_deferred")] == [3]
+            # op1 blocks in the start's turn; op2 and op3 went on in the background
+            for op in ops:
+                wait_for((tools.root / "held" / f"receipt.{op}").exists, what=f"{op}'s receipt")
+            assert a.read("status")["receipts_pending"] == 3
+            waiting = Background(reconcile, a, "op2", "not_executed", d.connect())
+            wait_for(
+                lambda: waiting.done.is_set() or log_events(d, "reconcile_waiting"),
+                what="the reconcile to answer or wait",
+            )
+            assert not waiting.done.is_set(), f"answered before its receipt: {waiting.value!r}"
+            assert [a.op(op)["attempts"][0]["state"] for op in ops] == ["unknown"] * 3
+            hold.unlink()
+            # EOF to each receipt holding the FIFO (one may open it just after)
+            wait_for(
+                lambda: _eof(tools.fifo) and a.read("status")["receipts_pending"] == 0,
+                what="the receipts to answer",
+            )
+        finally:
+            hold.unlink(missing_ok=True)
+            _eof(tools.fifo)
+        err = waiting.error_of()  # the receipt's executed stands
+        assert isinstance(err, WarddError) and err.code == "conflict"
+        assert err.data == {"status": "succeeded", "source": "receipt"}
+        outcomes = [a.op(op)["attempts"][0]["outcome"] for op in ops]
+        assert outcomes == [
+            {"status": "not_executed", "source": "receipt"},
+            {"status": "succeeded", "value": {"ledger": 0}, "source": "receipt"},
+            {"status": "not_executed", "source": "receipt"},
+        ]
+        assert sorted(x["op"] for x in log_events(d, "receipt")) == ops  # each asked once
+        assert "reconciled" not in [r["kind"] for r in a.history("op2")]
+
+
+    def test_a_stop_cuts_the_deferred_checks_and_they_record_nothing(self, make_daemon, tools):
+        """SIGTERM while the start's deferred receipts still block: a reconcile
+        waiting for one is refused (overloaded, receipt_pending), the checks
+        record nothing, the exit is clean; the next start's receipts resolve
+        the attempts."""
+        acts = {"crm.crash": tools.act("crash", receipt="crmtools:held_receipt")}
+        d = make_daemon(python_env(tools, **acts))
+        a = Actor(d, acts=tuple(acts))
+        ops = ["op1", "op2"]
+        for op in ops:
+            a.submit(op, "crm.crash")
+            assert a.invoke(op)["status"] == "unknown"
+        tools.ledger.write_text(key(a, "op2") + "\n")
+        assert d.terminate() == 0
+        hold = tools.root / "hold-receipt"
+        hold.touch()
+        try:
+            d.start()
+            a.client = d.connect()
+            for op in ops:
+                wait_for((tools.root / "held" / f"receipt.{op}").exists, what=f"{op}'s receipt")
+            waiting = Background(reconcile, a, "op2", "not_executed", d.connect())
+            wait_for(lambda: log_events(d, "reconcile_waiting"), what="the reconcile to wait")
+            assert d.proc is not None
+            d.proc.send_signal(signal.SIGTERM)
+            err = waiting.error_of()
+            assert isinstance(err, WarddError)
+            assert (err.code, err.data.get("reason")) == ("overloaded", "receipt_pending")
+            assert d.proc.wait(30) == 0
+        finally:
+            hold.unlink(missing_ok=True)
+            _eof(tools.fifo)
+        assert log_events(d, "receipt") == []  # a cut check records nothing
+        d.start()
+        a.client = d.connect()
+        outcomes = [a.op(op)["attempts"][0].get("outcome") for op in ops]
+        assert outcomes == [
+            {"status": "not_executed", "source": "receipt"},
+            {"status": "succeeded", "value": {"ledger": 0}, "source": "receipt"},
+        ]
+        assert "reconciled" not in [r["kind"] for r in a.history("op2")]
+
+
+def reconcile(a: Actor, op: str, status: str, client: Any) -> Any:
+    params = {"op": op, "attempt": 1, "outcome": {"status": status}}
+    return a.call("reconcile", params, client=client)
+
+
+def _eof(fifo: Path) -> bool:
+    """Open the FIFO's writing end and close it: every reader holding it reads EOF.
+    Always true (a bounded wait polls it with its real condition)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # ENXIO: no reader holds it now
+        pass
+    return True
 
 
 def wardd(*args: str) -> subprocess.CompletedProcess[str]:

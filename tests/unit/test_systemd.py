@@ -115,6 +115,13 @@ class TestServiceUnit:
         """TimeoutStopSec leaves the daemon its whole shutdown_grace_s and then some."""
         assert seconds(only(service, "Service", "TimeoutStopSec")) > DEFAULT_SHUTDOWN_GRACE_S
 
+    def test_start_timeout_leaves_room_past_the_receipt_budget(self, service: Unit) -> None:
+        """The in-process receipts' budget before READY=1 is a fraction of
+        TimeoutStartSec: a hanging receipt cannot make every start time out."""
+        from wardd.daemon.recovery import START_RECEIPT_BUDGET_S
+
+        assert seconds(only(service, "Service", "TimeoutStartSec")) >= 3 * START_RECEIPT_BUDGET_S
+
     def test_restarts_on_failure_but_not_for_config_or_lock_errors(self, service: Unit) -> None:
         """Restart=on-failure, except exit 78 (EX_CONFIG) and 75 (EX_TEMPFAIL, lock held)."""
         assert only(service, "Service", "Restart") == "on-failure"

@@ -1,0 +1,104 @@
+"""The server's read loop in-process, over a real Unix socket (contract §4).
+
+A decode that fails for a reason of the daemon's own — no thread can be
+started for a large body at the process's task limit — cannot be caused by
+client input, so it is caused here by making trio's thread start raise what
+CPython raises then. It must end only that connection, with ``internal``;
+the daemon and its other connections go on.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import trio
+
+from wardd.daemon.server import INLINE_DECODE_BYTES, Connection, Server, bind_unix
+from wardd.protocol import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, Request, encode_frame
+
+HELLO = {"id": 1, "method": "hello", "params": {"protocol": PROTOCOL_VERSION, "client": "t"}}
+
+
+class Peer:
+    """A client end: send request maps, read reply maps, see the close."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder()
+
+    async def send(self, item: dict[str, Any]) -> None:
+        await self.stream.send_all(encode_frame(item))
+
+    async def reply(self) -> Any:
+        """The next reply, or None once the daemon closed the connection."""
+        while (item := self.decoder.next_item()) is NEED_DATA:
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.decoder.feed(data)
+        return item
+
+
+async def echo(conn: Connection, req: Request) -> Any:
+    return {"method": req.method}
+
+
+async def test_a_decode_failing_inside_the_daemon_ends_only_its_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The large frame's decode thread cannot start: that connection gets
+    ``internal`` and is closed, ``decode_failed`` is logged; the server keeps
+    serving the connection beside it and new ones."""
+    closed: list[Connection] = []
+    server = Server(
+        handle=echo,
+        hello=lambda: {"protocol": PROTOCOL_VERSION},
+        allowed_uids={os.getuid()},
+        max_frame=1 << 20,
+        max_connections=8,
+        max_in_flight=8,
+        on_close=closed.append,
+    )
+    path = str(tmp_path / "s")
+    listener = trio.socket.from_stdlib_socket(bind_unix(path))
+
+    async def no_thread(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("can't start new thread")
+
+    async def greeted() -> Peer:
+        peer = Peer(await trio.open_unix_socket(path))
+        await peer.send(HELLO)
+        assert (await peer.reply())["result"] == {"protocol": PROTOCOL_VERSION}
+        return peer
+
+    with listener, trio.fail_after(20):
+        async with trio.open_nursery() as requests, trio.open_nursery() as conns:
+            conns.start_soon(server.serve, listener, requests, conns)
+            victim, beside = await greeted(), await greeted()
+            monkeypatch.setattr(trio.to_thread, "run_sync", no_thread)
+            big = {"id": 2, "method": "ping", "params": {"blob": b"x" * INLINE_DECODE_BYTES}}
+            with structlog.testing.capture_logs() as logs:
+                await victim.send(big)
+                answer = await victim.reply()
+                assert await victim.reply() is None  # closed after the answer
+            assert answer["id"] is None and answer["error"]["code"] == "internal"
+            assert [x for x in logs if x["event"] == "decode_failed"] == [
+                {
+                    "event": "decode_failed",
+                    "log_level": "error",
+                    "conn": closed[0].id,
+                    "error": "RuntimeError",
+                }
+            ]
+            assert len(closed) == 1 and len(server.connections) == 1
+            # the daemon goes on: the connection beside it and a new one are served
+            await beside.send({"id": 3, "method": "ping", "params": {}})
+            assert await beside.reply() == {"id": 3, "result": {"method": "ping"}}
+            fresh = await greeted()
+            for peer in (victim, beside, fresh):
+                await peer.stream.aclose()
+            conns.cancel_scope.cancel()
