@@ -30,10 +30,38 @@ __all__ = ["MetricsServer"]
 log = structlog.get_logger("wardd.metrics")
 
 SCRAPER_TIMEOUT_S = 10.0  # a connection that sends or takes nothing for this long is closed
+# At most this many connections are served at once, each on a thread: one more
+# is closed at once, unread. A client that trickles a byte within every timeout
+# holds its thread for as long as it goes on, so without a cap local clients
+# could take threads without end (and starve the daemon's own thread starts).
+MAX_SCRAPERS = 8
 
 
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a stuck scraper never holds the process at exit
+    block_on_close = False  # stop() never waits for a scraper's thread
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_SCRAPERS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while a slot is free; otherwise it is closed now."""
+        if not self._slots.acquire(blocking=False):
+            log.warning("metrics_busy", max_scrapers=MAX_SCRAPERS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # the thread did not start: its slot is free again
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _Server6(_Server):

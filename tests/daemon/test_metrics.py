@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
 from tests.daemon.harness import Actor, Env, run_wardctl, wait_for
 from wardd.daemon._metrics import CONTENT_TYPE, SERIES
+from wardd.daemon._metrics_http import MAX_SCRAPERS
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 FAST_PRUNE = {"retention_s": 1, "prune_interval_s": 1}
@@ -231,6 +232,40 @@ class TestMetricsListen:
         finally:
             for s in stuck:
                 s.close()
+
+    def test_connections_past_the_cap_are_closed_at_once_and_the_slots_come_back(
+        self, make_daemon
+    ):
+        """MAX_SCRAPERS silent connections take every slot: one more is closed
+        unread (logged metrics_busy), and once they go, a scrape is served."""
+        d = make_daemon(Env(metrics_listen="127.0.0.1:0"))
+        port = _listening_port(d)
+        stuck = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_SCRAPERS)]
+        try:
+            for s in stuck:
+                s.sendall(b"GET /metr")
+            extra = socket.create_connection(("127.0.0.1", port), timeout=30)
+            try:
+                try:
+                    extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                    got = extra.recv(4096)
+                except ConnectionResetError:  # closed with our request unread: a reset
+                    got = b""
+                assert got == b""  # closed, not served
+            finally:
+                extra.close()
+            wait_for(lambda: '"metrics_busy"' in d.logs[-1].read_text(), what="metrics_busy")
+        finally:
+            for s in stuck:
+                s.close()
+
+        def served() -> bool:
+            try:
+                return _get(port)[0] == 200
+            except OSError:
+                return False
+
+        wait_for(served, what="a scrape once the silent connections closed")
 
     def test_check_config_refuses_an_address_that_is_not_loopback(self, tmp_path):
         """metrics_listen takes a loopback IP and a port; anything else is a
