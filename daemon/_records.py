@@ -10,7 +10,7 @@ import cbor2
 
 from wardd.protocol import encode_item
 
-__all__ = ["dec", "enc", "now", "wire_safe"]
+__all__ = ["dec", "enc", "enc_value", "now", "wire_safe"]
 
 # How deep a stored value may sit inside the deepest reply that carries it
 # (get_operation: reply → result → attempts → [i] → outcome → value).
@@ -52,9 +52,22 @@ _second = -1
 _second_text = ""
 
 
-def enc(value: Any) -> bytes:
+# The CBOR columns (the one definition: the store's applier writes them with
+# these, its loaders and reads read them with ``dec``).
+
+
+def enc(value: Any) -> bytes | None:
+    """A CBOR column's bytes; None is stored as NULL (no placement, grant,
+    descriptor, evidence, claim info or record data)."""
+    return None if value is None else cbor2.dumps(value)
+
+
+def enc_value(value: Any) -> bytes:
+    """An outcome's value column: an act's value is stored as CBOR whatever
+    it is, None too (None is a value an act returned)."""
     return cbor2.dumps(value)
 
 
 def dec(blob: bytes | None) -> Any:
+    """A CBOR column's value; NULL is None."""
     return None if blob is None else cbor2.loads(blob)

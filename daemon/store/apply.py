@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Mapping
 from typing import Any
 
-import cbor2
+from wardd.protocol import ClaimConflict, Internal
 
-from wardd.protocol import ClaimConflict
-
-from .._records import now
+from .._records import enc, enc_value, now
 from ..core import changes as ch
 from ..core.records import Op
+from .schema import COLUMNS
 
 __all__ = ["MOVES", "apply"]
 
@@ -41,31 +41,45 @@ NEXT_SEQ = (
 )
 
 
-def _enc(value: Any) -> bytes | None:
-    return None if value is None else cbor2.dumps(value)
+def _settable(table: str, names: frozenset[str]) -> frozenset[str]:
+    """``names``, each a column of ``table`` (:data:`.schema.COLUMNS`)."""
+    if not names <= set(COLUMNS[table]):
+        raise AssertionError(f"{table} has no column {sorted(names - set(COLUMNS[table]))}")
+    return names
 
 
-_OP_COLUMNS = frozenset({"state", "cancelled", "result_epoch", "attempts", "last_seq"})
-_NEURON_COLUMNS = frozenset(
-    {"epoch", "policy_version", "placement_generation", "placement", "placement_digest"}
+# The fields each Set… change may carry: the columns it sets. A field that is
+# none of these is refused (a core that names a field the store does not
+# know must not lose it unseen). SetOp's ``consumed`` has no column of its
+# own: the op's state says it (the loader reads it back from there).
+_OP_COLUMNS = _settable(
+    "operations", frozenset({"state", "cancelled", "result_epoch", "attempts", "last_seq"})
 )
-_PROG_COLUMNS = frozenset(
-    {
-        "state",
-        "step_limit",
-        "steps_used",
-        "exhausted",
-        "grant_acts",
-        "grant_enabled",
-        "reservation_seq",
-    }
+_OP_UNSTORED = frozenset({"consumed"})
+_NEURON_COLUMNS = _settable(
+    "neurons",
+    frozenset({"epoch", "policy_version", "placement_generation", "placement", "placement_digest"}),
+)
+_PROG_COLUMNS = _settable(
+    "progs",
+    frozenset(
+        {
+            "state",
+            "step_limit",
+            "steps_used",
+            "exhausted",
+            "grant_acts",
+            "grant_enabled",
+            "reservation_seq",
+        }
+    ),
 )
 _BLOBS = frozenset({"placement", "grant_acts"})
 
 
 def _sql_value(name: str, value: Any) -> Any:
     if name in _BLOBS:
-        return _enc(value)
+        return enc(value)
     if isinstance(value, bool):
         return int(value)
     return value
@@ -73,14 +87,22 @@ def _sql_value(name: str, value: Any) -> Any:
 
 def _set(
     conn: sqlite3.Connection,
+    kind: str,
     table: str,
     allowed: frozenset[str],
     row_id: int,
-    fields: dict[str, Any],
+    fields: Mapping[str, Any],
     extra: str = "",
+    unstored: frozenset[str] = frozenset(),
 ) -> None:
-    cols = [k for k in fields if k in allowed]
-    assert set(fields) - allowed <= {"consumed"}, set(fields) - allowed
+    """UPDATE the columns ``fields`` names (and ``extra``, SQL) of one row
+    of ``table``; ``kind`` is the change that carries them."""
+    cols = []
+    for name in fields:
+        if name in allowed:
+            cols.append(name)
+        elif name not in unstored:
+            raise Internal(f"the store has no field {name!r} of a {kind} ({table})")
     sets = [f"{k} = ?" for k in cols]
     if extra:
         sets.append(extra)
@@ -106,7 +128,7 @@ class _Pending:
 
     def flush(self, conn: sqlite3.Connection) -> None:
         for op_id, fields in self.ops.items():
-            _set(conn, "operations", _OP_COLUMNS, op_id, fields)
+            _set(conn, "SetOp", "operations", _OP_COLUMNS, op_id, fields, unstored=_OP_UNSTORED)
 
 
 def apply(conn: sqlite3.Connection, decision: ch.Decision, loaded: Op | None = None) -> Any:
@@ -133,7 +155,7 @@ def _new_neuron(conn: sqlite3.Connection, c: ch.NewNeuron, p: _Pending) -> None:
 
 
 def _set_neuron(conn: sqlite3.Connection, c: ch.SetNeuron, p: _Pending) -> None:
-    _set(conn, "neurons", _NEURON_COLUMNS, c.neuron_id, dict(c.fields))
+    _set(conn, "SetNeuron", "neurons", _NEURON_COLUMNS, c.neuron_id, c.fields)
 
 
 def _new_prog(conn: sqlite3.Connection, c: ch.NewProg, p: _Pending) -> None:
@@ -149,7 +171,7 @@ def _set_prog(conn: sqlite3.Connection, c: ch.SetProg, p: _Pending) -> None:
         extra.append("state_version = state_version + 1")
     if c.reserved_delta:
         extra.append(f"steps_reserved = steps_reserved + {int(c.reserved_delta)}")
-    _set(conn, "progs", _PROG_COLUMNS, c.prog_id, dict(c.fields), ", ".join(extra))
+    _set(conn, "SetProg", "progs", _PROG_COLUMNS, c.prog_id, c.fields, ", ".join(extra))
 
 
 def _new_op(conn: sqlite3.Connection, c: ch.NewOp, p: _Pending) -> None:
@@ -177,13 +199,13 @@ def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, p: _Pending) -> Non
             c.epoch,
             c.policy_version,
             c.placement_generation,
-            _enc(c.descriptor),
+            enc(c.descriptor),
             c.digest,
             c.worker,
             c.boot,
             p.at,
             c.state.value,
-            _enc(c.evidence),
+            enc(c.evidence),
         ),
     )
 
@@ -202,7 +224,7 @@ def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> Non
         params.append(c.reason)
     if c.evidence is not None:
         sets.append("evidence = ?")
-        params.append(_enc(c.evidence))
+        params.append(enc(c.evidence))
     conn.execute(
         f"UPDATE attempts SET {', '.join(sets)} WHERE op_id = ? AND attempt = ?",
         (*params, c.op_id, c.attempt),
@@ -220,7 +242,7 @@ def _new_claim(conn: sqlite3.Connection, c: ch.NewClaim, p: _Pending) -> None:
                 c.digest,
                 c.worker,
                 c.boot,
-                _enc(c.claim_info),
+                enc(c.claim_info),
                 p.at,
             ),
         )
@@ -231,7 +253,7 @@ def _new_claim(conn: sqlite3.Connection, c: ch.NewClaim, p: _Pending) -> None:
 def _new_outcome(conn: sqlite3.Connection, c: ch.NewOutcome, p: _Pending) -> None:
     conn.execute(
         "INSERT INTO outcomes(attempt_id, status, value, error, source, at) VALUES (?,?,?,?,?,?)",
-        (c.attempt_id, c.status.value, cbor2.dumps(c.value), c.error, c.source, p.at),
+        (c.attempt_id, c.status.value, enc_value(c.value), c.error, c.source, p.at),
     )
 
 
@@ -273,7 +295,7 @@ def _append_event(conn: sqlite3.Connection, c: ch.AppendEvent, p: _Pending) -> N
     cur = conn.execute(
         "INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows, data)"
         f" VALUES ({NEXT_SEQ}, ?, ?, ?, ?, ?, ?, ?)",
-        (p.at, c.kind, c.neuron_id, c.op_id, c.attempt, follows, _enc(c.data)),
+        (p.at, c.kind, c.neuron_id, c.op_id, c.attempt, follows, enc(c.data)),
     )
     if c.op_id is not None:
         p.last_seq[c.op_id] = cur.lastrowid

@@ -10,10 +10,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-import cbor2
-
 from wardd.protocol import AttemptState, OpState, ProgState
 
+from .._records import dec
 from ..core.records import (
     Attempt,
     Grant,
@@ -26,6 +25,7 @@ from ..core.records import (
     Reservation,
     Tombstone,
 )
+from .schema import COLUMNS
 
 __all__ = [
     "neuron",
@@ -59,151 +59,244 @@ _OP_STATE = {s.value: s for s in OpState}
 _PROG_STATE = {s.value: s for s in ProgState}
 
 
-def _dec(blob: bytes | None) -> Any:
-    return None if blob is None else cbor2.loads(blob)
-
-
 def next_id(conn: sqlite3.Connection, table: str) -> int:
     (value,) = conn.execute(_NEXT_ID[table]).fetchone()
     return int(value)
 
 
-def _columns(alias: str, names: str) -> str:
-    return ", ".join(f"{alias}.{name}" for name in names.split())
+class Columns:
+    """The columns one builder reads of one table, by name.
+
+    ``names`` are read, in this order (``sql``: the SELECT list, each
+    column as ``alias.name``); ``unread`` are the table's other columns,
+    named so that a column the schema adds is never left out unseen: the
+    two together must be the table's columns (:data:`.schema.COLUMNS`),
+    or this module does not import."""
+
+    __slots__ = ("alias", "at", "names", "sql", "table", "unread", "width")
+
+    def __init__(
+        self, table: str, alias: str, names: tuple[str, ...], unread: tuple[str, ...] = ()
+    ) -> None:
+        if sorted(names + unread) != sorted(COLUMNS[table]):
+            raise AssertionError(f"{table}: read {names} and unread {unread} are not its columns")
+        self.table = table
+        self.alias = alias
+        self.names = names
+        self.unread = unread
+        self.sql = ", ".join(f"{alias}.{name}" for name in names)
+        self.at = {name: i for i, name in enumerate(names)}
+        self.width = len(names)
 
 
-# each record's columns, in the order its builder reads them
-_N = _columns("n", "id neuron epoch policy_version placement_generation placement placement_digest")
-_O = _columns(
-    "o", "id neuron_id op prog_id act args state attempts cancelled result_epoch last_seq"
+def _layout(*parts: Columns) -> tuple[dict[str, int], ...]:
+    """Each part's index map in a row that holds ``parts``' columns one
+    after the other (the maps are made once, here: builders index by name
+    and never slice)."""
+    maps = []
+    at = 0
+    for part in parts:
+        maps.append({name: at + i for name, i in part.at.items()})
+        at += part.width
+    return tuple(maps)
+
+
+def _width(*parts: Columns) -> int:
+    return sum(part.width for part in parts)
+
+
+def _select(*parts: Columns) -> str:
+    return ", ".join(part.sql for part in parts)
+
+
+# what each record's builder reads (and what it leaves), the SQL's order
+NEURON = Columns(
+    "neurons",
+    "n",
+    ("id", "neuron", "epoch", "policy_version", "placement_generation", "placement")
+    + ("placement_digest",),
+    unread=("created_at", "last_seq"),
 )
-_P = _columns(
+OP = Columns(
+    "operations",
+    "o",
+    ("id", "neuron_id", "op", "prog_id", "act", "args", "state", "attempts", "cancelled")
+    + ("result_epoch", "last_seq"),
+    unread=("ended_at",),  # retention's: no decision reads it
+)
+PROG = Columns(
+    "progs",
     "p",
-    "id neuron_id prog state state_version step_limit steps_used steps_reserved exhausted"
-    " grant_acts grant_enabled reservation_seq",
+    ("id", "neuron_id", "prog", "state", "state_version", "step_limit", "steps_used")
+    + ("steps_reserved", "exhausted", "grant_acts", "grant_enabled", "reservation_seq"),
 )
-_NEURON = f"SELECT {_N} FROM neurons n"
-_PROG = f"SELECT {_P} FROM progs p"
-_OP = f"SELECT {_O} FROM operations o"
+ATTEMPT = Columns(
+    "attempts",
+    "a",
+    ("id", "op_id", "attempt", "kind", "epoch", "policy_version", "placement_generation")
+    + ("digest", "worker", "boot", "state", "reason", "evidence"),
+    unread=("descriptor", "created_at"),  # the claim's and the reads' (get_operation)
+)
+OUTCOME = Columns(
+    "outcomes", "oc", ("status", "value", "error", "source"), unread=("attempt_id", "at")
+)
+RESERVATION = Columns(
+    "reservations", "r", ("id", "prog_id", "reservation", "steps", "state", "settled", "number")
+)
+TOMBSTONE = Columns(
+    "tombstones",
+    "t",
+    ("prog_id", "act", "args_digest", "state"),
+    unread=("id", "neuron_id", "op", "ended_at", "pruned_at"),  # the reads' (prune)
+)
+LOADED = (NEURON, OP, PROG, ATTEMPT, OUTCOME, RESERVATION, TOMBSTONE)
+
+_N, _O, _P, _A, _OC = (
+    NEURON.at,
+    OP.at,
+    PROG.at,
+    ATTEMPT.at,
+    _layout(ATTEMPT, OUTCOME)[1],
+)
+_NEURON = f"SELECT {NEURON.sql} FROM neurons n"
+_PROG = f"SELECT {PROG.sql} FROM progs p"
+_OP = f"SELECT {OP.sql} FROM operations o"
 
 
-def _neuron(row: Any) -> Neuron | None:
-    if row is None:
-        return None
+def _neuron(row: Any, i: dict[str, int] = _N) -> Neuron:
     return Neuron(
-        id=row[0],
-        neuron=row[1],
-        epoch=row[2],
-        policy_version=row[3],
-        placement_generation=row[4],
-        placement=_dec(row[5]),
-        placement_digest=row[6],
+        id=row[i["id"]],
+        neuron=row[i["neuron"]],
+        epoch=row[i["epoch"]],
+        policy_version=row[i["policy_version"]],
+        placement_generation=row[i["placement_generation"]],
+        placement=dec(row[i["placement"]]),
+        placement_digest=row[i["placement_digest"]],
     )
 
 
 def neuron(conn: sqlite3.Connection, name: str) -> Neuron | None:
-    return _neuron(conn.execute(_NEURON + " WHERE n.neuron = ?", (name,)).fetchone())
+    row = conn.execute(_NEURON + " WHERE n.neuron = ?", (name,)).fetchone()
+    return None if row is None else _neuron(row)
 
 
-def _prog(row: Any) -> Prog | None:
-    if row is None:
-        return None
-    grant = None if row[10] is None else Grant(frozenset(_dec(row[9])), bool(row[10]))
+def _prog(row: Any, i: dict[str, int] = _P) -> Prog:
+    enabled = row[i["grant_enabled"]]
+    grant = None if enabled is None else Grant(frozenset(dec(row[i["grant_acts"]])), bool(enabled))
     return Prog(
-        id=row[0],
-        neuron_id=row[1],
-        prog=row[2],
-        state=_PROG_STATE[row[3]],
-        state_version=row[4],
-        step_limit=row[5],
-        steps_used=row[6],
-        steps_reserved=row[7],
-        exhausted=bool(row[8]),
+        id=row[i["id"]],
+        neuron_id=row[i["neuron_id"]],
+        prog=row[i["prog"]],
+        state=_PROG_STATE[row[i["state"]]],
+        state_version=row[i["state_version"]],
+        step_limit=row[i["step_limit"]],
+        steps_used=row[i["steps_used"]],
+        steps_reserved=row[i["steps_reserved"]],
+        exhausted=bool(row[i["exhausted"]]),
         grant=grant,
-        reservation_seq=row[11],
+        reservation_seq=row[i["reservation_seq"]],
     )
 
 
-def _op(row: Any) -> Op | None:
-    if row is None:
-        return None
-    state = _OP_STATE[row[6]]
+def _some_prog(row: Any) -> Prog | None:
+    return None if row is None else _prog(row)
+
+
+def _op(row: Any, i: dict[str, int] = _O) -> Op:
+    state = _OP_STATE[row[i["state"]]]
     return Op(
-        id=row[0],
-        neuron_id=row[1],
-        op=row[2],
-        prog_id=row[3],
-        act=row[4],
-        args=bytes(row[5]),
+        id=row[i["id"]],
+        neuron_id=row[i["neuron_id"]],
+        op=row[i["op"]],
+        prog_id=row[i["prog_id"]],
+        act=row[i["act"]],
+        args=bytes(row[i["args"]]),
         state=state,
-        attempts=row[7],
-        cancelled=bool(row[8]),
+        attempts=row[i["attempts"]],
+        cancelled=bool(row[i["cancelled"]]),
         # the schema keeps no column of its own for it (a schema change is
         # for another release): consumed is terminal, so the state says it
         consumed=state == OpState.CONSUMED,
-        result_epoch=row[9],
-        last_seq=row[10],
+        result_epoch=row[i["result_epoch"]],
+        last_seq=row[i["last_seq"]],
     )
 
 
-_ATTEMPT_COLUMNS = (
-    "a.id, a.op_id, a.attempt, a.kind, a.epoch, a.policy_version,"
-    " a.placement_generation, a.digest, a.worker, a.boot, a.state, a.reason, a.evidence,"
-    " oc.status, oc.value, oc.error, oc.source"
-)
+def _some_op(row: Any) -> Op | None:
+    return None if row is None else _op(row)
+
+
+# an attempt and its outcome (None: none yet), in one row
+_ATTEMPT_OUTCOME = _select(ATTEMPT, OUTCOME)
 _ATTEMPT = (
-    f"SELECT {_ATTEMPT_COLUMNS} FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
+    f"SELECT {_ATTEMPT_OUTCOME} FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
 )
+
+
+def _attempt(
+    row: Any, a: dict[str, int] = _A, oc: dict[str, int] = _OC
+) -> tuple[Attempt, Outcome | None]:
+    """An attempt and its outcome from a row that holds both (LEFT JOIN)."""
+    state = _ATTEMPT_STATE[row[a["state"]]]
+    kind = row[a["kind"]]
+    source = row[oc["source"]]
+    outcome = None
+    if source is not None:
+        outcome = Outcome(
+            attempt_id=row[a["id"]],
+            status=_ATTEMPT_STATE[row[oc["status"]]],
+            value=dec(row[oc["value"]]),
+            error=row[oc["error"]],
+            source=source,
+        )
+    attempt = Attempt(
+        id=row[a["id"]],
+        op_id=row[a["op_id"]],
+        attempt=row[a["attempt"]],
+        kind=kind,
+        epoch=row[a["epoch"]],
+        policy_version=row[a["policy_version"]],
+        placement_generation=row[a["placement_generation"]],
+        digest=row[a["digest"]],
+        worker=row[a["worker"]],
+        boot=row[a["boot"]],
+        state=state,
+        reason=row[a["reason"]],
+        evidence=dec(row[a["evidence"]]),
+        # recorded: only a receipt or a reconcile resolves an unknown
+        # attempt (core.states.ATTEMPT_MOVES), and their outcomes say so
+        ever_unknown=state == AttemptState.UNKNOWN
+        or kind == "manual"
+        or source in ("receipt", "reconcile"),
+    )
+    return attempt, outcome
 
 
 def _attempts(rows: list[Any]) -> tuple[tuple[Attempt, ...], dict[int, Outcome]]:
     attempts = []
     outcomes: dict[int, Outcome] = {}
-    for r in rows:
-        state = _ATTEMPT_STATE[r[10]]
-        source = r[16]
-        if source is not None:
-            outcomes[r[2]] = Outcome(
-                attempt_id=r[0],
-                status=_ATTEMPT_STATE[r[13]],
-                value=_dec(r[14]),
-                error=r[15],
-                source=source,
-            )
-        attempts.append(
-            Attempt(
-                id=r[0],
-                op_id=r[1],
-                attempt=r[2],
-                kind=r[3],
-                epoch=r[4],
-                policy_version=r[5],
-                placement_generation=r[6],
-                digest=r[7],
-                worker=r[8],
-                boot=r[9],
-                state=state,
-                reason=r[11],
-                evidence=_dec(r[12]),
-                # recorded: only a receipt or a reconcile resolves an unknown
-                # attempt (core.states.ATTEMPT_MOVES), and their outcomes say so
-                ever_unknown=state == AttemptState.UNKNOWN
-                or r[3] == "manual"
-                or source in ("receipt", "reconcile"),
-            )
-        )
+    for row in rows:
+        attempt, outcome = _attempt(row)
+        if outcome is not None:
+            outcomes[attempt.attempt] = outcome
+        attempts.append(attempt)
     return tuple(attempts), outcomes
 
 
+_TOMBSTONE = f"SELECT {TOMBSTONE.sql} FROM tombstones t WHERE t.neuron_id = ? AND t.op = ?"
+
+
 def _tombstone(conn: sqlite3.Connection, neuron_id: int, op: str) -> Tombstone | None:
-    row = conn.execute(
-        "SELECT prog_id, act, args_digest, state FROM tombstones WHERE neuron_id = ? AND op = ?",
-        (neuron_id, op),
-    ).fetchone()
+    row = conn.execute(_TOMBSTONE, (neuron_id, op)).fetchone()
     if row is None:
         return None
+    i = TOMBSTONE.at
     return Tombstone(
-        op=op, prog_id=row[0], act=row[1], args_digest=bytes(row[2]), state=OpState(row[3])
+        op=op,
+        prog_id=row[i["prog_id"]],
+        act=row[i["act"]],
+        args_digest=bytes(row[i["args_digest"]]),
+        state=_OP_STATE[row[i["state"]]],
     )
 
 
@@ -212,33 +305,37 @@ def _pruned_view(conn: sqlite3.Connection, n: Neuron, name: str) -> OpView:
     tomb = _tombstone(conn, n.id, name)
     prog = None
     if tomb is not None:
-        prog = _prog(conn.execute(_PROG + " WHERE p.id = ?", (tomb.prog_id,)).fetchone())
+        prog = _some_prog(conn.execute(_PROG + " WHERE p.id = ?", (tomb.prog_id,)).fetchone())
     return OpView(neuron=n, name=name, op=None, prog=prog, tombstone=tomb)
 
 
-# the neuron, its op and the op's prog in one statement (the hot path's first read)
+# the neuron, its op and the op's prog in one statement (the hot path's first
+# read), and with _NEXT the id the next new attempt gets (a decision that
+# creates one); the op's and the prog's are NULL when the op is not there
+_JOINED = _select(NEURON, OP, PROG)
+_JN, _JO, _JP = _layout(NEURON, OP, PROG)
+_NEXT = _width(NEURON, OP, PROG)
 _NEURON_OP_PROG = (
-    f"SELECT {_N}, {_O}, {_P} FROM neurons n"
+    f"SELECT {_JOINED} FROM neurons n"
     " LEFT JOIN operations o ON o.neuron_id = n.id AND o.op = ?"
     " LEFT JOIN progs p ON p.id = o.prog_id WHERE n.neuron = ?"
 )
-# the same, and the id the next new attempt gets (a decision that creates one)
 _NEURON_OP_PROG_NEXT = _NEURON_OP_PROG.replace(
-    f"{_P} FROM", f"{_P}, ({_NEXT_ID['attempts']}) FROM", 1
+    " FROM neurons n", f", ({_NEXT_ID['attempts']}) FROM neurons n", 1
 )
 _OP_NEURON_PROG = (
-    f"SELECT {_N}, {_O}, {_P} FROM operations o JOIN neurons n ON n.id = o.neuron_id"
+    f"SELECT {_JOINED} FROM operations o JOIN neurons n ON n.id = o.neuron_id"
     " JOIN progs p ON p.id = o.prog_id WHERE o.id = ?"
 )
 
 
 def _joined(conn: sqlite3.Connection, row: Any, name: str, next_attempt: bool) -> OpView:
-    n = _neuron(None if row is None else row[0:7])
-    if n is None:
+    if row is None:
         return OpView(neuron=None, name=name, op=None, prog=None)
-    op = None if row[7] is None else _op(row[7:18])
-    if op is None:
+    n = _neuron(row, _JN)
+    if row[_JO["id"]] is None:
         return _pruned_view(conn, n, name)
+    op = _op(row, _JO)
     attempts, outcomes = _attempts(
         conn.execute(_ATTEMPT + " WHERE a.op_id = ? ORDER BY a.attempt", (op.id,)).fetchall()
     )
@@ -246,10 +343,10 @@ def _joined(conn: sqlite3.Connection, row: Any, name: str, next_attempt: bool) -
         neuron=n,
         name=name,
         op=op,
-        prog=_prog(row[18:30]),
+        prog=_prog(row, _JP),
         attempts=attempts,
         outcomes=outcomes,
-        next_attempt_id=row[30] if next_attempt else 0,
+        next_attempt_id=row[_NEXT] if next_attempt else 0,
     )
 
 
@@ -267,7 +364,7 @@ def op_view_by_id(conn: sqlite3.Connection, op_id: int) -> OpView:
     row = conn.execute(_OP_NEURON_PROG, (op_id,)).fetchone()
     if row is None:
         return OpView(neuron=None, name="", op=None, prog=None)
-    return _joined(conn, row, row[9], False)
+    return _joined(conn, row, row[_JO["op"]], False)
 
 
 def op_named(conn: sqlite3.Connection, n: Neuron | None, name: str) -> OpView:
@@ -275,7 +372,9 @@ def op_named(conn: sqlite3.Connection, n: Neuron | None, name: str) -> OpView:
     prog: what ``submit`` compares a new op with, the neuron already loaded."""
     if n is None:
         return OpView(neuron=None, name=name, op=None, prog=None)
-    op = _op(conn.execute(_OP + " WHERE o.neuron_id = ? AND o.op = ?", (n.id, name)).fetchone())
+    op = _some_op(
+        conn.execute(_OP + " WHERE o.neuron_id = ? AND o.op = ?", (n.id, name)).fetchone()
+    )
     if op is None:
         return _pruned_view(conn, n, name)
     return OpView(neuron=n, name=name, op=op, prog=None)
@@ -285,7 +384,7 @@ def op_attempts(conn: sqlite3.Connection, op_id: int) -> OpView:
     """The op with row id ``op_id`` and its attempts only (neuron and prog
     not loaded: None), for the decisions that read nothing else: an
     outcome and a void."""
-    o = _op(conn.execute(_OP + " WHERE o.id = ?", (op_id,)).fetchone())
+    o = _some_op(conn.execute(_OP + " WHERE o.id = ?", (op_id,)).fetchone())
     if o is None:
         return OpView(neuron=None, name="", op=None, prog=None)
     attempts, outcomes = _attempts(
@@ -300,16 +399,17 @@ def op_id_of_attempt(conn: sqlite3.Connection, attempt_id: int) -> int | None:
 
 
 # an op and one of its attempts (with its outcome), in one row: _OP_ATTEMPT
-# then the table clauses; _op_attempt() reads such a row from ``at``
-_OP_ATTEMPT = f"SELECT {_O}, {_ATTEMPT_COLUMNS}"
+# then the table clauses; _op_attempt() reads such a row
+_OP_ATTEMPT_COLUMNS = _select(OP, ATTEMPT, OUTCOME)
+_OP_ATTEMPT = f"SELECT {_OP_ATTEMPT_COLUMNS}"
+_OAO, _OAA, _OAOC = _layout(OP, ATTEMPT, OUTCOME)
 
 
-def _op_attempt(row: Any, at: int = 0) -> tuple[Op, Attempt | None]:
-    op = _op(row[at : at + 11])
-    assert op is not None
-    if row[at + 11] is None:  # no attempt (a LEFT JOIN found none)
+def _op_attempt(row: Any) -> tuple[Op, Attempt | None]:
+    op = _op(row, _OAO)
+    if row[_OAA["id"]] is None:  # no attempt (a LEFT JOIN found none)
         return op, None
-    (attempt,), _ = _attempts([row[at + 11 : at + 28]])
+    attempt, _ = _attempt(row, _OAA, _OAOC)
     return op, attempt
 
 
@@ -329,6 +429,23 @@ def _prepared(
     return tuple(out)
 
 
+_RESERVATION = (
+    f"SELECT {RESERVATION.sql} FROM reservations r WHERE r.prog_id = ? AND r.reservation = ?"
+)
+
+
+def _reservation(row: Any, i: dict[str, int] = RESERVATION.at) -> Reservation:
+    return Reservation(
+        id=row[i["id"]],
+        prog_id=row[i["prog_id"]],
+        reservation=row[i["reservation"]],
+        steps=row[i["steps"]],
+        state=row[i["state"]],
+        settled=row[i["settled"]],
+        number=row[i["number"]],
+    )
+
+
 def prog_view(
     conn: sqlite3.Connection,
     neuron_name: str,
@@ -345,7 +462,7 @@ def prog_view(
     n = neuron(conn, neuron_name)
     if n is None:
         return ProgView(neuron=None, name=prog, prog=None)
-    p = _prog(
+    p = _some_prog(
         conn.execute(_PROG + " WHERE p.neuron_id = ? AND p.prog = ?", (n.id, prog)).fetchone()
     )
     pairs: tuple[tuple[Op, Attempt], ...] = ()
@@ -355,13 +472,9 @@ def prog_view(
         pairs = _prepared(conn, "o.prog_id = ?", (p.id,))
     r = None
     if reservation is not None and p is not None:
-        row = conn.execute(
-            "SELECT id, prog_id, reservation, steps, state, settled, number FROM reservations"
-            " WHERE prog_id = ? AND reservation = ?",
-            (p.id, reservation),
-        ).fetchone()
+        row = conn.execute(_RESERVATION, (p.id, reservation)).fetchone()
         if row is not None:
-            r = Reservation(*row)
+            r = _reservation(row)
     ops = atts = 0
     if open_counts and p is not None:
         (ops,) = conn.execute(
@@ -412,13 +525,17 @@ def open_reservations(conn: sqlite3.Connection, prog_id: int) -> tuple[tuple[int
     )
 
 
+# open_before's row: an op, its attempt and outcome, then these two
+_OPEN_NEURON = _width(OP, ATTEMPT, OUTCOME)
+_OPEN_CLAIMED = _OPEN_NEURON + 1
+
+
 def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Attempt, bool]]:
     """Every attempt an earlier boot left prepared or running (contract
     §3.6), with its neuron's id text, its op and whether it was claimed, in
     one statement (a start after a crash may find thousands)."""
     rows = conn.execute(
-        f"SELECT n.neuron, {_O}, {_ATTEMPT_COLUMNS},"  # _op_attempt() at 1
-        " EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
+        _OP_ATTEMPT + ", n.neuron, EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
         " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
         " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
         " WHERE a.state IN ('prepared', 'running') AND a.boot != ? ORDER BY a.id",
@@ -426,7 +543,7 @@ def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Atte
     ).fetchall()
     out = []
     for r in rows:
-        op, attempt = _op_attempt(r, 1)
+        op, attempt = _op_attempt(r)
         assert attempt is not None
-        out.append((str(r[0]), op, attempt, bool(r[29])))
+        out.append((str(r[_OPEN_NEURON]), op, attempt, bool(r[_OPEN_CLAIMED])))
     return out

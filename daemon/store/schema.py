@@ -12,8 +12,100 @@ the append-only ``events`` log, kept beside it for reads.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 
 SCHEMA_VERSION = 5
+
+# Every table's columns, in the table's own order (the order of ``PRAGMA
+# table_info`` once migrated: tests/unit/test_store_columns.py holds them to
+# it, so a migration that adds a column fails that test until the column is
+# named here). The store names a column only through these: the loaders'
+# SELECT lists and their index maps (:mod:`.load`), the columns a change may
+# set (:mod:`.apply`).
+COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "boots": ("id", "boot_id", "started_at", "pid", "version", "stopped_at", "clean"),
+    "neurons": (
+        "id",
+        "neuron",
+        "epoch",
+        "policy_version",
+        "placement_generation",
+        "placement",
+        "placement_digest",
+        "created_at",
+        "last_seq",
+    ),
+    "progs": (
+        "id",
+        "neuron_id",
+        "prog",
+        "state",
+        "step_limit",
+        "steps_used",
+        "steps_reserved",
+        "exhausted",
+        "grant_acts",
+        "grant_enabled",
+        "state_version",
+        "reservation_seq",
+    ),
+    "reservations": ("id", "prog_id", "reservation", "steps", "state", "settled", "number"),
+    "operations": (
+        "id",
+        "neuron_id",
+        "op",
+        "prog_id",
+        "act",
+        "args",
+        "state",
+        "attempts",
+        "cancelled",
+        "result_epoch",
+        "last_seq",
+        "ended_at",
+    ),
+    "attempts": (
+        "id",
+        "op_id",
+        "attempt",
+        "kind",
+        "epoch",
+        "policy_version",
+        "placement_generation",
+        "descriptor",
+        "digest",
+        "worker",
+        "boot",
+        "created_at",
+        "state",
+        "reason",
+        "evidence",
+    ),
+    "claims": (
+        "attempt_id",
+        "placement_generation",
+        "digest",
+        "worker",
+        "boot",
+        "claim_info",
+        "at",
+    ),
+    "outcomes": ("attempt_id", "status", "value", "error", "source", "at"),
+    "events": ("seq", "at", "kind", "neuron_id", "op_id", "attempt", "follows", "data"),
+    "op_counts": ("state", "n"),
+    "tombstones": (
+        "id",
+        "neuron_id",
+        "op",
+        "prog_id",
+        "act",
+        "args_digest",
+        "state",
+        "ended_at",
+        "pruned_at",
+    ),
+    "prune_stats": ("id", "pruned_ops", "last_pruned_at", "attempt_hw", "seq_hw"),
+}
 
 _V1 = """
 CREATE TABLE boots(
