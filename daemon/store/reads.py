@@ -59,6 +59,92 @@ class ClaimedCall:
         return f"{self.neuron}/{self.op}/{self.attempt}"
 
 
+# -- the wire forms (contract §4), one renderer each ------------------------------------
+
+# an attempt's columns on the wire, in order, as get_operation and
+# list_attempts show it; then ``claimed`` and ``evidence?`` (attempt_wire)
+ATTEMPT_WIRE = (
+    "attempt",
+    "kind",
+    "state",
+    "epoch",
+    "policy_version",
+    "placement_generation",
+    "digest",
+    "worker",
+    "boot",
+    "created_at",
+)
+LISTED_ATTEMPT_WIRE = ("neuron", "op", "prog", "act", "attempt", "kind", "state", "boot")
+
+
+def attempt_wire(r: sqlite3.Row, names: tuple[str, ...]) -> dict[str, Any]:
+    """An attempt: ``names`` (``ATTEMPT_WIRE`` or ``LISTED_ATTEMPT_WIRE``),
+    ``claimed`` (``r["claimed"]``: the claim's attempt id, or NULL), and its
+    evidence if any."""
+    item = {name: r[name] for name in names}
+    item["claimed"] = r["claimed"] is not None
+    if r["evidence"] is not None:
+        item["evidence"] = dec(r["evidence"])
+    return item
+
+
+def outcome_wire(r: sqlite3.Row) -> dict[str, Any]:
+    """An attempt's outcome, from its ``o_`` columns: ``value`` when there is
+    one (always for a success: None is then its value), ``error`` if any."""
+    out: dict[str, Any] = {"status": r["o_status"], "source": r["o_source"]}
+    value = dec(r["o_value"])
+    if value is not None or r["o_status"] == "succeeded":
+        out["value"] = value
+    if r["o_error"] is not None:
+        out["error"] = r["o_error"]
+    return out
+
+
+def grant_wire(r: sqlite3.Row) -> dict[str, Any]:
+    """A prog's grant, from its ``grant_`` columns (set: ``grant_enabled`` not NULL)."""
+    return {"acts": dec(r["grant_acts"]), "enabled": bool(r["grant_enabled"])}
+
+
+def op_summary_wire(r: sqlite3.Row) -> dict[str, Any]:
+    """An op as list_operations shows it; a pruned one says so (contract §3.9)."""
+    item = {
+        "op": r["op"],
+        "prog": r["prog"],
+        "act": r["act"],
+        "state": r["state"],
+        "attempts": r["attempts"],
+    }
+    if r["pruned"]:
+        item["pruned"] = True
+    return item
+
+
+def record_wire(r: sqlite3.Row, op: str) -> dict[str, Any]:
+    """An event record of the op ``op`` (history)."""
+    return {
+        "seq": r["seq"],
+        "at": r["at"],
+        "kind": r["kind"],
+        "op": op,
+        "attempt": r["attempt"],
+        "follows": r["follows"],
+        "data": dec(r["data"]),
+    }
+
+
+# status's figures in one statement: every statement the event loop runs
+# lets go of the GIL and must take it back, which under load can mean a
+# wait of a whole switch interval behind a busy worker or writer thread
+_STATUS = (
+    "SELECT (SELECT count(*) FROM attempts WHERE state = 'unknown'),"
+    " p.pruned_ops, p.last_pruned_at,"
+    " (SELECT group_concat(state || ' ' || n) FROM op_counts WHERE n > 0),"
+    " (SELECT created_at FROM attempts WHERE state = 'unknown' ORDER BY id LIMIT 1)"
+    " FROM prune_stats p"
+)
+
+
 class Reads:
     def __init__(self, conn: sqlite3.Connection, max_frame: int) -> None:
         conn.execute("PRAGMA query_only = ON")
@@ -97,7 +183,7 @@ class Reads:
     def get_neuron(self, neuron: str) -> dict[str, Any]:
         n = self._neuron(neuron)
         grants = {
-            r["prog"]: {"acts": dec(r["grant_acts"]), "enabled": bool(r["grant_enabled"])}
+            r["prog"]: grant_wire(r)
             for r in self._q(
                 "SELECT prog, grant_acts, grant_enabled FROM progs"
                 " WHERE neuron_id = ? AND grant_enabled IS NOT NULL",
@@ -119,9 +205,6 @@ class Reads:
         if not rows:
             raise UnknownProg(f"no prog {prog!r} for this neuron")
         p = rows[0]
-        grant = None
-        if p["grant_enabled"] is not None:
-            grant = {"acts": dec(p["grant_acts"]), "enabled": bool(p["grant_enabled"])}
         return {
             "prog": prog,
             "state": p["state"],
@@ -131,7 +214,7 @@ class Reads:
             "steps_reserved": p["steps_reserved"],
             "reservation_seq": p["reservation_seq"],
             "exhausted": bool(p["exhausted"]),
-            "grant": grant,
+            "grant": None if p["grant_enabled"] is None else grant_wire(p),
         }
 
     def _op(self, neuron: str, op: str) -> tuple[sqlite3.Row, sqlite3.Row, bool]:
@@ -163,35 +246,15 @@ class Reads:
             " WHERE a.op_id = ? ORDER BY a.attempt",
             (o["id"],),
         ):
-            entry: dict[str, Any] = {
-                "attempt": a["attempt"],
-                "kind": a["kind"],
-                "state": a["state"],
-                "epoch": a["epoch"],
-                "policy_version": a["policy_version"],
-                "placement_generation": a["placement_generation"],
-                "digest": a["digest"],
-                "worker": a["worker"],
-                "boot": a["boot"],
-                "created_at": a["created_at"],
-                "claimed": a["claimed"] is not None,
-            }
-            if a["evidence"] is not None:
-                entry["evidence"] = dec(a["evidence"])
+            entry = attempt_wire(a, ATTEMPT_WIRE)
             if a["reason"] is not None:
                 entry["reason"] = a["reason"]
             if a["o_status"] is not None:
-                out: dict[str, Any] = {"status": a["o_status"], "source": a["o_source"]}
-                value = dec(a["o_value"])
-                if value is not None or a["o_status"] == "succeeded":
-                    out["value"] = value
-                if a["o_error"] is not None:
-                    out["error"] = a["o_error"]
-                entry["outcome"] = out
+                entry["outcome"] = out = outcome_wire(a)
                 if a["o_status"] == "succeeded" and o["result_epoch"] is not None:
                     result = {
                         "status": "succeeded",
-                        "value": value,
+                        "value": out["value"],
                         "source": a["o_source"],
                         "attempt": a["attempt"],
                         "epoch": o["result_epoch"],
@@ -209,26 +272,36 @@ class Reads:
             info["result"] = result
         return info
 
-    def _page(
+    def _paged(
         self,
+        key: str,
         rows: list[sqlite3.Row],
         render: Callable[[sqlite3.Row], dict[str, Any]],
-        cursor: Callable[[sqlite3.Row], int],
         limit: int,
-    ) -> tuple[list[dict[str, Any]], int | None]:
-        """Render up to ``limit`` rows (``rows`` holds one more when there is
-        more), ending early rather than exceed the frame bound."""
-        out: list[dict[str, Any]] = []
+        cursor: str = "id",
+    ) -> dict[str, Any]:
+        """One page of a read (contract §4): ``{key: items, next?}``, up to
+        ``limit`` rows rendered (``rows`` holds one more when there is more),
+        ending early rather than exceed the frame bound. ``next`` is the
+        last item's ``cursor`` column, the next page's ``after``."""
+        items: list[dict[str, Any]] = []
         size = PAGE_HEADROOM
+        nxt = None
         for i, row in enumerate(rows[:limit]):
             item = render(row)
             n = len(encode_item(item))
-            if out and size + n > self.max_frame:
-                return out, cursor(rows[i - 1])
+            if items and size + n > self.max_frame:
+                nxt = rows[i - 1][cursor]
+                break
             size += n
-            out.append(item)
-        nxt = cursor(rows[limit - 1]) if len(rows) > limit else None
-        return out, nxt
+            items.append(item)
+        else:
+            if len(rows) > limit:
+                nxt = rows[limit - 1][cursor]
+        page: dict[str, Any] = {key: items}
+        if nxt is not None:
+            page["next"] = nxt
+        return page
 
     def list_operations(
         self, neuron: str, state: str | None, prog: str | None, after: int | None, limit: int
@@ -268,23 +341,7 @@ class Reads:
             (*params, *tparams, limit + 1),
         )
 
-        def render(r: sqlite3.Row) -> dict[str, Any]:
-            item = {
-                "op": r["op"],
-                "prog": r["prog"],
-                "act": r["act"],
-                "state": r["state"],
-                "attempts": r["attempts"],
-            }
-            if r["pruned"]:
-                item["pruned"] = True
-            return item
-
-        ops, nxt = self._page(rows, render, lambda r: r["id"], limit)
-        res: dict[str, Any] = {"operations": ops}
-        if nxt is not None:
-            res["next"] = nxt
-        return res
+        return self._paged("operations", rows, op_summary_wire, limit)
 
     def history(self, neuron: str, op: str, after: int | None, limit: int) -> dict[str, Any]:
         _n, o, pruned = self._op(neuron, op)
@@ -294,24 +351,7 @@ class Reads:
             "SELECT * FROM events WHERE op_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (o["id"], after or 0, limit + 1),
         )
-        recs, nxt = self._page(
-            rows,
-            lambda r: {
-                "seq": r["seq"],
-                "at": r["at"],
-                "kind": r["kind"],
-                "op": op,
-                "attempt": r["attempt"],
-                "follows": r["follows"],
-                "data": dec(r["data"]),
-            },
-            lambda r: r["seq"],
-            limit,
-        )
-        res: dict[str, Any] = {"records": recs}
-        if nxt is not None:
-            res["next"] = nxt
-        return res
+        return self._paged("records", rows, lambda r: record_wire(r, op), limit, "seq")
 
     def list_attempts(self, state: str, after: int | None, limit: int) -> dict[str, Any]:
         rows = self._q(
@@ -323,27 +363,7 @@ class Reads:
             (state, after or 0, limit + 1),
         )
 
-        def render(r: sqlite3.Row) -> dict[str, Any]:
-            item = {
-                "neuron": r["neuron"],
-                "op": r["op"],
-                "prog": r["prog"],
-                "act": r["act"],
-                "attempt": r["attempt"],
-                "kind": r["kind"],
-                "state": r["state"],
-                "boot": r["boot"],
-                "claimed": r["claimed"] is not None,
-            }
-            if r["evidence"] is not None:
-                item["evidence"] = dec(r["evidence"])
-            return item
-
-        atts, nxt = self._page(rows, render, lambda r: r["id"], limit)
-        res: dict[str, Any] = {"attempts": atts}
-        if nxt is not None:
-            res["next"] = nxt
-        return res
+        return self._paged("attempts", rows, lambda r: attempt_wire(r, LISTED_ATTEMPT_WIRE), limit)
 
     # -- recovery's reads (contract §3.4, §3.6) ----------------------------------------
 
@@ -399,21 +419,10 @@ class Reads:
 
     # -- status -------------------------------------------------------------------------
 
-    # status's figures in one statement: every statement the event loop runs
-    # lets go of the GIL and must take it back, which under load can mean a
-    # wait of a whole switch interval behind a busy worker or writer thread
-    _STATUS = (
-        "SELECT (SELECT count(*) FROM attempts WHERE state = 'unknown'),"
-        " p.pruned_ops, p.last_pruned_at,"
-        " (SELECT group_concat(state || ' ' || n) FROM op_counts WHERE n > 0),"
-        " (SELECT created_at FROM attempts WHERE state = 'unknown' ORDER BY id LIMIT 1)"
-        " FROM prune_stats p"
-    )
-
     def status_figures(self) -> tuple[dict[str, int], int, dict[str, Any]]:
         """The op counts by state (exact, kept by triggers: no scan), the
         unknown attempts, and ``status.db``'s pruning figures (contract §3.9)."""
-        unknown, pruned, last, packed, _oldest = self.conn.execute(self._STATUS).fetchone()
+        unknown, pruned, last, packed, _oldest = self.conn.execute(_STATUS).fetchone()
         ops = {}
         for item in (packed or "").split(","):
             if item:
@@ -424,10 +433,9 @@ class Reads:
     def metrics_figures(self) -> tuple[int, str | None, int]:
         """The metrics' database gauges, from status's statement: the unknown
         attempts, the oldest one's ``created_at`` (None: none), ops pruned."""
-        unknown, pruned, _last, _packed, oldest = self.conn.execute(self._STATUS).fetchone()
+        unknown, pruned, _last, _packed, oldest = self.conn.execute(_STATUS).fetchone()
         return unknown, oldest, pruned
 
     def counts(self) -> tuple[dict[str, int], int]:
         ops, unknown, _ = self.status_figures()
         return ops, unknown
-

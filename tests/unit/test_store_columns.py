@@ -25,8 +25,9 @@ from wardd.daemon.core.records import (
 )
 from wardd.daemon.store import load
 from wardd.daemon.store.apply import apply
+from wardd.daemon.store.reads import ATTEMPT_WIRE, LISTED_ATTEMPT_WIRE, PAGE_HEADROOM, Reads
 from wardd.daemon.store.schema import COLUMNS, migrate
-from wardd.daemon.store.writer import Writer, connect
+from wardd.daemon.store.writer import Writer, connect, connect_reader
 from wardd.protocol import AttemptState, Internal, OpState, ProgState
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -313,3 +314,73 @@ class TestApplyRefusesAnUnknownField:
         conn.execute("COMMIT")
         op = load.op_view(conn, NEURON, "op-1").op
         assert op is not None and (op.consumed, op.state) == (True, OpState.CONSUMED)
+
+
+# -- the reads' wire forms: one renderer each, keys in the contract's order -----------
+
+
+def reads_of(tmp_path: Path, max_frame: int = 1 << 20) -> Reads:
+    c = connect(tmp_path / "r.db")
+    migrate(c)
+    write_records(c)
+    return Reads(connect_reader(tmp_path / "r.db"), max_frame)
+
+
+class TestWireForms:
+    def test_an_attempt_shows_the_same_columns_in_get_operation_and_list_attempts(
+        self, tmp_path: Path
+    ) -> None:
+        reads = reads_of(tmp_path)
+        first, second = reads.get_operation(NEURON, "op-1")["attempts"]
+        assert list(first) == [*ATTEMPT_WIRE, "claimed", "evidence", "outcome"]
+        assert first["outcome"] == {
+            "status": "failed",
+            "source": "adapter",
+            "value": {"why": "x"},
+            "error": "boom",
+        }
+        assert list(second) == [*ATTEMPT_WIRE, "claimed"]
+        (listed,) = reads.list_attempts("unknown", None, 10)["attempts"]
+        assert list(listed) == [*LISTED_ATTEMPT_WIRE, "claimed"]
+        assert {k: listed[k] for k in ("attempt", "kind", "state", "boot", "claimed")} == {
+            k: second[k] for k in ("attempt", "kind", "state", "boot", "claimed")
+        }
+        assert (listed["neuron"], listed["op"], listed["prog"], listed["act"]) == (
+            NEURON,
+            "op-1",
+            "prog-a",
+            "echo",
+        )
+
+    def test_a_grant_reads_the_same_in_get_neuron_and_get_prog(self, tmp_path: Path) -> None:
+        reads = reads_of(tmp_path)
+        grant = {"acts": ["echo"], "enabled": True}
+        assert reads.get_neuron(NEURON)["grants"] == {"prog-a": grant}
+        assert reads.get_prog(NEURON, "prog-a")["grant"] == grant
+
+    def test_a_page_ends_early_at_the_frame_bound_and_names_the_next(self, tmp_path: Path) -> None:
+        """The frame bound leaves room for one record a page (the first is
+        always sent); paging on from ``next`` reads every record once."""
+        c = connect(tmp_path / "r.db")
+        migrate(c)
+        write_records(c)
+        c.execute("BEGIN")
+        more = [ch.AppendEvent("noted", 1, op_id=11, data={"i": i}) for i in range(5)]
+        apply(c, ch.Decision(tuple(more)))
+        c.execute("COMMIT")
+        reads = Reads(connect_reader(tmp_path / "r.db"), PAGE_HEADROOM + 60)
+        seen: list[int] = []
+        after = None
+        while True:
+            page = reads.history(NEURON, "op-1", after, 100)
+            assert len(page["records"]) == 1
+            seen += [r["seq"] for r in page["records"]]
+            if "next" not in page:
+                break
+            after = page["next"]
+            assert after == seen[-1]
+        assert seen == list(range(1, 7))
+        wide = Reads(connect_reader(tmp_path / "r.db"), 1 << 20)
+        page = wide.history(NEURON, "op-1", None, 2)
+        assert ([r["seq"] for r in page["records"]], page["next"]) == ([1, 2], 2)
+        assert "next" not in wide.history(NEURON, "op-1", 2, 4)
