@@ -40,10 +40,12 @@ from wardd.protocol import Internal, WarddError
 from .._bridge import wait_future
 from .apply import MOVES
 
-__all__ = ["Writer", "connect", "connect_reader"]
+__all__ = ["Unit", "Writer", "connect", "connect_reader"]
 
 log = structlog.get_logger("wardd.writer")
 T = TypeVar("T")
+# a write: run on the writer's connection inside its batch (the one
+# definition: the units' builders and the pruner name it from here)
 Unit = Callable[[sqlite3.Connection], Any]
 # after each committed batch: (seconds from BEGIN to COMMIT done, units, the
 # attempt moves it committed as (act, state) pairs); on the writer's thread
@@ -239,6 +241,16 @@ class Writer:
             except sqlite3.Error as exc:
                 self._fail_batch(batch, exc)
                 return
+        self._committed(batch, results, time.perf_counter() - t0, moves)
+
+    def _committed(
+        self,
+        batch: list[_Job],
+        results: list[tuple[bool, Any]],
+        seconds: float,
+        moves: list[tuple[str, str]],
+    ) -> None:
+        """The batch is committed: count it, then answer each unit's caller."""
         n = len(batch)
         with self._lock:
             self._backlog -= n
@@ -247,7 +259,7 @@ class Writer:
         self.stats.max_batch = max(self.stats.max_batch, n)
         if self.on_batch is not None:  # counted before any caller hears of the commit
             try:
-                self.on_batch(time.perf_counter() - t0, n, moves)
+                self.on_batch(seconds, n, moves)
             except Exception as exc:  # noqa: BLE001 - counting never fails a committed batch
                 log.error("observer_failed", error=repr(exc))
         for job, (ok, value) in zip(batch, results, strict=True):
