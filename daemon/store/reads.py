@@ -120,6 +120,30 @@ def op_summary_wire(r: sqlite3.Row) -> dict[str, Any]:
     return item
 
 
+def candidate(r: sqlite3.Row) -> Candidate:
+    """A receipt candidate (receipt_candidates' row)."""
+    return Candidate(
+        attempt_id=r["id"],
+        neuron=r["neuron"],
+        op=r["op"],
+        attempt=r["attempt"],
+        act=r["act"],
+        claimed=r["claimed"] is not None,
+        claim_info=dec(r["claim_info"]),
+    )
+
+
+def claimed_call(r: sqlite3.Row) -> ClaimedCall:
+    """A claimed call of an earlier boot (claimed_calls_of_earlier_boots' row)."""
+    return ClaimedCall(
+        attempt_id=int(r["id"]),
+        neuron=r["neuron"],
+        op=r["op"],
+        attempt=r["attempt"],
+        boot=r["boot"],
+    )
+
+
 def record_wire(r: sqlite3.Row, op: str) -> dict[str, Any]:
     """An event record of the op ``op`` (history)."""
     return {
@@ -380,7 +404,7 @@ class Reads:
         amarks = ",".join("?" * len(acts))
         smarks = ",".join("?" * len(states))
         sql = (
-            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.attempt_id IS NOT NULL,"
+            "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.attempt_id AS claimed,"
             " c.claim_info FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
@@ -390,10 +414,7 @@ class Reads:
         if neuron is not None:
             sql += " AND n.neuron = ?"
             params.append(neuron)
-        return [
-            Candidate(r[0], r[1], r[2], r[3], r[4], bool(r[5]), dec(r[6]))
-            for r in self._q(sql + " ORDER BY a.id", tuple(params))
-        ]
+        return [candidate(r) for r in self._q(sql + " ORDER BY a.id", tuple(params))]
 
     def claimed_calls_of_earlier_boots(self, boot: str) -> list[ClaimedCall]:
         """Guarded attempts claimed by a boot other than ``boot`` and left
@@ -405,7 +426,7 @@ class Reads:
             " WHERE a.kind = 'guarded' AND a.boot != ? AND a.state IN ('running', 'unknown')",
             (boot,),
         )
-        return [ClaimedCall(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+        return [claimed_call(r) for r in rows]
 
     def attempt_id(self, neuron: str, op: str, attempt: int) -> int | None:
         """The row id of ``neuron``'s ``op`` attempt number ``attempt``, or None."""

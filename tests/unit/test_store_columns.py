@@ -25,7 +25,14 @@ from wardd.daemon.core.records import (
 )
 from wardd.daemon.store import load
 from wardd.daemon.store.apply import apply
-from wardd.daemon.store.reads import ATTEMPT_WIRE, LISTED_ATTEMPT_WIRE, PAGE_HEADROOM, Reads
+from wardd.daemon.store.reads import (
+    ATTEMPT_WIRE,
+    LISTED_ATTEMPT_WIRE,
+    PAGE_HEADROOM,
+    Candidate,
+    ClaimedCall,
+    Reads,
+)
 from wardd.daemon.store.schema import COLUMNS, migrate
 from wardd.daemon.store.writer import Writer, connect, connect_reader
 from wardd.protocol import AttemptState, Internal, OpState, ProgState
@@ -384,3 +391,18 @@ class TestWireForms:
         page = wide.history(NEURON, "op-1", None, 2)
         assert ([r["seq"] for r in page["records"]], page["next"]) == ([1, 2], 2)
         assert "next" not in wide.history(NEURON, "op-1", 2, 4)
+
+    def test_recovery_reads_name_their_columns(self, tmp_path: Path) -> None:
+        reads = reads_of(tmp_path)
+        assert reads.receipt_candidates(["echo"], ("failed",)) == [
+            Candidate(21, NEURON, "op-1", 1, "echo", True, {"pid": 42})
+        ]
+        assert reads.receipt_candidates(["echo"], ("unknown",)) == []  # manual: not guarded
+        c = connect(tmp_path / "r.db")
+        c.execute("BEGIN")
+        apply(c, ch.Decision((ch.SetAttempt(11, 1, state=AttemptState.UNKNOWN),)))
+        c.execute("COMMIT")
+        assert reads.claimed_calls_of_earlier_boots("b-now") == [
+            ClaimedCall(21, NEURON, "op-1", 1, "b0")
+        ]
+        assert reads.claimed_calls_of_earlier_boots("b0") == []
