@@ -28,6 +28,8 @@ from ..core.records import (
 from .schema import COLUMNS
 
 __all__ = [
+    "LOADED",
+    "Columns",
     "neuron",
     "op_attempts",
     "op_id_of_attempt",
@@ -135,7 +137,8 @@ ATTEMPT = Columns(
     "a",
     ("id", "op_id", "attempt", "kind", "epoch", "policy_version", "placement_generation")
     + ("digest", "worker", "boot", "state", "reason", "evidence"),
-    unread=("descriptor", "created_at"),  # the claim's and the reads' (get_operation)
+    # the descriptor is kept with the binding, for the record; created_at is the reads'
+    unread=("descriptor", "created_at"),
 )
 OUTCOME = Columns(
     "outcomes", "oc", ("status", "value", "error", "source"), unread=("attempt_id", "at")
@@ -151,13 +154,10 @@ TOMBSTONE = Columns(
 )
 LOADED = (NEURON, OP, PROG, ATTEMPT, OUTCOME, RESERVATION, TOMBSTONE)
 
-_N, _O, _P, _A, _OC = (
-    NEURON.at,
-    OP.at,
-    PROG.at,
-    ATTEMPT.at,
-    _layout(ATTEMPT, OUTCOME)[1],
-)
+_N = NEURON.at
+_O = OP.at
+_P = PROG.at
+_A, _OC = _layout(ATTEMPT, OUTCOME)  # an attempt and its outcome in one row
 _NEURON = f"SELECT {NEURON.sql} FROM neurons n"
 _PROG = f"SELECT {PROG.sql} FROM progs p"
 _OP = f"SELECT {OP.sql} FROM operations o"
