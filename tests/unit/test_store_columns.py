@@ -86,6 +86,11 @@ class TestTheVocabularyIsTheSchemas:
         assert sorted(cols.names + cols.unread) == sorted(COLUMNS[cols.table])
         assert cols.at == {name: i for i, name in enumerate(cols.names)}
 
+    def test_the_attempt_wire_columns_are_columns(self) -> None:
+        assert set(ATTEMPT_WIRE) <= set(COLUMNS["attempts"])
+        joined = {*COLUMNS["attempts"], "neuron", "op", "prog", "act"}
+        assert set(LISTED_ATTEMPT_WIRE) <= joined
+
     def test_a_loader_that_forgets_a_column_does_not_import(self) -> None:
         with pytest.raises(AssertionError, match="progs"):
             load.Columns("progs", "p", ("id", "neuron_id"))
