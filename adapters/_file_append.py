@@ -89,9 +89,9 @@ What the claim records, and what the receipt makes of it (contract §6,):
   (a rename or a copy-truncate) can never make an executed attempt read as
   ``not_executed``; it leaves it ``unknown``, for the operator to check the
   rotated files and ``reconcile``.
-- A claim record without ``file`` (written by wardd before 2.2, which kept
-  only the path) is read the same way: ``executed`` for our record in the
-  file, otherwise ``unknown``.
+- A claim record without ``file`` (made before contract 2.2 had the claim
+  record the file's identity, §6: it kept only the path) is read the same
+  way: ``executed`` for our record in the file, otherwise ``unknown``.
 - An attempt that was never claimed (``claim_info`` is ``None``) never
   reached the adapter: its receipt reads the configured file as a whole,
   ``executed`` or ``not_executed``. A missing file answers ``not_executed``
@@ -502,7 +502,7 @@ def _fsync_directory(path: str) -> None:
 
 
 def _whole_file_receipt(path: str, prefix: bytes) -> Receipt:
-    """The 2.1 receipt of an attempt never claimed: the configured file as a whole."""
+    """The receipt of an attempt never claimed (contract §6): the configured file as a whole."""
     try:
         f = _open_for_reading(path)
     except FileNotFoundError:

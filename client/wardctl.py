@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from wardd.protocol import (
     ATTEMPT_LIST_STATES,
     MAX_PAGE_LIMIT,
@@ -149,14 +151,6 @@ def _common_options(defaults: bool) -> argparse.ArgumentParser:
     return parser
 
 
-def _neuron_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--neuron",
-        metavar="HEX",
-        help="read another neuron's records (default: the neuron of --key)",
-    )
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -178,7 +172,8 @@ def _positive_seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole `wardctl` command line."""
+    """The whole `wardctl` command line: the global options, then every
+    command of :data:`_COMMANDS`."""
     parser = argparse.ArgumentParser(
         prog="wardctl",
         description="Operate a wardd daemon: inspect it, and sign requests as a neuron.",
@@ -187,244 +182,87 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_common_options(True)],
     )
     parser.add_argument("--version", action="version", version=f"wardctl {_version()}")
-    common = _common_options(False)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    def add(
-        name: str, handler: Callable[[_Context], int], help: str, *, read: bool = False, **kw: Any
-    ) -> Any:
-        sub = commands.add_parser(name, parents=[common], help=help, description=help, **kw)
-        sub.set_defaults(handler=handler, parser=sub, read_only=read)
-        return sub
-
-    sub = add("keygen", _keygen, "create a neuron key file; print its path and the neuron id")
-    sub.add_argument("--force", action="store_true", help="replace an existing key file")
-
-    add("status", _status, "summarize the daemon's state", read=True)
-    add(
-        "metrics",
-        _metrics,
-        "print every metric in the Prometheus text format (docs/operations.md)",
-        read=True,
-    )
-    add("workers", _workers, "list the workers and their descriptors", read=True)
-    _neuron_option(
-        add("neuron", _neuron, "show the neuron's root (epoch, placement, grants)", read=True)
-    )
-    add("register", _register, "register the neuron")
-    sub = add("bind", _bind, "bind the placement to a worker's current descriptor")
-    sub.add_argument("--worker", default="w0", help="worker id (default: w0)")
-    add("release", _release, "release the placement")
-
-    sub = add("epoch", _missing_sub, "epoch commands")
-    epoch = sub.add_subparsers(dest="epoch_command", metavar="COMMAND", required=True)
-    sub = epoch.add_parser(
-        "advance",
-        parents=[common],
-        help="advance the neuron's epoch (retires requests signed before it)",
-        description="Advance the neuron's epoch: prepared attempts are voided and "
-        "results of older epochs need `rebind` before `consume`.",
-    )
-    sub.set_defaults(handler=_epoch_advance, parser=sub, read_only=False)
-
-    sub = add(
-        "grant",
-        _grant,
-        "set the grant of a prog: the acts it may use (revokes the others)",
-        epilog="With --disable and no ACT the prog's current acts are kept.",
-    )
-    sub.add_argument("prog", metavar="PROG")
-    sub.add_argument("acts", metavar="ACT", nargs="*", help="act tags to grant")
-    sub.add_argument("--disable", action="store_true", help="disable the grant")
-
-    sub = add("prog", _missing_sub, "prog commands")
-    prog = sub.add_subparsers(dest="prog_command", metavar="COMMAND", required=True)
-    sub = prog.add_parser("create", parents=[common], help="create a prog")
-    sub.set_defaults(handler=_prog_create, parser=sub, read_only=False)
-    sub.add_argument("prog", metavar="PROG")
-    sub.add_argument(
-        "--steps",
-        type=int,
-        default=DEFAULT_STEP_LIMIT,
-        metavar="N",
-        help=f"step limit (default: {DEFAULT_STEP_LIMIT})",
-    )
-    sub = prog.add_parser(
-        "state",
-        parents=[common],
-        help="change a prog's state",
-        description="active <-> paused, active|paused -> retired, retired -> archived.",
-    )
-    sub.set_defaults(handler=_prog_state, parser=sub, read_only=False)
-    sub.add_argument("prog", metavar="PROG")
-    sub.add_argument("state", metavar="STATE", choices=PROG_STATES, help="|".join(PROG_STATES))
-    sub.add_argument(
-        "--expected",
-        metavar="STATE",
-        choices=PROG_STATES,
-        help="expected current state (default: read it first)",
-    )
-    sub.add_argument(
-        "--expected-version",
-        type=int,
-        metavar="N",
-        help="expected state_version, always sent (default: read it first)",
-    )
-    sub = prog.add_parser(
-        "recover",
-        parents=[common],
-        help="release a crashed runner's open step reservations",
-        description="Releases the prog's open reservations numbered below --before "
-        "(always sent), so the signed request can never release one made after it.",
-    )
-    sub.set_defaults(handler=_prog_recover, parser=sub, read_only=False)
-    sub.add_argument("prog", metavar="PROG")
-    sub.add_argument(
-        "--before",
-        type=int,
-        metavar="N",
-        help="release only reservations numbered below N "
-        "(default: the prog's reservation_seq, read first: every one made so far)",
-    )
-    sub = prog.add_parser(
-        "limit",
-        parents=[common],
-        help="set a prog's step limit",
-        description="Raise or lower the prog's step limit (not below steps used + reserved). "
-        "Raising the limit of an exhausted prog lets new work pass; what the exhaustion "
-        "cancelled stays cancelled. Fenced by the prog's state_version.",
-    )
-    sub.set_defaults(handler=_prog_limit, parser=sub, read_only=False)
-    sub.add_argument("prog", metavar="PROG")
-    sub.add_argument("step_limit", metavar="N", type=int, help="the new step limit")
-    sub.add_argument(
-        "--expected-version",
-        type=int,
-        metavar="N",
-        help="expected state_version, always sent (default: read it first)",
-    )
-    sub = prog.add_parser("show", parents=[common], help="show a prog")
-    sub.set_defaults(handler=_prog_show, parser=sub, read_only=True)
-    sub.add_argument("prog", metavar="PROG")
-    _neuron_option(sub)
-
-    sub = add("submit", _submit, "submit an operation")
-    sub.add_argument("prog", metavar="PROG")
-    sub.add_argument("op", metavar="OP", help="the op id (idempotency key)")
-    sub.add_argument("act", metavar="ACT")
-    given = sub.add_mutually_exclusive_group()
-    given.add_argument("--args", metavar="TEXT", help="args as UTF-8 text")
-    given.add_argument("--args-hex", metavar="HEX", help="args as hex digits")
-    given.add_argument("--args-file", metavar="PATH", help="args from a file ('-': stdin)")
-
-    sub = add(
-        "invoke",
-        _invoke,
-        "prepare and execute the op's next attempt",
-        epilog="Exit status 4 when the attempt failed (no effect), 3 when its outcome is "
-        "unknown or the answer was lost (it may have run).",
-    )
-    sub.add_argument("op", metavar="OP")
-    sub.add_argument(
-        "--attempt", type=int, metavar="N", help="attempt number (default: 1 + attempts so far)"
-    )
-
-    sub = add("op", _missing_sub, "operation commands")
-    op = sub.add_subparsers(dest="op_command", metavar="COMMAND", required=True)
-    sub = op.add_parser("show", parents=[common], help="show an operation and its attempts")
-    sub.set_defaults(handler=_op_show, parser=sub, read_only=True)
-    sub.add_argument("op", metavar="OP")
-    _neuron_option(sub)
-
-    sub = add("ops", _ops, "list operations (with --state unknown: and their evidence)", read=True)
-    sub.add_argument("--state", choices=OP_STATES, help="|".join(OP_STATES))
-    sub.add_argument("--prog", metavar="PROG")
-    _neuron_option(sub)
-    _limit_option(sub)
-
-    sub = add("attempts", _attempts, "list attempts in one state across all neurons", read=True)
-    sub.add_argument("--state", required=True, choices=ATTEMPTS_LISTED)
-    sub.add_argument(
-        "--watch",
-        type=float,
-        metavar="SECONDS",
-        help="list again every SECONDS until none is left (then exit 0)",
-    )
-    _limit_option(sub)
-
-    sub = add("history", _history, "show the event records of an operation", read=True)
-    sub.add_argument("op", metavar="OP")
-    _neuron_option(sub)
-    _limit_option(sub)
-
-    sub = add(
-        "reconcile",
-        _reconcile,
-        "record the definite outcome of an unknown attempt",
-        epilog="With --unclaimed (no OP, ATTEMPT or status): every unknown attempt of the "
-        "neuron whose evidence says claimed: false never reached its adapter, so each is "
-        "reconciled not_executed, one signed request per attempt, each printed. Safe to run "
-        "again. Exit status 1 if any was refused.",
-    )
-    sub.add_argument("op", metavar="OP", nargs="?")
-    sub.add_argument("attempt", metavar="ATTEMPT", type=int, nargs="?")
-    sub.add_argument(
-        "--unclaimed",
-        action="store_true",
-        help="reconcile every unclaimed unknown attempt of the neuron as not_executed",
-    )
-    sub.add_argument(
-        "--dry-run", action="store_true", help="with --unclaimed: list them, sign nothing"
-    )
-    status = sub.add_mutually_exclusive_group()
-    status.add_argument("--succeeded", dest="status", action="store_const", const="succeeded")
-    status.add_argument("--failed", dest="status", action="store_const", const="failed")
-    status.add_argument("--not-executed", dest="status", action="store_const", const="not_executed")
-    value = sub.add_mutually_exclusive_group()
-    value.add_argument("--value", metavar="TEXT", help="the outcome's value, as text")
-    value.add_argument("--value-hex", metavar="HEX", help="the outcome's value, as bytes")
-
-    sub = add(
-        "abort",
-        _abort,
-        "end a hung call: kill its process group; the attempt becomes unknown",
-        epilog="Only for a running attempt of an act whose adapter can be stopped from "
-        "outside (cli). The attempt is recorded unknown with evidence aborted: true (its "
-        "effect may have happened), or aborted: false if the call ended unknown on its own "
-        "before the kill reached it: check, then reconcile it.",
-    )
-    sub.add_argument("op", metavar="OP")
-    sub.add_argument(
-        "attempt", metavar="ATTEMPT", type=int, nargs="?", help="default: the op's latest"
-    )
-
-    sub = add("cancel", _cancel, "cancel an operation (executes nothing)")
-    sub.add_argument("op", metavar="OP")
-    sub = add("consume", _consume, "take an operation's retained result")
-    sub.add_argument("op", metavar="OP")
-    sub = add("rebind", _rebind, "re-attach a retained result to the current epoch")
-    sub.add_argument("op", metavar="OP")
-    add("receipts", _receipts, "run the receipts of the neuron's unknown attempts")
-    sub = add(
-        "manual-take",
-        _manual_take,
-        "take an operation by hand: an unfenced attempt, unknown until reconciled",
-    )
-    sub.add_argument("op", metavar="OP")
-    sub.add_argument(
-        "--attempt", type=int, metavar="N", help="attempt number (default: 1 + attempts so far)"
-    )
-
-    sub = add(
-        "completion",
-        _completion,
-        "print a shell completion script for wardctl",
-        epilog="bash: wardctl completion bash > ~/.local/share/bash-completion/completions/"
-        "wardctl; zsh: wardctl completion zsh > a directory on $fpath, as _wardctl; fish: "
-        "wardctl completion fish > ~/.config/fish/completions/wardctl.fish",
-    )
-    sub.add_argument("shell", choices=SHELLS, help="|".join(SHELLS))
+    _add_commands(parser, "command", _COMMANDS, _common_options(False))
     return parser
+
+
+@attrs.frozen
+class _Arg:
+    """One argument of a command: ``add_argument(*flags, **options)``."""
+
+    flags: tuple[str, ...]
+    options: Mapping[str, Any]
+
+
+def _arg(*flags: str, **options: Any) -> _Arg:
+    return _Arg(flags, options)
+
+
+@attrs.frozen
+class _OneOf:
+    """Arguments of which at most one may be given (a mutually exclusive group)."""
+
+    args: tuple[_Arg, ...]
+
+
+def _one_of(*args: _Arg) -> _OneOf:
+    return _OneOf(args)
+
+
+@attrs.frozen
+class _Command:
+    """One command of the table: its parser, its handler and its sub-commands."""
+
+    name: str
+    handler: Callable[[_Context], int]
+    help: str
+    description: str | None
+    args: tuple[_Arg | _OneOf, ...] = ()
+    read: bool = False  # a read: bounded by the default read timeout
+    epilog: str | None = None
+    subs: tuple[_Command, ...] = ()
+
+
+def _command(
+    name: str, handler: Callable[[_Context], int], help: str, *args: _Arg | _OneOf, **kw: Any
+) -> _Command:
+    """A command of wardctl itself: its description is its help unless given."""
+    return _Command(name, handler, help, kw.pop("description", help), args, **kw)
+
+
+def _sub_command(
+    name: str, handler: Callable[[_Context], int], help: str, *args: _Arg | _OneOf, **kw: Any
+) -> _Command:
+    """A command of a group (``prog create``): no description unless given."""
+    return _Command(name, handler, help, kw.pop("description", None), args, **kw)
+
+
+def _add_commands(
+    parser: argparse.ArgumentParser,
+    dest: str,
+    commands: Sequence[_Command],
+    common: argparse.ArgumentParser,
+) -> None:
+    """Add ``commands`` as sub-commands of ``parser`` (the one chosen is in ``dest``)."""
+    subparsers = parser.add_subparsers(dest=dest, metavar="COMMAND", required=True)
+    for cmd in commands:
+        sub = subparsers.add_parser(
+            cmd.name,
+            parents=[common],
+            help=cmd.help,
+            description=cmd.description,
+            epilog=cmd.epilog,
+        )
+        sub.set_defaults(handler=cmd.handler, parser=sub, read_only=cmd.read)
+        for arg in cmd.args:
+            if isinstance(arg, _OneOf):
+                group = sub.add_mutually_exclusive_group()
+                for one in arg.args:
+                    group.add_argument(*one.flags, **one.options)
+            else:
+                sub.add_argument(*arg.flags, **arg.options)
+        if cmd.subs:
+            _add_commands(sub, f"{cmd.name}_command", cmd.subs, common)
 
 
 def _positive_count(text: str) -> int:
@@ -436,15 +274,6 @@ def _positive_count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
     return value
-
-
-def _limit_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--limit",
-        type=_positive_count,
-        metavar="N",
-        help="show at most the first N (default: all; a last line says when more exist)",
-    )
 
 
 # --------------------------------------------------------------------------------
@@ -970,12 +799,16 @@ def _prog_create(ctx: _Context) -> int:
 def _prog_state(ctx: _Context) -> int:
     if ctx.args.expected_version is not None and ctx.args.expected_version < 0:
         ctx.args.parser.error("--expected-version must be 0 or more")
-    result = ctx.session().set_prog_state(
-        ctx.args.prog,
-        ctx.args.state,
-        expected_state=ctx.args.expected,
-        expected_state_version=ctx.args.expected_version,
-    ).to_wire()
+    result = (
+        ctx.session()
+        .set_prog_state(
+            ctx.args.prog,
+            ctx.args.state,
+            expected_state=ctx.args.expected,
+            expected_state_version=ctx.args.expected_version,
+        )
+        .to_wire()
+    )
     version = result.get("state_version")
     shown = "" if version is None else f" (state_version {version})"
     return _out(ctx, result, f"prog {result.get('prog')}: {result.get('state')}{shown}")
@@ -1136,9 +969,11 @@ def _prog_limit(ctx: _Context) -> int:
         a.parser.error("N must be 0 or more")
     if a.expected_version is not None and a.expected_version < 0:
         a.parser.error("--expected-version must be 0 or more")
-    result = ctx.session().set_step_limit(
-        a.prog, a.step_limit, expected_state_version=a.expected_version
-    ).to_wire()
+    result = (
+        ctx.session()
+        .set_step_limit(a.prog, a.step_limit, expected_state_version=a.expected_version)
+        .to_wire()
+    )
     text = (
         f"prog {result.get('prog')}: step limit {result.get('step_limit')} "
         f"(state_version {result.get('state_version')})"
@@ -1200,6 +1035,260 @@ def _completion(ctx: _Context) -> int:
 
     print(shtab.complete(build_parser(), shell=ctx.args.shell))
     return Exit.DONE
+
+
+# --------------------------------------------------------------------------------
+# the command table: build_parser turns it into argparse (here, below the
+# handlers it names); the order is the order of --help
+
+_NEURON = _arg(
+    "--neuron", metavar="HEX", help="read another neuron's records (default: the neuron of --key)"
+)
+_LIMIT = _arg(
+    "--limit",
+    type=_positive_count,
+    metavar="N",
+    help="show at most the first N (default: all; a last line says when more exist)",
+)
+_PROG = _arg("prog", metavar="PROG")
+_OP = _arg("op", metavar="OP")
+_EXPECTED_VERSION = _arg(
+    "--expected-version",
+    type=int,
+    metavar="N",
+    help="expected state_version, always sent (default: read it first)",
+)
+_ATTEMPT_NUMBER = _arg(
+    "--attempt", type=int, metavar="N", help="attempt number (default: 1 + attempts so far)"
+)
+
+_EPOCH_COMMANDS = (
+    _sub_command(
+        "advance",
+        _epoch_advance,
+        "advance the neuron's epoch (retires requests signed before it)",
+        description="Advance the neuron's epoch: prepared attempts are voided and "
+        "results of older epochs need `rebind` before `consume`.",
+    ),
+)
+
+_PROG_COMMANDS = (
+    _sub_command(
+        "create",
+        _prog_create,
+        "create a prog",
+        _PROG,
+        _arg(
+            "--steps",
+            type=int,
+            default=DEFAULT_STEP_LIMIT,
+            metavar="N",
+            help=f"step limit (default: {DEFAULT_STEP_LIMIT})",
+        ),
+    ),
+    _sub_command(
+        "state",
+        _prog_state,
+        "change a prog's state",
+        _PROG,
+        _arg("state", metavar="STATE", choices=PROG_STATES, help="|".join(PROG_STATES)),
+        _arg(
+            "--expected",
+            metavar="STATE",
+            choices=PROG_STATES,
+            help="expected current state (default: read it first)",
+        ),
+        _EXPECTED_VERSION,
+        description="active <-> paused, active|paused -> retired, retired -> archived.",
+    ),
+    _sub_command(
+        "recover",
+        _prog_recover,
+        "release a crashed runner's open step reservations",
+        _PROG,
+        _arg(
+            "--before",
+            type=int,
+            metavar="N",
+            help="release only reservations numbered below N "
+            "(default: the prog's reservation_seq, read first: every one made so far)",
+        ),
+        description="Releases the prog's open reservations numbered below --before "
+        "(always sent), so the signed request can never release one made after it.",
+    ),
+    _sub_command(
+        "limit",
+        _prog_limit,
+        "set a prog's step limit",
+        _PROG,
+        _arg("step_limit", metavar="N", type=int, help="the new step limit"),
+        _EXPECTED_VERSION,
+        description="Raise or lower the prog's step limit (not below steps used + reserved). "
+        "Raising the limit of an exhausted prog lets new work pass; what the exhaustion "
+        "cancelled stays cancelled. Fenced by the prog's state_version.",
+    ),
+    _sub_command("show", _prog_show, "show a prog", _PROG, _NEURON, read=True),
+)
+
+_OP_COMMANDS = (
+    _sub_command("show", _op_show, "show an operation and its attempts", _OP, _NEURON, read=True),
+)
+
+_RECONCILE_ARGS = (
+    _arg("op", metavar="OP", nargs="?"),
+    _arg("attempt", metavar="ATTEMPT", type=int, nargs="?"),
+    _arg(
+        "--unclaimed",
+        action="store_true",
+        help="reconcile every unclaimed unknown attempt of the neuron as not_executed",
+    ),
+    _arg("--dry-run", action="store_true", help="with --unclaimed: list them, sign nothing"),
+    _one_of(
+        _arg("--succeeded", dest="status", action="store_const", const="succeeded"),
+        _arg("--failed", dest="status", action="store_const", const="failed"),
+        _arg("--not-executed", dest="status", action="store_const", const="not_executed"),
+    ),
+    _one_of(
+        _arg("--value", metavar="TEXT", help="the outcome's value, as text"),
+        _arg("--value-hex", metavar="HEX", help="the outcome's value, as bytes"),
+    ),
+)
+
+_COMMANDS = (
+    _command(
+        "keygen",
+        _keygen,
+        "create a neuron key file; print its path and the neuron id",
+        _arg("--force", action="store_true", help="replace an existing key file"),
+    ),
+    _command("status", _status, "summarize the daemon's state", read=True),
+    _command(
+        "metrics",
+        _metrics,
+        "print every metric in the Prometheus text format (docs/operations.md)",
+        read=True,
+    ),
+    _command("workers", _workers, "list the workers and their descriptors", read=True),
+    _command(
+        "neuron", _neuron, "show the neuron's root (epoch, placement, grants)", _NEURON, read=True
+    ),
+    _command("register", _register, "register the neuron"),
+    _command(
+        "bind",
+        _bind,
+        "bind the placement to a worker's current descriptor",
+        _arg("--worker", default="w0", help="worker id (default: w0)"),
+    ),
+    _command("release", _release, "release the placement"),
+    _command("epoch", _missing_sub, "epoch commands", subs=_EPOCH_COMMANDS),
+    _command(
+        "grant",
+        _grant,
+        "set the grant of a prog: the acts it may use (revokes the others)",
+        _PROG,
+        _arg("acts", metavar="ACT", nargs="*", help="act tags to grant"),
+        _arg("--disable", action="store_true", help="disable the grant"),
+        epilog="With --disable and no ACT the prog's current acts are kept.",
+    ),
+    _command("prog", _missing_sub, "prog commands", subs=_PROG_COMMANDS),
+    _command(
+        "submit",
+        _submit,
+        "submit an operation",
+        _PROG,
+        _arg("op", metavar="OP", help="the op id (idempotency key)"),
+        _arg("act", metavar="ACT"),
+        _one_of(
+            _arg("--args", metavar="TEXT", help="args as UTF-8 text"),
+            _arg("--args-hex", metavar="HEX", help="args as hex digits"),
+            _arg("--args-file", metavar="PATH", help="args from a file ('-': stdin)"),
+        ),
+    ),
+    _command(
+        "invoke",
+        _invoke,
+        "prepare and execute the op's next attempt",
+        _OP,
+        _ATTEMPT_NUMBER,
+        epilog="Exit status 4 when the attempt failed (no effect), 3 when its outcome is "
+        "unknown or the answer was lost (it may have run).",
+    ),
+    _command("op", _missing_sub, "operation commands", subs=_OP_COMMANDS),
+    _command(
+        "ops",
+        _ops,
+        "list operations (with --state unknown: and their evidence)",
+        _arg("--state", choices=OP_STATES, help="|".join(OP_STATES)),
+        _arg("--prog", metavar="PROG"),
+        _NEURON,
+        _LIMIT,
+        read=True,
+    ),
+    _command(
+        "attempts",
+        _attempts,
+        "list attempts in one state across all neurons",
+        _arg("--state", required=True, choices=ATTEMPTS_LISTED),
+        _arg(
+            "--watch",
+            type=float,
+            metavar="SECONDS",
+            help="list again every SECONDS until none is left (then exit 0)",
+        ),
+        _LIMIT,
+        read=True,
+    ),
+    _command(
+        "history",
+        _history,
+        "show the event records of an operation",
+        _OP,
+        _NEURON,
+        _LIMIT,
+        read=True,
+    ),
+    _command(
+        "reconcile",
+        _reconcile,
+        "record the definite outcome of an unknown attempt",
+        *_RECONCILE_ARGS,
+        epilog="With --unclaimed (no OP, ATTEMPT or status): every unknown attempt of the "
+        "neuron whose evidence says claimed: false never reached its adapter, so each is "
+        "reconciled not_executed, one signed request per attempt, each printed. Safe to run "
+        "again. Exit status 1 if any was refused.",
+    ),
+    _command(
+        "abort",
+        _abort,
+        "end a hung call: kill its process group; the attempt becomes unknown",
+        _OP,
+        _arg("attempt", metavar="ATTEMPT", type=int, nargs="?", help="default: the op's latest"),
+        epilog="Only for a running attempt of an act whose adapter can be stopped from "
+        "outside (cli). The attempt is recorded unknown with evidence aborted: true (its "
+        "effect may have happened), or aborted: false if the call ended unknown on its own "
+        "before the kill reached it: check, then reconcile it.",
+    ),
+    _command("cancel", _cancel, "cancel an operation (executes nothing)", _OP),
+    _command("consume", _consume, "take an operation's retained result", _OP),
+    _command("rebind", _rebind, "re-attach a retained result to the current epoch", _OP),
+    _command("receipts", _receipts, "run the receipts of the neuron's unknown attempts"),
+    _command(
+        "manual-take",
+        _manual_take,
+        "take an operation by hand: an unfenced attempt, unknown until reconciled",
+        _OP,
+        _ATTEMPT_NUMBER,
+    ),
+    _command(
+        "completion",
+        _completion,
+        "print a shell completion script for wardctl",
+        _arg("shell", choices=SHELLS, help="|".join(SHELLS)),
+        epilog="bash: wardctl completion bash > ~/.local/share/bash-completion/completions/"
+        "wardctl; zsh: wardctl completion zsh > a directory on $fpath, as _wardctl; fish: "
+        "wardctl completion fish > ~/.config/fish/completions/wardctl.fish",
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ A receipt is asked only with what the claim recorded (contract §3.4):
 - a claim recorded by the adapter kind that serves the act now: its receipt
   gets that record, and its answer is applied as usual;
 - any other claim — made under another adapter (the act was reconfigured
-  since), or holding no adapter record (a claim of wardd before 2.2) — gets
-  ``{}`` (or that older wardd's own record): its answer, whatever it is, is
-  only a hint, and the attempt stays unknown for ``reconcile``.
+  since), or holding no adapter record (made before contract 2.2 had every
+  claim record its adapter, §3.4) — gets ``{}`` (or the older record it
+  holds): its answer, whatever it is, is only a hint, and the attempt stays
+  unknown for ``reconcile``.
 
 This module is pure except `claim_record`, which calls the adapter (for
 ``file.append`` a stat and a read of the file): the workers call it on their

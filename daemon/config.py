@@ -278,10 +278,23 @@ def _path(file: str, key: str, value: Any) -> Path:
 
 
 def parse_config(data: Mapping[str, Any], source: str) -> Config:
-    """Validate a parsed TOML document; raises :class:`ConfigError`."""
+    """Validate a parsed TOML document; raises :class:`ConfigError`.
+
+    The keys are checked in a fixed order (the first error is the one
+    reported): unknown keys, then where the daemon lives, its limits, its
+    logs and pruning, and last its acts."""
     for key in data:
         if key not in _TOP_KEYS:
             raise ConfigError(source, _quote(key), "unknown key")
+    places = _places(data, source)
+    limits = _limits(data, source)
+    rest = _logs_and_upkeep(data, source)
+    acts = _acts(data, source, limits["max_frame"])
+    return Config(source=source, **places, **limits, **rest, acts=acts)
+
+
+def _places(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """network, socket and database (and whether the last two are the defaults)."""
     network = data.get("network", "local")
     if not isinstance(network, str) or not _NETWORK_RE.fullmatch(network):
         raise ConfigError(source, "network", "must be 1-64 characters of [A-Za-z0-9._:-]")
@@ -294,6 +307,17 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         if "database" not in data
         else _path(source, "database", data["database"])
     )
+    return {
+        "network": network,
+        "socket": socket,
+        "socket_is_default": socket_is_default,
+        "database": database,
+        "database_is_default": "database" not in data,
+    }
+
+
+def _limits(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """workers, allowed_uids, and the bounds on tokens, frames, shutdown and connections."""
     workers = _uint(source, "workers", data.get("workers", 2), minimum=1, maximum=256)
     uids_raw = data.get("allowed_uids", [])
     if not isinstance(uids_raw, list):
@@ -317,9 +341,21 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
             "must be above 0: a zero grace leaves every call in progress unknown at each "
             "stop (a second SIGTERM ends a grace early)",
         )
-    grace = _seconds(source, "shutdown_grace_s", grace_raw)
-    max_conn = _uint(source, "max_connections", data.get("max_connections", 4096), minimum=1)
-    max_inflight = _uint(source, "max_in_flight", data.get("max_in_flight", 256), minimum=1)
+    return {
+        "workers": workers,
+        "allowed_uids": uids,
+        "token_ttl_s": token_ttl_s,
+        "max_frame": max_frame,
+        "shutdown_grace_s": _seconds(source, "shutdown_grace_s", grace_raw),
+        "max_connections": _uint(
+            source, "max_connections", data.get("max_connections", 4096), minimum=1
+        ),
+        "max_in_flight": _uint(source, "max_in_flight", data.get("max_in_flight", 256), minimum=1),
+    }
+
+
+def _logs_and_upkeep(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Logging, pruning, the notify hook and the metrics listener."""
     log_level = data.get("log_level", "info")
     if log_level not in LOG_LEVELS:
         raise ConfigError(source, "log_level", f"must be one of {', '.join(LOG_LEVELS)}")
@@ -340,9 +376,19 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
         minimum=1,
         maximum=MAX_SECONDS_KEY,
     )
-    notify_argv = _notify_argv(source, data.get("notify_argv", []))
-    notify_timeout_s = _seconds(source, "notify_timeout_s", data.get("notify_timeout_s", 10))
-    metrics_listen = _loopback(source, "metrics_listen", data.get("metrics_listen", ""))
+    return {
+        "log_level": log_level,
+        "log_format": log_format,
+        "retention_s": retention_s,
+        "prune_interval_s": prune_interval_s,
+        "notify_argv": _notify_argv(source, data.get("notify_argv", [])),
+        "notify_timeout_s": _seconds(source, "notify_timeout_s", data.get("notify_timeout_s", 10)),
+        "metrics_listen": _loopback(source, "metrics_listen", data.get("metrics_listen", "")),
+    }
+
+
+def _acts(data: Mapping[str, Any], source: str, max_frame: int) -> tuple[ActConfig, ...]:
+    """The configured acts, each checked by building its adapter."""
     acts_raw = data.get("acts", {})
     if not isinstance(acts_raw, dict):
         raise ConfigError(source, "acts", "must be a table of act tables")
@@ -363,29 +409,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> Config:
             ) from None
         _check_programs(source, where, table)
         acts.append(ActConfig(tag=tag, table=dict(table)))
-    return Config(
-        source=source,
-        network=network,
-        socket=socket,
-        socket_is_default=socket_is_default,
-        database=database,
-        workers=workers,
-        allowed_uids=uids,
-        token_ttl_s=token_ttl_s,
-        max_frame=max_frame,
-        shutdown_grace_s=grace,
-        max_connections=max_conn,
-        max_in_flight=max_inflight,
-        acts=tuple(acts),
-        log_level=log_level,
-        log_format=log_format,
-        notify_argv=notify_argv,
-        notify_timeout_s=notify_timeout_s,
-        metrics_listen=metrics_listen,
-        database_is_default="database" not in data,
-        retention_s=retention_s,
-        prune_interval_s=prune_interval_s,
-    )
+    return tuple(acts)
 
 
 def _check_programs(source: str, where: str, table: Mapping[str, Any]) -> None:

@@ -16,6 +16,12 @@ and why, or that the token was used) without keeping a tombstone per token.
 A token whose void is still being written is kept until that void is
 durable, so that its ``execute`` answers only after it is.
 
+A token's life is the table :data:`TOKEN_MOVES`: a token is ``live`` until
+it is used, voided or dropped with its connection, and a voided token is
+``voiding`` until its void is durable (``voided``) or could not be written
+(``void_failed``: the daemon fail-stops). It moves only through
+:func:`move_token`, which refuses any move not in the table.
+
 :class:`TokenRegistry` is the bookkeeping, with no clock and no I/O;
 :class:`Tokens` is its event-loop side: it gives each token its deadline
 from an injectable clock, runs the one expiry task, redeems a handle for
@@ -25,11 +31,12 @@ from an injectable clock, runs the one expiry task, redeems a handle for
 from __future__ import annotations
 
 import collections
+import enum
 import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import attrs
 import trio
@@ -39,7 +46,15 @@ from wardd.protocol import Internal, TokenInvalid, TokenVoid, WarddError
 from ._units import AttemptRef
 from .core.attempts import pruned_token
 
-__all__ = ["DeadHandle", "DispatchToken", "TokenRegistry", "Tokens"]
+__all__ = [
+    "TOKEN_MOVES",
+    "DeadHandle",
+    "DispatchToken",
+    "TokenRegistry",
+    "TokenState",
+    "Tokens",
+    "move_token",
+]
 
 #: An attempt's (state, void reason) by its row id, or None if it is gone (pruned).
 AttemptRecord = tuple[str, str | None]
@@ -49,17 +64,66 @@ _ID_BYTES = 8
 _TAG_BYTES = HANDLE_BYTES - _ID_BYTES
 
 
+class TokenState(enum.Enum):
+    """Where a dispatch token is in its life (see :data:`TOKEN_MOVES`)."""
+
+    LIVE = "live"
+    """Issued and not yet used, voided or dropped: ``execute`` may use it."""
+    USED = "used"
+    """An ``execute`` took its attempt."""
+    VOIDING = "voiding"
+    """Voided in memory (expiry, shutdown); its attempt's void is being written."""
+    VOIDED = "voided"
+    """Its attempt's void is durable."""
+    VOID_FAILED = "void_failed"
+    """Its attempt's void could not be written: the daemon fail-stops."""
+    DROPPED = "dropped"
+    """Its connection closed: the daemon voids its attempt (contract §3.2.2)."""
+
+
+T = TokenState
+
+#: Every move a token may make, (from, to); ``used``, ``voided``,
+#: ``void_failed`` and ``dropped`` are final.
+TOKEN_MOVES: Final[frozenset[tuple[TokenState, TokenState]]] = frozenset(
+    {
+        (T.LIVE, T.USED),  # consume: execute takes the attempt
+        (T.LIVE, T.VOIDED),  # consume_void: a write already voided its attempt durably
+        (T.LIVE, T.VOIDING),  # void, expire, void_all: the expiry or the shutdown
+        (T.LIVE, T.DROPPED),  # drop_connection: its connection closed
+        (T.VOIDING, T.VOIDED),  # the void is durable
+        (T.VOIDING, T.VOID_FAILED),  # the void could not be written
+    }
+)
+
+
+def move_token(state: TokenState, to: TokenState) -> TokenState:
+    """The one way a token changes state: returns ``to``, or raises
+    ``internal`` for a move that is not in :data:`TOKEN_MOVES`."""
+    if (state, to) not in TOKEN_MOVES:
+        raise Internal(f"a dispatch token cannot move {state.value} -> {to.value}")
+    return to
+
+
 class DispatchToken:
-    __slots__ = ("_used", "conn_id", "deadline", "ref", "void_done", "void_ok", "void_reason")
+    __slots__ = ("conn_id", "deadline", "ref", "state", "void_done", "void_reason")
 
     def __init__(self, conn_id: int, ref: AttemptRef, deadline: float) -> None:
         self.conn_id = conn_id
         self.ref = ref
         self.deadline = deadline
-        self.void_reason: str | None = None
-        self.void_done: trio.Event | None = None  # set once the void is durable
-        self.void_ok = False
-        self._used = False
+        self.state = T.LIVE
+        self.void_reason: str | None = None  # set when it is voided in memory
+        self.void_done: trio.Event | None = None  # set once the void is written (or failed)
+
+    @property
+    def void_ok(self) -> bool:
+        """Its attempt's void is durable."""
+        return self.state is T.VOIDED
+
+    def move(self, to: TokenState) -> None:
+        """Move to ``to`` (:func:`move_token`: an illegal move raises)."""
+        self.state = move_token(self.state, to)
 
     def _refuse(self, *_: Any) -> NoReturn:
         raise TypeError("a dispatch token cannot be copied or serialized")
@@ -68,9 +132,9 @@ class DispatchToken:
 
     def consume(self) -> AttemptRef:
         """Take the attempt out of the token; a second use is refused."""
-        if self._used:
+        if self.state is T.USED:
             raise TokenInvalid("the token was already used")
-        self._used = True
+        self.move(T.USED)
         return self.ref
 
     def __repr__(self) -> str:
@@ -166,7 +230,7 @@ class TokenRegistry:
     def consume_void(self, handle: bytes, token: DispatchToken) -> None:
         """Forget a live token whose attempt a write has voided durably
         (found on arrival: a pause, an exhaustion, a revocation)."""
-        token.consume()
+        token.move(T.VOIDED)
         self._forget(handle, token)
 
     def void(self, handle: bytes, reason: str) -> DispatchToken | None:
@@ -176,6 +240,7 @@ class TokenRegistry:
         token = self._live.pop(handle, None)
         if token is None:
             return None
+        token.move(T.VOIDING)
         token.void_reason = reason
         self._voiding[handle] = token
         return token
@@ -197,6 +262,7 @@ class TokenRegistry:
         for handle in list(self._by_conn.get(conn_id, ())):
             token = self._live.pop(handle, None)
             if token is not None:
+                token.move(T.DROPPED)
                 live.append(token.ref)
                 self._unindex(handle, conn_id)
         return live
@@ -285,10 +351,10 @@ class Tokens:
         if isinstance(token, DeadHandle):
             # used, or voided durably: the attempt's record says which
             raise dead_token(self._attempt_state(token.attempt_id))
-        if token.void_reason is None and self._clock() >= token.deadline:
+        if token.state is T.LIVE and self._clock() >= token.deadline:
             self.registry.expire(handle)  # its timer has not fired yet
             await self._void_token(handle, token)
-        if token.void_reason is None:
+        if token.state is T.LIVE:
             # a token whose attempt a write already voided (a pause, an
             # exhaustion, a revocation) is answered at once, never after
             # waiting in a worker's queue; the claim checks again
@@ -296,10 +362,10 @@ class Tokens:
             if record is None or record[0] == "void":
                 self.registry.consume_void(handle, token)
                 raise dead_token(record)
-        if token.void_reason is not None:
+        if token.state is not T.LIVE:  # voiding, or voided since
             if token.void_done is not None:
                 await token.void_done.wait()  # reply only once the void is durable
-            if not token.void_ok:
+            if token.state is not T.VOIDED:
                 raise Internal("the attempt could not be voided")
         return self.registry.consume(handle, token)
 
@@ -307,7 +373,8 @@ class Tokens:
         """Void a token's attempt; a redemption of it waits for this."""
         assert token.void_reason is not None
         token.void_done = done = trio.Event()
-        token.void_ok = await self._void(token.ref.attempt_id, token.void_reason)
+        ok = await self._void(token.ref.attempt_id, token.void_reason)
+        token.move(T.VOIDED if ok else T.VOID_FAILED)
         done.set()
         self.registry.void_written(handle)
 
@@ -323,7 +390,7 @@ class Tokens:
         """The voids of :meth:`void_all` are durable (``ok``) or failed: answer
         the redemptions waiting for them and forget the tokens."""
         for handle, token in tokens:
-            token.void_ok = ok
+            token.move(T.VOIDED if ok else T.VOID_FAILED)
             if token.void_done is not None:
                 token.void_done.set()
             self.registry.void_written(handle)

@@ -109,6 +109,27 @@ def prepare_checks(
     """contract §3.2.1, in its order. Returns the neuron, op, prog and (for a
     guarded attempt) the bound descriptor."""
     n, op, prog = require_op(view)
+    _check_op_and_prog(n, op, prog, p)
+    if manual:
+        descriptor = None
+        bound = ctx.act_bounds.get(op.act)
+        if bound is None:
+            raise ActNotAccepted(f"act {op.act!r} is not configured")
+    else:
+        descriptor = _check_placement(ctx, n, op, p)
+        bound = descriptor["act_bounds"][op.act]
+    if len(op.args) > bound:
+        raise ArgsTooLarge(
+            f"args are {len(op.args)} bytes; the act's bound is {bound}",
+            {"max_arg_bytes": bound},
+        )
+    _check_attempts(view, op, p)
+    return n, op, prog, descriptor
+
+
+def _check_op_and_prog(n: Neuron, op: Op, prog: Prog, p: Mapping[str, Any]) -> None:
+    """contract §3.2.1: the op is open, the epoch current, the prog active
+    with budget and an enabled grant of the act."""
     if op.terminal:
         raise Terminal(f"operation is {op.state}")
     if "expected_epoch" in p and p["expected_epoch"] != n.epoch:
@@ -122,37 +143,38 @@ def prepare_checks(
     assert prog.grant is not None
     if op.act not in prog.grant.acts:
         raise ActNotGranted(f"act {op.act!r} is not granted to the prog")
-    descriptor = None
-    if manual:
-        bound = ctx.act_bounds.get(op.act)
-        if bound is None:
-            raise ActNotAccepted(f"act {op.act!r} is not configured")
-    else:
-        if n.placement is None:
-            raise PlacementUnbound("the neuron has no placement")
-        if p["placement_generation"] != n.placement_generation:
-            raise GenerationMismatch(
-                "placement_generation is not the current one",
-                {"placement_generation": n.placement_generation},
-            )
-        descriptor = n.placement
-        if descriptor["executor"]["boot"] != ctx.boot:
-            raise PlacementStale("the placement names an earlier boot; bind this boot's descriptor")
-        if n.placement_digest not in ctx.advertised:
-            raise PlacementStale("the placement is not a descriptor this daemon advertises")
-        # check 12: a placement this boot admitted always passes (bind checked
-        # it); kept so that the order of contract §3.2.1 is whole here
-        refusal = profile_refusal(descriptor, ctx.advertised[str(n.placement_digest)])
-        if refusal is not None:
-            raise refusal
-        if op.act not in descriptor["acts"]:
-            raise ActNotAccepted(f"act {op.act!r} is not accepted by the placement")
-        bound = descriptor["act_bounds"][op.act]
-    if len(op.args) > bound:
-        raise ArgsTooLarge(
-            f"args are {len(op.args)} bytes; the act's bound is {bound}",
-            {"max_arg_bytes": bound},
+
+
+def _check_placement(
+    ctx: BootContext, n: Neuron, op: Op, p: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """contract §3.2.1: the placement is bound, current, of this boot,
+    advertised, and accepts the act. Returns its descriptor."""
+    if n.placement is None:
+        raise PlacementUnbound("the neuron has no placement")
+    if p["placement_generation"] != n.placement_generation:
+        raise GenerationMismatch(
+            "placement_generation is not the current one",
+            {"placement_generation": n.placement_generation},
         )
+    descriptor = n.placement
+    if descriptor["executor"]["boot"] != ctx.boot:
+        raise PlacementStale("the placement names an earlier boot; bind this boot's descriptor")
+    if n.placement_digest not in ctx.advertised:
+        raise PlacementStale("the placement is not a descriptor this daemon advertises")
+    # check 12: a placement this boot admitted always passes (bind checked
+    # it); kept so that the order of contract §3.2.1 is whole here
+    refusal = profile_refusal(descriptor, ctx.advertised[str(n.placement_digest)])
+    if refusal is not None:
+        raise refusal
+    if op.act not in descriptor["acts"]:
+        raise ActNotAccepted(f"act {op.act!r} is not accepted by the placement")
+    return descriptor
+
+
+def _check_attempts(view: OpView, op: Op, p: Mapping[str, Any]) -> None:
+    """contract §3.2.1, last: the expected attempt number, and no attempt
+    open, unknown or succeeded."""
     if p["expected_attempt"] != op.attempts + 1:
         raise AttemptMismatch(
             "expected_attempt is not 1 + the number of attempts", {"attempts": op.attempts}
@@ -164,7 +186,6 @@ def prepare_checks(
         raise AttemptUnknown("an attempt of the operation is unknown; reconcile it first")
     if A.SUCCEEDED in states:
         raise AlreadySucceeded("the operation already succeeded")
-    return n, op, prog, descriptor
 
 
 def _new_attempt(
@@ -175,68 +196,76 @@ def _new_attempt(
     descriptor: Mapping[str, Any] | None,
     kind: str,
 ) -> tuple[list[Change], Op, Attempt, AttemptRef]:
-    number = op.attempts + 1
+    """The op's next attempt (prepared if guarded, unknown if manual), bound
+    to ``descriptor``: its record, the changes that add it and its reference."""
     guarded = kind == AttemptKind.GUARDED
-    state = A.PREPARED if guarded else A.UNKNOWN
-    worker = descriptor["executor"]["worker"] if descriptor else None
-    digest = n.placement_digest if descriptor else None
-    gen = n.placement_generation if descriptor else None
-    evidence = None if guarded else {"manual": True}
     attempt = Attempt(
         id=view.next_attempt_id,
         op_id=op.id,
-        attempt=number,
+        attempt=op.attempts + 1,
         kind=kind,
         epoch=n.epoch,
         policy_version=n.policy_version,
-        placement_generation=gen,
-        digest=digest,
-        worker=worker,
+        placement_generation=n.placement_generation if descriptor else None,
+        digest=n.placement_digest if descriptor else None,
+        worker=descriptor["executor"]["worker"] if descriptor else None,
         boot=ctx.boot,
-        state=state,
+        state=A.PREPARED if guarded else A.UNKNOWN,
         reason=None,
-        evidence=evidence,
+        evidence=None if guarded else {"manual": True},
         ever_unknown=not guarded,
     )
+    changes: list[Change] = [_new_attempt_change(attempt, descriptor)]
+    more, op = change_op(op, attempt.state, attempts=attempt.attempt)
+    changes += more
     data: dict[str, Any] = {"kind": kind, "epoch": n.epoch, "policy_version": n.policy_version}
     if descriptor:
-        data.update(placement_generation=gen, digest=digest, worker=worker, boot=ctx.boot)
-    changes: list[Change] = [
-        NewAttempt(
-            id=attempt.id,
-            op_id=op.id,
-            attempt=number,
-            kind=kind,
-            epoch=n.epoch,
-            policy_version=n.policy_version,
-            placement_generation=gen,
-            descriptor=descriptor,
-            digest=digest,
-            worker=worker,
+        data.update(
+            placement_generation=attempt.placement_generation,
+            digest=attempt.digest,
+            worker=attempt.worker,
             boot=ctx.boot,
-            state=state,
-            evidence=evidence,
-        ),
-    ]
-    more, op = change_op(op, state, attempts=number)
-    changes += more
-    changes.append(AppendEvent("prepared", n.id, op_id=op.id, attempt=number, data=data))
-    ref = AttemptRef(
+        )
+    changes.append(AppendEvent("prepared", n.id, op_id=op.id, attempt=attempt.attempt, data=data))
+    return changes, op, attempt, _attempt_ref(n, op, attempt)
+
+
+def _new_attempt_change(attempt: Attempt, descriptor: Mapping[str, Any] | None) -> NewAttempt:
+    """The change that adds ``attempt`` (and the descriptor it is bound to)."""
+    return NewAttempt(
+        id=attempt.id,
+        op_id=attempt.op_id,
+        attempt=attempt.attempt,
+        kind=attempt.kind,
+        epoch=attempt.epoch,
+        policy_version=attempt.policy_version,
+        placement_generation=attempt.placement_generation,
+        descriptor=descriptor,
+        digest=attempt.digest,
+        worker=attempt.worker,
+        boot=attempt.boot,
+        state=attempt.state,
+        evidence=attempt.evidence,
+    )
+
+
+def _attempt_ref(n: Neuron, op: Op, attempt: Attempt) -> AttemptRef:
+    """What a token or a dispatch carries of a new attempt."""
+    return AttemptRef(
         attempt_id=attempt.id,
         neuron=n.neuron,
         neuron_id=n.id,
         op=op.op,
         op_id=op.id,
-        attempt=number,
+        attempt=attempt.attempt,
         act=op.act,
         args=op.args,
-        epoch=n.epoch,
-        policy_version=n.policy_version,
-        placement_generation=gen,
-        digest=digest,
-        worker=worker,
+        epoch=attempt.epoch,
+        policy_version=attempt.policy_version,
+        placement_generation=attempt.placement_generation,
+        digest=attempt.digest,
+        worker=attempt.worker,
     )
-    return changes, op, attempt, ref
 
 
 def prepare(ctx: BootContext, view: OpView, p: Mapping[str, Any]) -> Decision:

@@ -46,7 +46,8 @@ class NewNeuron:
 @attrs.frozen
 class SetNeuron:
     neuron_id: int
-    fields: Mapping[str, Any]  # epoch, policy_version, placement_generation, placement, digest
+    # epoch, policy_version, placement_generation, placement, placement_digest
+    fields: Mapping[str, Any]
 
 
 @attrs.frozen
@@ -82,7 +83,9 @@ class NewOp:
 @attrs.frozen
 class SetOp:
     op_id: int
-    fields: Mapping[str, Any]  # state, cancelled, result_epoch, attempts
+    # state, cancelled, consumed, result_epoch, attempts (from states.change_op);
+    # consumed is no column: the state says it
+    fields: Mapping[str, Any]
 
 
 @attrs.frozen
@@ -105,8 +108,9 @@ class NewAttempt:
 @attrs.frozen
 class SetAttempt:
     """An attempt's new state (with its void reason) or evidence: only
-    ever produced by :func:`wardd.daemon.core.attempts.move_attempt` (state)
-    or a receipt's hint (evidence). ``act`` is the op's act, set with a new
+    ever produced by :func:`wardd.daemon.core.states.move_attempt` (state)
+    or by a receipt kept in the evidence, as a hint or a conflict
+    (``attempts._keep_receipt``). ``act`` is the op's act, set with a new
     state: it is not stored, only counted once committed (``wardd_attempts_total``)."""
 
     op_id: int
