@@ -16,19 +16,24 @@ deleted, whatever this module does.
 
 The :class:`Pruner` looks every ``prune_interval_s``; a look goes on, batch
 after batch, until nothing prunable is left. Each batch is a unit of its own
-(at most 2 ms of work, one transaction, an op pruned whole or not at all)
-that stops early once another unit is queued behind it, and the pruner
-pauses between batches at least as long as the last one took, so a dispatch
-waits for at most about one chunk's deletion (8 ops, about a millisecond)
-and one commit. After each look the free pages go back to the file system
-(``PRAGMA incremental_vacuum``, in bounded units too) and a checkpoint on a
-connection of its own truncates the file.
+(one transaction, an op pruned whole or not at all), bounded by time, not
+by a count: :data:`IDLE_BUDGET_S` of work while the writer has nothing else
+to do, :data:`BATCH_BUDGET_S` once others write, and it stops early once
+another unit is queued behind it, so a dispatch waits for at most about one
+chunk's deletion (8 ops, well under a millisecond) and one commit. A look
+walks the prunable ops once, oldest first: each batch goes on from the
+``(ended_at, id)`` where the last one stopped (a :class:`Cursor`), never
+from the start. The pages a chunk frees go back to the file system in the
+same unit (``PRAGMA incremental_vacuum``, bounded per chunk), so the file
+shrinks as the pruning goes and a look leaves few free pages behind; what
+is left (a look cut short, a backlog of free pages from before) goes back
+after the look, in bounded units too, and a checkpoint on a connection of
+its own truncates the file.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import sqlite3
 import time
 from collections.abc import Callable
@@ -39,39 +44,45 @@ import attrs
 import structlog
 import trio
 
-from wardd.protocol import Terminal, WarddError
+from wardd.protocol import WarddError
 
 from .._records import now
-from .writer import connect_reader
+from ..core.ops import args_digest
+from .writer import Unit, connect_reader
 
 __all__ = [
+    "BatchResult",
+    "Cursor",
     "Pruner",
-    "args_digest",
+    "give_back_pages",
     "prune_batch",
-    "pruned_terminal",
+    "prune_ops",
     "tombstone_row",
     "tombstone_view",
     "vacuum_step",
 ]
 
 log = structlog.get_logger("wardd.prune")
-Unit = Callable[[sqlite3.Connection], Any]
 
-# A batch stops at whichever comes first (and after any chunk once another
-# unit is queued behind it: then a dispatch waits for one chunk's deletion and
-# one commit; docs/performance.md has the figures).
+# A batch stops at whichever comes first: its time budget (large while the
+# writer is idle, small once others write), the end of the prunable ops,
+# or, after any chunk, another unit queued behind it (then a dispatch waits
+# for one chunk's deletion and one commit; docs/performance.md has the figures).
+IDLE_BUDGET_S = 0.008
 BATCH_BUDGET_S = 0.002
-BATCH_MAX_OPS = 64
 # ops pruned by one set of statements; a batch checks its budget after each
 CHUNK_OPS = 8
-# the least pause between two batches, and how much longer than a batch the
-# pause is while the daemon is busy (see Pruner.look)
+# the least pause between two batches while others write, and how much
+# longer than the batch the pause is then (see Pruner.look)
 PAUSE_S = 0.002
 BUSY_FACTOR = 2
 # how often a look checkpoints the WAL on its own thread (see Pruner.look)
 CHECKPOINT_EVERY_S = 0.2
-# pages an incremental_vacuum unit moves and frees (4 KiB each)
+# free pages (4 KiB each) a chunk gives back after its deletes, at most
+# (about 11 µs each), and a unit of give_back at most
+CHUNK_VACUUM_PAGES = 128
 VACUUM_PAGES = 256
+VACUUM_BUDGET_S = 0.004
 _OPEN = ("prepared", "running", "unknown")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -127,53 +138,55 @@ def tombstone_view(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def args_digest(args: bytes) -> bytes:
-    return hashlib.sha256(args).digest()
-
-
-def pruned_terminal(row: sqlite3.Row) -> Terminal:
-    """contract §3.9: every write naming a pruned op but ``submit`` is ``terminal``."""
-    return Terminal(
-        f"the operation was {row['state']} and has been pruned",
-        {"state": row["state"], "pruned": True},
-    )
-
-
 # -- the units ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Cursor:
+    """Where a look has got to: the last op a batch looked at, in the
+    ``operations_ended`` index's order. The next batch starts after it."""
+
+    ended_at: str
+    id: int
 
 
 @attrs.frozen
 class BatchResult:
     pruned: int  # ops turned into tombstones
-    examined: int  # candidates looked at (0: nothing prunable is left)
+    examined: int  # candidates looked at (0: nothing prunable is left after the cursor)
+    cursor: Cursor | None  # the last candidate looked at (None when none was)
+    pages_freed: int = 0  # pages given back to the file system in the same unit
 
 
 def prune_batch(
     before: str,
     *,
+    after: Cursor | None = None,
     budget_s: float = BATCH_BUDGET_S,
-    max_ops: int = BATCH_MAX_OPS,
     yield_to: Callable[[], bool] = lambda: False,
+    vacuum_pages: int = CHUNK_VACUUM_PAGES,
 ) -> Unit:
-    """Prune up to ``max_ops`` ops that ended before ``before``, oldest
-    first, :data:`CHUNK_OPS` at a time, stopping once ``budget_s`` of work is
-    spent or as soon as ``yield_to()`` says other units wait (one writer unit)."""
+    """Prune the ops that ended before ``before``, oldest first, from
+    ``after`` on, :data:`CHUNK_OPS` at a time, each chunk followed by giving
+    back up to ``vacuum_pages`` free pages; stops once ``budget_s`` of work
+    is spent, as soon as ``yield_to()`` says other units wait, or when no
+    prunable op is left (one writer unit)."""
 
     def unit(conn: sqlite3.Connection) -> BatchResult:
         t0 = time.perf_counter()
         at = now()
         at_ms = to_ms(at)
-        ids = conn.execute(
-            "SELECT id FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
-            " ORDER BY ended_at LIMIT ?",
-            (before, max_ops),
-        ).fetchall()
-        pruned = examined = 0
-        for k in range(0, len(ids), CHUNK_OPS):
-            chunk = [i for (i,) in ids[k : k + CHUNK_OPS]]
+        cursor = after
+        pruned = examined = freed = 0
+        while True:
+            chunk = _candidates(conn, before, cursor, CHUNK_OPS)
+            if not chunk:
+                break
+            cursor = Cursor(chunk[-1][1], chunk[-1][0])
             examined += len(chunk)
-            pruned += prune_ops(conn, chunk, at_ms)
-            if time.perf_counter() - t0 >= budget_s or yield_to():
+            pruned += prune_ops(conn, [i for i, _ in chunk], at_ms)
+            freed += give_back_pages(conn, vacuum_pages, max(budget_s, VACUUM_BUDGET_S))
+            if len(chunk) < CHUNK_OPS or time.perf_counter() - t0 >= budget_s or yield_to():
                 break
         if pruned:
             conn.execute(
@@ -181,9 +194,28 @@ def prune_batch(
                 " WHERE id = 1",
                 (pruned, at),
             )
-        return BatchResult(pruned, examined)
+        return BatchResult(pruned, examined, cursor, freed)
 
     return unit
+
+
+def _candidates(
+    conn: sqlite3.Connection, before: str, after: Cursor | None, limit: int
+) -> list[tuple[int, str]]:
+    """The next ``limit`` (id, ended_at) that ended before ``before``, after
+    the cursor, in the partial index's order: a seek, never a scan from the
+    start of the index."""
+    if after is None:
+        return conn.execute(
+            "SELECT id, ended_at FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
+            " ORDER BY ended_at, id LIMIT ?",
+            (before, limit),
+        ).fetchall()
+    return conn.execute(
+        "SELECT id, ended_at FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
+        " AND (ended_at, id) > (?, ?) ORDER BY ended_at, id LIMIT ?",
+        (before, after.ended_at, after.id, limit),
+    ).fetchall()
 
 
 def prune_op(conn: sqlite3.Connection, op_id: int, pruned_at_ms: int) -> bool:
@@ -198,7 +230,7 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
     not looked at again until it ends (the trigger sets it again then)."""
     if not op_ids:
         return 0
-    ids = ",".join(str(int(i)) for i in op_ids)  # row ids from our own query
+    ids = _id_list(op_ids)  # row ids from our own query
     rows = conn.execute(
         "SELECT o.id, o.neuron_id, o.op, o.prog_id, o.act, o.args, o.state, o.ended_at"
         f" FROM operations o WHERE o.id IN ({ids}) AND o.ended_at IS NOT NULL"
@@ -209,9 +241,7 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
     ended = {r[0] for r in rows}
     stale = [i for i in op_ids if i not in ended]
     if stale:
-        conn.execute(
-            f"UPDATE operations SET ended_at = NULL WHERE id IN ({','.join(map(str, stale))})"
-        )
+        conn.execute(f"UPDATE operations SET ended_at = NULL WHERE id IN ({_id_list(stale)})")
     if not rows:
         return 0
     conn.executemany(
@@ -222,33 +252,63 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
             for i, n, op, prog, act, args, state, end in rows
         ],
     )
-    done = ",".join(str(i) for i in sorted(ended))
+    _delete_records(conn, _id_list(sorted(ended)))
+    return len(rows)
+
+
+def _delete_records(conn: sqlite3.Connection, done: str) -> None:
+    """Delete every record of the ops ``done`` (their tombstones are in):
+    their attempts are looked up once, then each table is reached by its key."""
     # before anything is deleted: no attempt id or seq is ever handed out again
     conn.execute(
         "UPDATE prune_stats SET"
         " attempt_hw = max(attempt_hw, coalesce((SELECT max(id) FROM attempts), 0)),"
         " seq_hw = max(seq_hw, coalesce((SELECT max(seq) FROM events), 0)) WHERE id = 1"
     )
-    attempts = f"SELECT id FROM attempts WHERE op_id IN ({done})"
-    conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({attempts})")
-    conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({attempts})")
-    conn.execute(f"DELETE FROM attempts WHERE op_id IN ({done})")
+    attempts = conn.execute(f"SELECT id FROM attempts WHERE op_id IN ({done})").fetchall()
+    if attempts:
+        ids = _id_list([a for (a,) in attempts])
+        conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({ids})")
+        conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({ids})")
+        conn.execute(f"DELETE FROM attempts WHERE id IN ({ids})")
     conn.execute(f"DELETE FROM events WHERE op_id IN ({done})")
     conn.execute(f"DELETE FROM operations WHERE id IN ({done})")
-    return len(rows)
+
+
+def give_back_pages(conn: sqlite3.Connection, pages: int, budget_s: float = VACUUM_BUDGET_S) -> int:
+    """Give up to ``pages`` free pages back to the file system, within
+    about ``budget_s``; returns how many.
+
+    ``PRAGMA incremental_vacuum(N)`` frees one page per step of its
+    statement, and Python's sqlite3 steps a statement that declares no
+    result column only once: whatever N says, one ``execute`` frees one
+    page. Hence one ``incremental_vacuum(1)`` per page (about 11 µs)."""
+    (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+    want = min(int(free), pages)
+    t0 = time.perf_counter()
+    done = 0
+    while done < want:
+        conn.execute("PRAGMA incremental_vacuum(1)")
+        done += 1
+        if done % 32 == 0 and time.perf_counter() - t0 >= budget_s:
+            break
+    return done
 
 
 def vacuum_step(pages: int = VACUUM_PAGES) -> Unit:
-    """Give up to ``pages`` free pages back to the file system; returns
-    (pages freed, free pages left)."""
+    """Give up to ``pages`` free pages back to the file system (at most
+    :data:`VACUUM_BUDGET_S` of work); returns (pages freed, free pages left)."""
 
     def unit(conn: sqlite3.Connection) -> tuple[int, int]:
-        (before,) = conn.execute("PRAGMA freelist_count").fetchone()
-        conn.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+        freed = give_back_pages(conn, pages)
         (left,) = conn.execute("PRAGMA freelist_count").fetchone()
-        return int(before) - int(left), int(left)
+        return freed, int(left)
 
     return unit
+
+
+def _id_list(ids: list[int]) -> str:
+    return ",".join(str(int(i)) for i in ids)
 
 
 def _marks(values: tuple[str, ...]) -> str:
@@ -304,34 +364,45 @@ class Pruner:
     async def look(self) -> int:
         """Prune until nothing prunable is left; returns how many ops.
 
-        Between batches the pruner pauses as long as the last batch took
-        (at least :data:`PAUSE_S`) while the writer has nothing else to do,
-        and :data:`BUSY_FACTOR` times as long once other units were written
-        since its last batch: pruning takes at most about half of the writer
-        (and of the interpreter) on an idle daemon and a third on a busy one,
-        and a batch stops early as soon as another unit is queued behind it
-        (contract §3.9: dispatch is never held up for more than a few ms)."""
+        While the writer has nothing else to do, batches of
+        :data:`IDLE_BUDGET_S` follow each other at once. Once other units
+        were written since the pruner's last batch (or wait), a batch gets
+        :data:`BATCH_BUDGET_S` and the pruner pauses :data:`BUSY_FACTOR`
+        times as long as it took (at least :data:`PAUSE_S`): pruning takes
+        at most about a third of the writer (and of the interpreter) on a
+        busy daemon, and a batch stops early as soon as another unit is
+        queued behind it (contract §3.9: dispatch is never held up for more
+        than a few ms)."""
         t0 = time.monotonic()
         before = cutoff(self.retention_s)
-        total = batches = 0
+        total = batches = freed = 0
+        cursor: Cursor | None = None
         seen = self.writer.stats.units
+        busy = self.writer.backlog > 0
         try:
             while not self.stopping():
                 t = time.monotonic()
                 res: BatchResult = await self.writer.run(
-                    prune_batch(before, yield_to=lambda: self.writer.backlog > 1)
+                    prune_batch(
+                        before,
+                        after=cursor,
+                        budget_s=BATCH_BUDGET_S if busy else IDLE_BUDGET_S,
+                        yield_to=lambda: self.writer.backlog > 1,
+                    )
                 )
                 if res.examined == 0:
                     break
+                cursor = res.cursor
                 total += res.pruned
+                freed += res.pages_freed
                 batches += 1
                 units = self.writer.stats.units
-                busy = units - seen > 1  # others wrote since our last batch
+                busy = units - seen > 1 or self.writer.backlog > 0  # others wrote, or wait
                 seen = units
                 took = time.monotonic() - t
                 await self._keep_wal_short()
-                await trio.sleep(max(PAUSE_S, took * (BUSY_FACTOR if busy else 1)))
-            freed = await self.give_back()
+                await trio.sleep(max(PAUSE_S, took * BUSY_FACTOR) if busy else 0)
+            freed += await self.give_back(freed)
             if total:
                 log.info(
                     "pruned",
@@ -344,10 +415,12 @@ class Pruner:
             log.warning("prune_failed", error=err.message, pruned=total)
         return total
 
-    async def give_back(self) -> int:
-        """Free pages back to the file system (after every look: a look that
-        was stopped by the shutdown leaves some for the next), then, if any
-        were freed, a checkpoint that truncates the file."""
+    async def give_back(self, by_batches: int = 0) -> int:
+        """The free pages the batches left back to the file system (after
+        every look: a look cut short leaves some for the next, and so does a
+        backlog of free pages from before), then, if any were freed, here or
+        (``by_batches``) by the look's batches, a checkpoint that truncates
+        the file."""
         total = 0
         while not self.stopping():
             t = time.monotonic()
@@ -357,7 +430,7 @@ class Pruner:
                 break
             await self._keep_wal_short()
             await trio.sleep(max(PAUSE_S, time.monotonic() - t))
-        if (total or self._truncate_pending) and not self.stopping():
+        if (total or by_batches or self._truncate_pending) and not self.stopping():
             # a TRUNCATE that met a reader (it never waits) is tried again at
             # the next look: the file shrinks only once one completes
             done = await trio.to_thread.run_sync(self._checkpoint)
