@@ -17,11 +17,14 @@ the backlog, polled every 50 ms.
    given back after the batches).
 2. a backlog of small ops (64-byte args) pruned while one blocking client
    invokes pre-submitted ops back to back (at most ``invokes`` calls), the
-   way ``make bench``'s retention section measured 74.7 s for 100k.
+   way ``make bench``'s retention section measured 74.7 s for 100k; and the
+   same backlog with no client at all.
 3. 16 clients over 4 neurons invoke pre-submitted ops, ``per_client`` each,
    first while a copy of that backlog is pruned, then, on the same daemon
    once nothing is left to prune, as many again: p99 of the first phase ÷
-   p99 of the second.
+   p99 of the second. A fifth as many calls right after the spawn warm the
+   daemon up first and are not counted (without them the first phase of a
+   daemon that prunes nothing was 1.2–1.4× the second here).
 """
 
 from __future__ import annotations
@@ -143,17 +146,44 @@ def build_small(
     """The backlog both measurements copy: ``n`` finished ops, plus pending
     ops for one sequential client (neuron 0) and for 16 clients over 4
     neurons (two phases each)."""
-    per_neuron = 2 * per_client * CLIENTS // NEURONS
+    per_neuron = (2 * per_client + warm_up(per_client)) * CLIENTS // NEURONS
     pending = [max(seq_invokes, per_neuron)] + [per_neuron] * (NEURONS - 1)
     t = time.monotonic()
     db, actors = _retention.build(tmp / "prune-small", n, pending)
     return db, actors, time.monotonic() - t
 
 
+def warm_up(per_client: int) -> int:
+    """Calls per client right after the spawn, before the timed phase."""
+    return per_client // 5
+
+
 def _copy(db: Path, root: Path) -> Path:
     root.mkdir(parents=True)
     shutil.copyfile(db, root / "wardd.db")
     return root / "wardd.db"
+
+
+def small_idle(tmp: Path, src: Path, n: int) -> dict[str, Any]:
+    """The same backlog pruned with no client at all."""
+    db = _copy(src, tmp / "prune-idle")
+    _age(time.monotonic())
+    d = Daemon(db.parent, workers=2, **RETENTION)
+    try:
+        t0 = time.monotonic()
+        d.start()
+        c = d.connect()
+        try:
+            took = _wait_pruned(c, n, t0)
+        finally:
+            c.close()
+        d.stop()
+        logs = _prune_logs(d)
+    finally:
+        d.stop()
+        d.cleanup()
+        shutil.rmtree(db.parent, ignore_errors=True)
+    return {"n": n, "prune_s": took, "logs": logs}
 
 
 def small_sequential(tmp: Path, src: Path, actor: Actor, n: int, invokes: int) -> dict[str, Any]:
@@ -207,16 +237,15 @@ def small_concurrent(
         cl = [d.connect() for _ in range(CLIENTS)]
         conns.extend(cl)
 
-        per_neuron = CLIENTS // NEURONS * per_client
+        taken = [0]  # of each neuron's pending ops
 
-        def phase(k: int) -> tuple[list[float], float]:
+        def phase(count: int) -> tuple[list[float], float]:
             # client j: neuron j % 4, its own slice of that neuron's pending ops
+            base, taken[0] = taken[0], taken[0] + CLIENTS // NEURONS * count
             invs = [
                 [
-                    actors[j % NEURONS].invoke_params(
-                        f"lat{k * per_neuron + j // NEURONS * per_client + i}"
-                    )
-                    for i in range(per_client)
+                    actors[j % NEURONS].invoke_params(f"lat{base + j // NEURONS * count + i}")
+                    for i in range(count)
                 ]
                 for j in range(CLIENTS)
             ]
@@ -226,11 +255,12 @@ def small_concurrent(
             )
             return [x for _, ls in out for x in ls], time.perf_counter() - t
 
+        phase(warm_up(per_client))  # the daemon's caches, while pruning too: not counted
         start_pruned = _pruned(admin)
-        during, during_s = phase(0)
+        during, during_s = phase(per_client)
         end_pruned = _pruned(admin)
         took = _wait_pruned(admin, n, t0)
-        after, after_s = phase(1)
+        after, after_s = phase(per_client)
     finally:
         for c in conns:
             c.close()

@@ -621,7 +621,7 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
 
 def _prune_log(logs: list[dict[str, Any]]) -> str:
     return "; ".join(f"{x.get('ops', 0):,} ops in {x.get('batches', 0):,} batches,"
-                     f" {x.get('pages_freed', 0):,} pages given back after,"
+                     f" {x.get('pages_freed', 0):,} pages given back,"
                      f" {x.get('seconds', 0):.1f} s" for x in logs)
 
 
@@ -657,6 +657,10 @@ def bench_prune(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
           f" ({big / s['prune_s']:,.0f} ops/s); meanwhile {s['calls']:,} invokes,"
           f" p50 {fmt_ms(percentile(s['lat'], 50))} p99 {fmt_ms(percentile(s['lat'], 99))}")
     print(f"      daemon: {_prune_log(s['logs'])}")
+    i = _prune.small_idle(tmp, db, big)
+    R.value("prune.backlog_idle_s", i["prune_s"])
+    print(f"   with no client: pruned {i['prune_s']:.1f} s after the spawn"
+          f" ({big / i['prune_s']:,.0f} ops/s); daemon: {_prune_log(i['logs'])}")
     c = _prune.small_concurrent(tmp, db, actors, big, cfg["prune_per_client"])
     during, after = c["during"], c["after"]
     R.value("prune.conc_during_p50_ms", percentile(during, 50) * 1000)
@@ -914,6 +918,8 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
         rows[key] = dict(value=_num(value), paired=None, compared=what,
                          detail=f"{size:,} ops" + (" (scaled down: not the target's size)"
                                                    if size != want else "") if size else "")
+    if v.get("prune.backlog_idle_s") is not None:
+        rows["prune_backlog"]["detail"] += (f"; with no client {v['prune.backlog_idle_s']:.1f} s")
     if v.get("prune.large_pruned_s") is not None:
         rows["prune_large"]["detail"] += (f"; every op pruned {v['prune.large_pruned_s']:.2f} s"
                                           " after the spawn" + ("" if v.get("prune.large_s")

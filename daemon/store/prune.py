@@ -16,24 +16,26 @@ deleted, whatever this module does.
 
 The :class:`Pruner` looks every ``prune_interval_s``; a look goes on, batch
 after batch, until nothing prunable is left. Each batch is a unit of its own
-(one transaction, an op pruned whole or not at all), bounded by time, not
-by a count: :data:`IDLE_BUDGET_S` of work while the writer has nothing else
-to do, :data:`BATCH_BUDGET_S` once others write, and it stops early once
-another unit is queued behind it, so a dispatch waits for at most about one
-chunk's deletion (8 ops, well under a millisecond) and one commit. A look
-walks the prunable ops once, oldest first: each batch goes on from the
-``(ended_at, id)`` where the last one stopped (a :class:`Cursor`), never
-from the start. The pages a chunk frees go back to the file system in the
-same unit (``PRAGMA incremental_vacuum``, bounded per chunk), so the file
-shrinks as the pruning goes and a look leaves few free pages behind; what
-is left (a look cut short, a backlog of free pages from before) goes back
-after the look, in bounded units too, and a checkpoint on a connection of
-its own truncates the file.
+(one transaction, an op pruned whole or not at all), bounded by time, not by
+a count, and paced by the writer's load (:data:`PACES`): long batches back
+to back while the writer is idle; under a light load, long batches that
+yield to a queued unit once they have worked a few ms, each followed by a
+pause as long; under a busy writer, batches of 2 ms that stop after any
+chunk (8 ops, well under a millisecond) once a unit waits, each followed by
+a pause twice as long as it took. A look walks the prunable ops once,
+oldest first: each batch goes on from the ``(ended_at, id)`` where the last
+one stopped (a :class:`Cursor`), never from the start. The pages a chunk
+frees go back to the file system in the same unit (``PRAGMA
+incremental_vacuum``, bounded per chunk), so the file shrinks as the
+pruning goes; what is left (a look cut short, a backlog of free pages from
+before) goes back after the look, in bounded units too, and a checkpoint on
+a connection of its own truncates the file.
 """
 
 from __future__ import annotations
 
 import datetime
+import enum
 import sqlite3
 import time
 from collections.abc import Callable
@@ -51,10 +53,15 @@ from ..core.ops import args_digest
 from .writer import Unit, connect_reader
 
 __all__ = [
+    "PACES",
     "BatchResult",
     "Cursor",
+    "Load",
+    "Pace",
     "Pruner",
     "give_back_pages",
+    "load_of",
+    "pause_s",
     "prune_batch",
     "prune_ops",
     "tombstone_row",
@@ -64,16 +71,23 @@ __all__ = [
 
 log = structlog.get_logger("wardd.prune")
 
-# A batch stops at whichever comes first: its time budget (large while the
-# writer is idle, small once others write), the end of the prunable ops,
-# or, after any chunk, another unit queued behind it (then a dispatch waits
-# for one chunk's deletion and one commit; docs/performance.md has the figures).
+# A batch stops at whichever comes first: its time budget, the end of the
+# prunable ops, or, after a chunk, another unit queued behind it (then a
+# dispatch waits for the chunk's deletion and one commit). The budget, how
+# soon a batch yields, and the pause after it follow the writer's load
+# (:data:`PACES`; docs/performance.md has the figures).
 IDLE_BUDGET_S = 0.008
-BATCH_BUDGET_S = 0.002
-# ops pruned by one set of statements; a batch checks its budget after each
+BUSY_BUDGET_S = 0.002
+# under a light load a batch yields only once it has worked this long: a
+# batch of one or two chunks costs a commit of its own for a handful of ops
+LIGHT_YIELD_AFTER_S = 0.004
+# ops pruned by one set of statements; a batch checks its budget after each.
+# A busy writer's units wait for at most one chunk of 8 (well under 1 ms);
+# otherwise chunks of 16 cost about a tenth less per op.
 CHUNK_OPS = 8
-# the least pause between two batches while others write, and how much
-# longer than the batch the pause is then (see Pruner.look)
+LARGE_CHUNK_OPS = 16
+# the least pause between two batches once others write, and how much
+# longer than the batch the pause is under a busy writer (see PACES)
 PAUSE_S = 0.002
 BUSY_FACTOR = 2
 # how often a look checkpoints the WAL on its own thread (see Pruner.look)
@@ -156,21 +170,25 @@ class BatchResult:
     examined: int  # candidates looked at (0: nothing prunable is left after the cursor)
     cursor: Cursor | None  # the last candidate looked at (None when none was)
     pages_freed: int = 0  # pages given back to the file system in the same unit
+    seconds: float = 0.0  # the unit's own work (not its wait for the writer, nor the commit)
 
 
 def prune_batch(
     before: str,
     *,
     after: Cursor | None = None,
-    budget_s: float = BATCH_BUDGET_S,
+    budget_s: float = BUSY_BUDGET_S,
     yield_to: Callable[[], bool] = lambda: False,
+    yield_after_s: float = 0.0,
+    chunk_ops: int = CHUNK_OPS,
     vacuum_pages: int = CHUNK_VACUUM_PAGES,
 ) -> Unit:
     """Prune the ops that ended before ``before``, oldest first, from
-    ``after`` on, :data:`CHUNK_OPS` at a time, each chunk followed by giving
+    ``after`` on, ``chunk_ops`` at a time, each chunk followed by giving
     back up to ``vacuum_pages`` free pages; stops once ``budget_s`` of work
-    is spent, as soon as ``yield_to()`` says other units wait, or when no
-    prunable op is left (one writer unit)."""
+    is spent, as soon as ``yield_to()`` says other units wait (once
+    ``yield_after_s`` of work is spent), or when no prunable op is left
+    (one writer unit)."""
 
     def unit(conn: sqlite3.Connection) -> BatchResult:
         t0 = time.perf_counter()
@@ -179,14 +197,17 @@ def prune_batch(
         cursor = after
         pruned = examined = freed = 0
         while True:
-            chunk = _candidates(conn, before, cursor, CHUNK_OPS)
+            chunk = _candidates(conn, before, cursor, chunk_ops)
             if not chunk:
                 break
             cursor = Cursor(chunk[-1][1], chunk[-1][0])
             examined += len(chunk)
             pruned += prune_ops(conn, [i for i, _ in chunk], at_ms)
             freed += give_back_pages(conn, vacuum_pages, max(budget_s, VACUUM_BUDGET_S))
-            if len(chunk) < CHUNK_OPS or time.perf_counter() - t0 >= budget_s or yield_to():
+            spent = time.perf_counter() - t0
+            if len(chunk) < chunk_ops or spent >= budget_s:
+                break
+            if spent >= yield_after_s and yield_to():
                 break
         if pruned:
             conn.execute(
@@ -194,7 +215,7 @@ def prune_batch(
                 " WHERE id = 1",
                 (pruned, at),
             )
-        return BatchResult(pruned, examined, cursor, freed)
+        return BatchResult(pruned, examined, cursor, freed, time.perf_counter() - t0)
 
     return unit
 
@@ -315,6 +336,52 @@ def _marks(values: tuple[str, ...]) -> str:
     return ",".join("?" * len(values))
 
 
+# -- the pace -----------------------------------------------------------------------
+
+
+class Load(enum.Enum):
+    """The writer's load as the pruner sees it after one of its batches."""
+
+    IDLE = "idle"  # no other unit was written since the pruner's last batch
+    LIGHT = "light"  # others wrote, and at most one unit waits now
+    BUSY = "busy"  # two or more units are queued behind the pruner
+
+
+@attrs.frozen
+class Pace:
+    budget_s: float  # the next batch's time budget
+    yield_after_s: float  # its work before it yields to a queued unit
+    chunk_ops: int  # ops per chunk (it checks its budget and the queue after each)
+    factor: float  # the pause before it: factor × the last batch (see pause_s)
+    by_wall: bool  # the last batch's wall time (queue, commit) rather than its own work
+
+
+# load -> how the next batch runs, and the pause before it
+PACES: dict[Load, Pace] = {
+    Load.IDLE: Pace(IDLE_BUDGET_S, 0.0, LARGE_CHUNK_OPS, 0.0, by_wall=False),
+    Load.LIGHT: Pace(IDLE_BUDGET_S, LIGHT_YIELD_AFTER_S, LARGE_CHUNK_OPS, 1.0, by_wall=False),
+    Load.BUSY: Pace(BUSY_BUDGET_S, 0.0, CHUNK_OPS, BUSY_FACTOR, by_wall=True),
+}
+
+
+def load_of(others: int, queued: int) -> Load:
+    """``others``: units other than the pruner's written since its last
+    batch; ``queued``: units waiting for the writer now."""
+    if queued >= 2:
+        return Load.BUSY
+    if others > 0 or queued > 0:
+        return Load.LIGHT
+    return Load.IDLE
+
+
+def pause_s(p: Pace, wall_s: float, work_s: float) -> float:
+    """The pause before the next batch: none while the writer is idle;
+    else at least :data:`PAUSE_S`, and ``factor`` times the last batch."""
+    if p.factor == 0:
+        return 0.0
+    return max(PAUSE_S, p.factor * (wall_s if p.by_wall else work_s))
+
+
 # -- the scheduler ------------------------------------------------------------------
 
 
@@ -364,21 +431,23 @@ class Pruner:
     async def look(self) -> int:
         """Prune until nothing prunable is left; returns how many ops.
 
-        While the writer has nothing else to do, batches of
-        :data:`IDLE_BUDGET_S` follow each other at once. Once other units
-        were written since the pruner's last batch (or wait), a batch gets
-        :data:`BATCH_BUDGET_S` and the pruner pauses :data:`BUSY_FACTOR`
-        times as long as it took (at least :data:`PAUSE_S`): pruning takes
-        at most about a third of the writer (and of the interpreter) on a
-        busy daemon, and a batch stops early as soon as another unit is
-        queued behind it (contract §3.9: dispatch is never held up for more
-        than a few ms)."""
+        After each batch the pruner sees the writer's :class:`Load` and
+        paces the next one (:data:`PACES`). Idle: batches of
+        :data:`IDLE_BUDGET_S` back to back. Light (a client or two):
+        batches as long, which yield to a queued unit once they have worked
+        :data:`LIGHT_YIELD_AFTER_S`, each after a pause as long as the last
+        one's work. Busy (units queue behind the pruner): batches of
+        :data:`BUSY_BUDGET_S` that yield after any chunk, each after a pause
+        :data:`BUSY_FACTOR` times as long as the last one took, queue and
+        commit included: pruning then takes at most about a third of the
+        writer (contract §3.9: dispatch is never held up for more than a
+        few ms)."""
         t0 = time.monotonic()
         before = cutoff(self.retention_s)
         total = batches = freed = 0
         cursor: Cursor | None = None
         seen = self.writer.stats.units
-        busy = self.writer.backlog > 0
+        p = PACES[load_of(0, self.writer.backlog)]
         try:
             while not self.stopping():
                 t = time.monotonic()
@@ -386,8 +455,10 @@ class Pruner:
                     prune_batch(
                         before,
                         after=cursor,
-                        budget_s=BATCH_BUDGET_S if busy else IDLE_BUDGET_S,
+                        budget_s=p.budget_s,
                         yield_to=lambda: self.writer.backlog > 1,
+                        yield_after_s=p.yield_after_s,
+                        chunk_ops=p.chunk_ops,
                     )
                 )
                 if res.examined == 0:
@@ -397,11 +468,11 @@ class Pruner:
                 freed += res.pages_freed
                 batches += 1
                 units = self.writer.stats.units
-                busy = units - seen > 1 or self.writer.backlog > 0  # others wrote, or wait
+                p = PACES[load_of(units - seen - 1, self.writer.backlog)]
                 seen = units
-                took = time.monotonic() - t
+                wall = time.monotonic() - t
                 await self._keep_wal_short()
-                await trio.sleep(max(PAUSE_S, took * BUSY_FACTOR) if busy else 0)
+                await trio.sleep(pause_s(p, wall, res.seconds))
             freed += await self.give_back(freed)
             if total:
                 log.info(

@@ -18,7 +18,16 @@ import pytest
 
 from wardd.daemon.core.ops import args_digest
 from wardd.daemon.store import prune
-from wardd.daemon.store.prune import BatchResult, Cursor, Pruner, prune_batch
+from wardd.daemon.store.prune import (
+    PACES,
+    BatchResult,
+    Cursor,
+    Load,
+    Pruner,
+    load_of,
+    pause_s,
+    prune_batch,
+)
 from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import Unit, Writer, connect
 
@@ -105,6 +114,50 @@ def free_pages(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
 
 
+class TestPace:
+    """The writer's load after a batch -> how the next one runs (pure)."""
+
+    @pytest.mark.parametrize(
+        "others,queued,load",
+        [
+            (0, 0, Load.IDLE),
+            (1, 0, Load.LIGHT),
+            (40, 0, Load.LIGHT),
+            (0, 1, Load.LIGHT),
+            (1, 1, Load.LIGHT),
+            (0, 2, Load.BUSY),
+            (40, 9, Load.BUSY),
+        ],
+    )
+    def test_the_load_is_read_from_the_others_units_and_the_queue(self, others, queued, load):
+        assert load_of(others, queued) is load
+
+    def test_an_idle_writer_gets_long_batches_back_to_back(self):
+        p = PACES[Load.IDLE]
+        assert (p.budget_s, p.yield_after_s) == (prune.IDLE_BUDGET_S, 0.0)
+        assert pause_s(p, wall_s=0.05, work_s=0.008) == 0.0
+
+    def test_a_light_load_pauses_as_long_as_the_batch_worked(self):
+        p = PACES[Load.LIGHT]
+        assert p.budget_s == prune.IDLE_BUDGET_S and p.yield_after_s > 0
+        assert pause_s(p, wall_s=0.05, work_s=0.008) == 0.008
+        assert pause_s(p, wall_s=0.05, work_s=0.0001) == prune.PAUSE_S
+
+    def test_a_busy_writer_gets_short_batches_and_pauses_twice_their_wall_time(self):
+        p = PACES[Load.BUSY]
+        assert (p.budget_s, p.yield_after_s, p.chunk_ops) == (
+            prune.BUSY_BUDGET_S,
+            0.0,
+            prune.CHUNK_OPS,
+        )
+        assert pause_s(p, wall_s=0.01, work_s=0.002) == prune.BUSY_FACTOR * 0.01
+        assert pause_s(p, wall_s=0.0001, work_s=0.0001) == prune.PAUSE_S
+
+    def test_every_load_has_a_pace_and_no_batch_is_bounded_by_a_count(self):
+        assert set(PACES) == set(Load)
+        assert all(p.budget_s <= 0.01 for p in PACES.values())  # a few ms at most
+
+
 class TestBatches:
     def test_a_batch_stops_at_its_time_bound_and_the_next_resumes_after_it(self, db):
         """Budget 0: each batch prunes one chunk and says where it stopped;
@@ -146,6 +199,23 @@ class TestBatches:
             add_op(db, f"o{i}")
         res = run(db, prune_batch(BEFORE, budget_s=HOUR, yield_to=lambda: True))
         assert res.pruned == prune.CHUNK_OPS
+
+    def test_a_batch_yields_only_once_it_has_worked_its_yield_after(self, db):
+        """Under a light load a batch does not stop for a queued unit before
+        ``yield_after_s``: here an hour, so it runs to its end."""
+        for i in range(3 * prune.CHUNK_OPS):
+            add_op(db, f"o{i}")
+        res = run(
+            db,
+            prune_batch(BEFORE, budget_s=HOUR, yield_to=lambda: True, yield_after_s=HOUR),
+        )
+        assert res.pruned == 3 * prune.CHUNK_OPS
+
+    def test_the_chunk_size_is_the_batchs_own(self, db):
+        for i in range(3 * prune.CHUNK_OPS):
+            add_op(db, f"o{i}")
+        res = run(db, prune_batch(BEFORE, budget_s=0.0, chunk_ops=2 * prune.CHUNK_OPS))
+        assert res.pruned == 2 * prune.CHUNK_OPS
 
     def test_the_next_batch_never_goes_back_below_the_cursor(self, db):
         """An op that became prunable below the cursor during a look is left
