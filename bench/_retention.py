@@ -127,21 +127,31 @@ def bytes_per_op(tmp: Path, n: int) -> dict[str, Any]:
 def build_backlog(tmp: Path, n: int, pending: int) -> tuple[Path, Actor]:
     """A database with ``n`` finished (consumed) ops and ``pending`` submitted
     ones, for one bound neuron; returns (database, actor)."""
+    db, actors = build(tmp / "ret-backlog", n, [pending])
+    return db, actors[0]
+
+
+def build(
+    root: Path, n: int, pending: list[int], args: bytes = ARGS
+) -> tuple[Path, list[Actor]]:
+    """A database in ``root`` with ``n`` finished (consumed) ops of the
+    first of ``len(pending)`` bound neurons (``args`` each), and ``pending[k]``
+    submitted ops ``lat{i}`` of neuron ``k``; returns (database, actors)."""
     from wardd.daemon import _units
     from wardd.daemon import _units_mgmt as mgmt
     from wardd.daemon._records import dec
     from wardd.daemon.store.writer import connect
 
-    root = tmp / "ret-backlog"
     d = Daemon(root, workers=2, retention_s=0)
     try:
         d.start()
         c = d.connect()
-        actor = Actor(c)
+        actors = [Actor(c, worker=f"w{k % 2}") for k in range(len(pending))]
         c.close()
     finally:
         d.stop()
         d.cleanup()
+    actor = actors[0]
     conn = connect(d.database)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA synchronous=OFF")
@@ -164,7 +174,7 @@ def build_backlog(tmp: Path, n: int, pending: int) -> tuple[Path, Actor]:
             conn.execute("BEGIN IMMEDIATE")
             for i in range(start, min(n, start + per_tx)):
                 op = f"g{i}"
-                mgmt.submit(actor.id, actor.prog, op, "echo", ARGS, bounds)(conn)
+                mgmt.submit(actor.id, actor.prog, op, "echo", args, bounds)(conn)
                 p = {
                     "op": op,
                     "expected_attempt": 1,
@@ -180,13 +190,14 @@ def build_backlog(tmp: Path, n: int, pending: int) -> tuple[Path, Actor]:
                 mgmt.consume(actor.id, op)(conn)
             conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
-        for i in range(pending):
-            mgmt.submit(actor.id, actor.prog, f"lat{i}", "echo", ARGS, bounds)(conn)
+        for a, count in zip(actors, pending, strict=True):
+            for i in range(count):
+                mgmt.submit(a.id, a.prog, f"lat{i}", "echo", ARGS, bounds)(conn)
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
-    return d.database, actor
+    return d.database, actors
 
 
 def invoke_while(

@@ -16,19 +16,26 @@ deleted, whatever this module does.
 
 The :class:`Pruner` looks every ``prune_interval_s``; a look goes on, batch
 after batch, until nothing prunable is left. Each batch is a unit of its own
-(at most 2 ms of work, one transaction, an op pruned whole or not at all)
-that stops early once another unit is queued behind it, and the pruner
-pauses between batches at least as long as the last one took, so a dispatch
-waits for at most about one chunk's deletion (8 ops, about a millisecond)
-and one commit. After each look the free pages go back to the file system
-(``PRAGMA incremental_vacuum``, in bounded units too) and a checkpoint on a
-connection of its own truncates the file.
+(one transaction, an op pruned whole or not at all), bounded by time, not by
+a count, and paced by the writer's load (:data:`PACES`): long batches back
+to back while the writer is idle; under a light load, long batches that
+yield to a queued unit once they have worked a few ms, each followed by a
+pause as long; under a busy writer, batches of 2 ms that stop after any
+chunk (8 ops, well under a millisecond) once a unit waits, each followed by
+a pause twice as long as it took. A look walks the prunable ops once,
+oldest first: each batch goes on from the ``(ended_at, id)`` where the last
+one stopped (a :class:`Cursor`), never from the start. The pages a chunk
+frees go back to the file system in the same unit (``PRAGMA
+incremental_vacuum``, bounded per chunk), so the file shrinks as the
+pruning goes; what is left (a look cut short, a backlog of free pages from
+before) goes back after the look, in bounded units too, and a checkpoint on
+a connection of its own truncates the file.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
+import enum
 import sqlite3
 import time
 from collections.abc import Callable
@@ -39,39 +46,57 @@ import attrs
 import structlog
 import trio
 
-from wardd.protocol import Terminal, WarddError
+from wardd.protocol import WarddError
 
 from .._records import now
-from .writer import connect_reader
+from ..core.ops import args_digest
+from .writer import Unit, connect_reader
 
 __all__ = [
+    "PACES",
+    "BatchResult",
+    "Cursor",
+    "Load",
+    "Pace",
     "Pruner",
-    "args_digest",
+    "give_back_pages",
+    "load_of",
+    "pause_s",
     "prune_batch",
-    "pruned_terminal",
+    "prune_ops",
     "tombstone_row",
     "tombstone_view",
     "vacuum_step",
 ]
 
 log = structlog.get_logger("wardd.prune")
-Unit = Callable[[sqlite3.Connection], Any]
 
-# A batch stops at whichever comes first (and after any chunk once another
-# unit is queued behind it: then a dispatch waits for one chunk's deletion and
-# one commit; docs/performance.md has the figures).
-BATCH_BUDGET_S = 0.002
-BATCH_MAX_OPS = 64
-# ops pruned by one set of statements; a batch checks its budget after each
+# A batch stops at whichever comes first: its time budget, the end of the
+# prunable ops, or, after a chunk, another unit queued behind it (then a
+# dispatch waits for the chunk's deletion and one commit). The budget, how
+# soon a batch yields, and the pause after it follow the writer's load
+# (:data:`PACES`; docs/performance.md has the figures).
+IDLE_BUDGET_S = 0.008
+BUSY_BUDGET_S = 0.002
+# under a light load a batch yields only once it has worked this long: a
+# batch of one or two chunks costs a commit of its own for a handful of ops
+LIGHT_YIELD_AFTER_S = 0.004
+# ops pruned by one set of statements; a batch checks its budget after each.
+# A busy writer's units wait for at most one chunk of 8 (well under 1 ms);
+# otherwise chunks of 16 cost about a tenth less per op.
 CHUNK_OPS = 8
-# the least pause between two batches, and how much longer than a batch the
-# pause is while the daemon is busy (see Pruner.look)
+LARGE_CHUNK_OPS = 16
+# the least pause between two batches once others write, and how much
+# longer than the batch the pause is under a busy writer (see PACES)
 PAUSE_S = 0.002
 BUSY_FACTOR = 2
 # how often a look checkpoints the WAL on its own thread (see Pruner.look)
 CHECKPOINT_EVERY_S = 0.2
-# pages an incremental_vacuum unit moves and frees (4 KiB each)
+# free pages (4 KiB each) a chunk gives back after its deletes, at most
+# (about 11 µs each), and a unit of give_back at most
+CHUNK_VACUUM_PAGES = 128
 VACUUM_PAGES = 256
+VACUUM_BUDGET_S = 0.004
 _OPEN = ("prepared", "running", "unknown")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -127,53 +152,62 @@ def tombstone_view(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def args_digest(args: bytes) -> bytes:
-    return hashlib.sha256(args).digest()
-
-
-def pruned_terminal(row: sqlite3.Row) -> Terminal:
-    """contract §3.9: every write naming a pruned op but ``submit`` is ``terminal``."""
-    return Terminal(
-        f"the operation was {row['state']} and has been pruned",
-        {"state": row["state"], "pruned": True},
-    )
-
-
 # -- the units ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Cursor:
+    """Where a look has got to: the last op a batch looked at, in the
+    ``operations_ended`` index's order. The next batch starts after it."""
+
+    ended_at: str
+    id: int
 
 
 @attrs.frozen
 class BatchResult:
     pruned: int  # ops turned into tombstones
-    examined: int  # candidates looked at (0: nothing prunable is left)
+    examined: int  # candidates looked at (0: nothing prunable is left after the cursor)
+    cursor: Cursor | None  # the last candidate looked at (None when none was)
+    pages_freed: int = 0  # pages given back to the file system in the same unit
+    seconds: float = 0.0  # the unit's own work (not its wait for the writer, nor the commit)
 
 
 def prune_batch(
     before: str,
     *,
-    budget_s: float = BATCH_BUDGET_S,
-    max_ops: int = BATCH_MAX_OPS,
+    after: Cursor | None = None,
+    budget_s: float = BUSY_BUDGET_S,
     yield_to: Callable[[], bool] = lambda: False,
+    yield_after_s: float = 0.0,
+    chunk_ops: int = CHUNK_OPS,
+    vacuum_pages: int = CHUNK_VACUUM_PAGES,
 ) -> Unit:
-    """Prune up to ``max_ops`` ops that ended before ``before``, oldest
-    first, :data:`CHUNK_OPS` at a time, stopping once ``budget_s`` of work is
-    spent or as soon as ``yield_to()`` says other units wait (one writer unit)."""
+    """Prune the ops that ended before ``before``, oldest first, from
+    ``after`` on, ``chunk_ops`` at a time, each chunk followed by giving
+    back up to ``vacuum_pages`` free pages; stops once ``budget_s`` of work
+    is spent, as soon as ``yield_to()`` says other units wait (once
+    ``yield_after_s`` of work is spent), or when no prunable op is left
+    (one writer unit)."""
 
     def unit(conn: sqlite3.Connection) -> BatchResult:
         t0 = time.perf_counter()
         at = now()
         at_ms = to_ms(at)
-        ids = conn.execute(
-            "SELECT id FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
-            " ORDER BY ended_at LIMIT ?",
-            (before, max_ops),
-        ).fetchall()
-        pruned = examined = 0
-        for k in range(0, len(ids), CHUNK_OPS):
-            chunk = [i for (i,) in ids[k : k + CHUNK_OPS]]
+        cursor = after
+        pruned = examined = freed = 0
+        while True:
+            chunk = _candidates(conn, before, cursor, chunk_ops)
+            if not chunk:
+                break
+            cursor = Cursor(chunk[-1][1], chunk[-1][0])
             examined += len(chunk)
-            pruned += prune_ops(conn, chunk, at_ms)
-            if time.perf_counter() - t0 >= budget_s or yield_to():
+            pruned += prune_ops(conn, [i for i, _ in chunk], at_ms)
+            freed += give_back_pages(conn, vacuum_pages, max(budget_s, VACUUM_BUDGET_S))
+            spent = time.perf_counter() - t0
+            if len(chunk) < chunk_ops or spent >= budget_s:
+                break
+            if spent >= yield_after_s and yield_to():
                 break
         if pruned:
             conn.execute(
@@ -181,9 +215,28 @@ def prune_batch(
                 " WHERE id = 1",
                 (pruned, at),
             )
-        return BatchResult(pruned, examined)
+        return BatchResult(pruned, examined, cursor, freed, time.perf_counter() - t0)
 
     return unit
+
+
+def _candidates(
+    conn: sqlite3.Connection, before: str, after: Cursor | None, limit: int
+) -> list[tuple[int, str]]:
+    """The next ``limit`` (id, ended_at) that ended before ``before``, after
+    the cursor, in the partial index's order: a seek, never a scan from the
+    start of the index."""
+    if after is None:
+        return conn.execute(
+            "SELECT id, ended_at FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
+            " ORDER BY ended_at, id LIMIT ?",
+            (before, limit),
+        ).fetchall()
+    return conn.execute(
+        "SELECT id, ended_at FROM operations WHERE ended_at IS NOT NULL AND ended_at < ?"
+        " AND (ended_at, id) > (?, ?) ORDER BY ended_at, id LIMIT ?",
+        (before, after.ended_at, after.id, limit),
+    ).fetchall()
 
 
 def prune_op(conn: sqlite3.Connection, op_id: int, pruned_at_ms: int) -> bool:
@@ -198,7 +251,7 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
     not looked at again until it ends (the trigger sets it again then)."""
     if not op_ids:
         return 0
-    ids = ",".join(str(int(i)) for i in op_ids)  # row ids from our own query
+    ids = _id_list(op_ids)  # row ids from our own query
     rows = conn.execute(
         "SELECT o.id, o.neuron_id, o.op, o.prog_id, o.act, o.args, o.state, o.ended_at"
         f" FROM operations o WHERE o.id IN ({ids}) AND o.ended_at IS NOT NULL"
@@ -209,9 +262,7 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
     ended = {r[0] for r in rows}
     stale = [i for i in op_ids if i not in ended]
     if stale:
-        conn.execute(
-            f"UPDATE operations SET ended_at = NULL WHERE id IN ({','.join(map(str, stale))})"
-        )
+        conn.execute(f"UPDATE operations SET ended_at = NULL WHERE id IN ({_id_list(stale)})")
     if not rows:
         return 0
     conn.executemany(
@@ -222,37 +273,113 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
             for i, n, op, prog, act, args, state, end in rows
         ],
     )
-    done = ",".join(str(i) for i in sorted(ended))
+    _delete_records(conn, _id_list(sorted(ended)))
+    return len(rows)
+
+
+def _delete_records(conn: sqlite3.Connection, done: str) -> None:
+    """Delete every record of the ops ``done`` (their tombstones are in):
+    their attempts are looked up once, then each table is reached by its key."""
     # before anything is deleted: no attempt id or seq is ever handed out again
     conn.execute(
         "UPDATE prune_stats SET"
         " attempt_hw = max(attempt_hw, coalesce((SELECT max(id) FROM attempts), 0)),"
         " seq_hw = max(seq_hw, coalesce((SELECT max(seq) FROM events), 0)) WHERE id = 1"
     )
-    attempts = f"SELECT id FROM attempts WHERE op_id IN ({done})"
-    conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({attempts})")
-    conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({attempts})")
-    conn.execute(f"DELETE FROM attempts WHERE op_id IN ({done})")
+    attempts = conn.execute(f"SELECT id FROM attempts WHERE op_id IN ({done})").fetchall()
+    if attempts:
+        ids = _id_list([a for (a,) in attempts])
+        conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({ids})")
+        conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({ids})")
+        conn.execute(f"DELETE FROM attempts WHERE id IN ({ids})")
     conn.execute(f"DELETE FROM events WHERE op_id IN ({done})")
     conn.execute(f"DELETE FROM operations WHERE id IN ({done})")
-    return len(rows)
+
+
+def give_back_pages(conn: sqlite3.Connection, pages: int, budget_s: float = VACUUM_BUDGET_S) -> int:
+    """Give up to ``pages`` free pages back to the file system, within
+    about ``budget_s``; returns how many.
+
+    ``PRAGMA incremental_vacuum(N)`` frees one page per step of its
+    statement, and Python's sqlite3 steps a statement that declares no
+    result column only once: whatever N says, one ``execute`` frees one
+    page. Hence one ``incremental_vacuum(1)`` per page (about 11 µs)."""
+    (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+    want = min(int(free), pages)
+    t0 = time.perf_counter()
+    done = 0
+    while done < want:
+        conn.execute("PRAGMA incremental_vacuum(1)")
+        done += 1
+        if done % 32 == 0 and time.perf_counter() - t0 >= budget_s:
+            break
+    return done
 
 
 def vacuum_step(pages: int = VACUUM_PAGES) -> Unit:
-    """Give up to ``pages`` free pages back to the file system; returns
-    (pages freed, free pages left)."""
+    """Give up to ``pages`` free pages back to the file system (at most
+    :data:`VACUUM_BUDGET_S` of work); returns (pages freed, free pages left)."""
 
     def unit(conn: sqlite3.Connection) -> tuple[int, int]:
-        (before,) = conn.execute("PRAGMA freelist_count").fetchone()
-        conn.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+        freed = give_back_pages(conn, pages)
         (left,) = conn.execute("PRAGMA freelist_count").fetchone()
-        return int(before) - int(left), int(left)
+        return freed, int(left)
 
     return unit
 
 
+def _id_list(ids: list[int]) -> str:
+    return ",".join(str(int(i)) for i in ids)
+
+
 def _marks(values: tuple[str, ...]) -> str:
     return ",".join("?" * len(values))
+
+
+# -- the pace -----------------------------------------------------------------------
+
+
+class Load(enum.Enum):
+    """The writer's load as the pruner sees it after one of its batches."""
+
+    IDLE = "idle"  # no other unit was written since the pruner's last batch
+    LIGHT = "light"  # others wrote, and at most one unit waits now
+    BUSY = "busy"  # two or more units are queued behind the pruner
+
+
+@attrs.frozen
+class Pace:
+    budget_s: float  # the next batch's time budget
+    yield_after_s: float  # its work before it yields to a queued unit
+    chunk_ops: int  # ops per chunk (it checks its budget and the queue after each)
+    factor: float  # the pause before it: factor × the last batch (see pause_s)
+    by_wall: bool  # the last batch's wall time (queue, commit) rather than its own work
+
+
+# load -> how the next batch runs, and the pause before it
+PACES: dict[Load, Pace] = {
+    Load.IDLE: Pace(IDLE_BUDGET_S, 0.0, LARGE_CHUNK_OPS, 0.0, by_wall=False),
+    Load.LIGHT: Pace(IDLE_BUDGET_S, LIGHT_YIELD_AFTER_S, LARGE_CHUNK_OPS, 1.0, by_wall=False),
+    Load.BUSY: Pace(BUSY_BUDGET_S, 0.0, CHUNK_OPS, BUSY_FACTOR, by_wall=True),
+}
+
+
+def load_of(others: int, queued: int) -> Load:
+    """``others``: units other than the pruner's written since its last
+    batch; ``queued``: units waiting for the writer now."""
+    if queued >= 2:
+        return Load.BUSY
+    if others > 0 or queued > 0:
+        return Load.LIGHT
+    return Load.IDLE
+
+
+def pause_s(p: Pace, wall_s: float, work_s: float) -> float:
+    """The pause before the next batch: none while the writer is idle;
+    else at least :data:`PAUSE_S`, and ``factor`` times the last batch."""
+    if p.factor == 0:
+        return 0.0
+    return max(PAUSE_S, p.factor * (wall_s if p.by_wall else work_s))
 
 
 # -- the scheduler ------------------------------------------------------------------
@@ -304,34 +431,49 @@ class Pruner:
     async def look(self) -> int:
         """Prune until nothing prunable is left; returns how many ops.
 
-        Between batches the pruner pauses as long as the last batch took
-        (at least :data:`PAUSE_S`) while the writer has nothing else to do,
-        and :data:`BUSY_FACTOR` times as long once other units were written
-        since its last batch: pruning takes at most about half of the writer
-        (and of the interpreter) on an idle daemon and a third on a busy one,
-        and a batch stops early as soon as another unit is queued behind it
-        (contract §3.9: dispatch is never held up for more than a few ms)."""
+        After each batch the pruner sees the writer's :class:`Load` and
+        paces the next one (:data:`PACES`). Idle: batches of
+        :data:`IDLE_BUDGET_S` back to back. Light (a client or two):
+        batches as long, which yield to a queued unit once they have worked
+        :data:`LIGHT_YIELD_AFTER_S`, each after a pause as long as the last
+        one's work. Busy (units queue behind the pruner): batches of
+        :data:`BUSY_BUDGET_S` that yield after any chunk, each after a pause
+        :data:`BUSY_FACTOR` times as long as the last one took, queue and
+        commit included: pruning then takes at most about a third of the
+        writer (contract §3.9: dispatch is never held up for more than a
+        few ms)."""
         t0 = time.monotonic()
         before = cutoff(self.retention_s)
-        total = batches = 0
+        total = batches = freed = 0
+        cursor: Cursor | None = None
         seen = self.writer.stats.units
+        p = PACES[load_of(0, self.writer.backlog)]
         try:
             while not self.stopping():
                 t = time.monotonic()
                 res: BatchResult = await self.writer.run(
-                    prune_batch(before, yield_to=lambda: self.writer.backlog > 1)
+                    prune_batch(
+                        before,
+                        after=cursor,
+                        budget_s=p.budget_s,
+                        yield_to=lambda: self.writer.backlog > 1,
+                        yield_after_s=p.yield_after_s,
+                        chunk_ops=p.chunk_ops,
+                    )
                 )
                 if res.examined == 0:
                     break
+                cursor = res.cursor
                 total += res.pruned
+                freed += res.pages_freed
                 batches += 1
                 units = self.writer.stats.units
-                busy = units - seen > 1  # others wrote since our last batch
+                p = PACES[load_of(units - seen - 1, self.writer.backlog)]
                 seen = units
-                took = time.monotonic() - t
+                wall = time.monotonic() - t
                 await self._keep_wal_short()
-                await trio.sleep(max(PAUSE_S, took * (BUSY_FACTOR if busy else 1)))
-            freed = await self.give_back()
+                await trio.sleep(pause_s(p, wall, res.seconds))
+            freed += await self.give_back(freed)
             if total:
                 log.info(
                     "pruned",
@@ -344,10 +486,12 @@ class Pruner:
             log.warning("prune_failed", error=err.message, pruned=total)
         return total
 
-    async def give_back(self) -> int:
-        """Free pages back to the file system (after every look: a look that
-        was stopped by the shutdown leaves some for the next), then, if any
-        were freed, a checkpoint that truncates the file."""
+    async def give_back(self, by_batches: int = 0) -> int:
+        """The free pages the batches left back to the file system (after
+        every look: a look cut short leaves some for the next, and so does a
+        backlog of free pages from before), then, if any were freed, here or
+        (``by_batches``) by the look's batches, a checkpoint that truncates
+        the file."""
         total = 0
         while not self.stopping():
             t = time.monotonic()
@@ -357,7 +501,7 @@ class Pruner:
                 break
             await self._keep_wal_short()
             await trio.sleep(max(PAUSE_S, time.monotonic() - t))
-        if (total or self._truncate_pending) and not self.stopping():
+        if (total or by_batches or self._truncate_pending) and not self.stopping():
             # a TRUNCATE that met a reader (it never waits) is tried again at
             # the next look: the file shrinks only once one completes
             done = await trio.to_thread.run_sync(self._checkpoint)
