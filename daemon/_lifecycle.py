@@ -21,7 +21,7 @@ from ._notify import Notifier
 from ._records import now
 from ._signals import STOP_SIGNALS, signal_name
 from ._voids import Voids
-from .dispatch import Dispatch, shutdown_refusal
+from .dispatch import shutdown_refusal
 from .recovery import Recovery
 from .router import Lifecycle
 from .store.boots import mark_clean_stop
@@ -129,8 +129,8 @@ async def void_shutdown(
     """Void, in one unit, the attempts of unclaimed dispatches and unused
     tokens (``shutdown``); answer only once that is durable. A void that
     cannot be written fail-stops (the next start marks them unknown)."""
-    dispatches: Iterable[Dispatch] = (d for d, _reply in queued)
-    ids = [ref.attempt_id for ref in (d.prepared for d in dispatches) if ref is not None]
+    prepared = [d.prepared for d, _reply in queued]
+    ids = [ref.attempt_id for ref in prepared if ref is not None]
     ids += [t.ref.attempt_id for _h, t in live]
     ok = await voids.void_shutdown(ids)
     tokens.voids_written(live, ok)

@@ -10,6 +10,12 @@ A worker serves its queue in order per neuron; a dispatch whose neuron's
 guard is held exclusively is set aside and the next neuron's dispatch is
 served meanwhile (dispatches of different neurons never wait for each
 other's guard).
+
+A worker takes a frozen :class:`~.dispatch.Dispatch` and the reply it
+completes; it writes no state the writer thread reads or writes back,
+except the call table's ``claimed`` move inside the claim unit
+(:mod:`._calls`). An outcome's reply is made on the event loop once the
+outcome is durable (:meth:`~.dispatch.Dispatcher.settle`).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from .dispatch import Dispatch, Recorded, claim_unit, shutdown_refusal
 from .guard import GuardTable
 from .store.writer import Writer
 
-__all__ = ["WorkerPool"]
+__all__ = ["Job", "WorkerPool", "WorkerState", "call_act"]
 
 log = structlog.get_logger("wardd.worker")
 ERROR_TEXT_MAX = 2000
