@@ -12,10 +12,10 @@ served meanwhile (dispatches of different neurons never wait for each
 other's guard).
 
 A worker takes a frozen :class:`~.dispatch.Dispatch` and the reply it
-completes; it writes no state the writer thread reads or writes back,
-except the call table's ``claimed`` move inside the claim unit
-(:mod:`._calls`). An outcome's reply is made on the event loop once the
-outcome is durable (:meth:`~.dispatch.Dispatcher.settle`).
+completes. The writer thread writes none of the pool's state: the one move
+it makes outside SQL is the call table's ``claimed``, inside the claim
+unit (:mod:`._calls`). An outcome's reply is made on the event loop once
+the outcome is durable (:meth:`~.dispatch.Dispatcher.settle`).
 """
 
 from __future__ import annotations
