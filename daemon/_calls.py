@@ -47,7 +47,9 @@ __all__ = [
 ]
 
 
-class CallPhase(enum.Enum):
+# str-valued: the table's keys hash as strings (an Enum's own hash is Python code,
+# and two moves of it run on every dispatch)
+class CallPhase(enum.StrEnum):
     CLAIMED = "claimed"  # the claim is written; the adapter is not called yet
     CALLING = "calling"  # in the adapter
     CANCELLED = "cancelled"  # an abort came first: the adapter is never called
@@ -56,7 +58,7 @@ class CallPhase(enum.Enum):
     ABORTED = "aborted"  # ended after an abort was taken
 
 
-class CallEvent(enum.Enum):
+class CallEvent(enum.StrEnum):
     BEGIN = "begin"  # the worker enters the adapter call
     ABORT = "abort"  # an operator's abort is taken
     END = "end"  # the adapter returned, raised, or was never called
