@@ -37,11 +37,6 @@ class ThreadReply:
         except trio.RunFinishedError:
             pass
 
-    def when_done(self, fut: concurrent.futures.Future[Any], value: Any) -> None:
-        """Answer ``value`` once ``fut`` is done (its callback only wakes the
-        loop: the answer is made there, from ``value`` and ``fut``)."""
-        fut.add_done_callback(lambda _f: self(value, None))
-
     def result(self) -> Any:
         """The value, or raise the error (once `done` is set)."""
         assert self._got is not None

@@ -342,6 +342,7 @@ class Daemon:
                 self.reads.status_figures(),  # one statement
                 self.db_path,
                 workers=self.pool.snapshot(),
+                counts=self.dispatcher.counts(),
                 digests=self.digests,
                 recovery=self.recovery.snapshot(),
                 previous_boot=self.previous_boot,
@@ -396,6 +397,7 @@ def merged_status(
     db_path: Path,
     *,
     workers: list[dict[str, Any]],
+    counts: dict[str, dict[str, int]],
     digests: list[str],
     recovery: dict[str, Any],
     previous_boot: Any,
@@ -413,7 +415,7 @@ def merged_status(
             **retention,  # pruned_ops, last_pruned_at (contract §3.9)
         },
         "workers": [
-            {"id": w["id"], "digest": digest, "busy_op": w["busy_op"], "counts": w["counts"]}
+            {"id": w["id"], "digest": digest, "busy_op": w["busy_op"], "counts": counts[w["id"]]}
             for w, digest in zip(workers, digests, strict=True)
         ],
         "operations": ops,

@@ -6,14 +6,16 @@ or :class:`Invoke` (prepare and claim in one unit, contract §3.2.5). The
 claim's writer unit is built from the record in one place,
 :func:`claim_unit`, on the worker's thread. The worker pool's
 :meth:`~.workers.WorkerPool.submit` returns the reply the worker completes;
-an outcome's reply is completed with :class:`Recorded` once the outcome is
-submitted, and the event loop makes the answer once it is durable
-(:class:`Dispatcher`).
+a worker submits an outcome with its :class:`Recorded`, and once that write
+is done the :class:`Dispatcher` makes the answer from it (on the writer
+thread, from the future's callback: the event loop, the busiest thread
+under load, only takes the result).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -115,8 +117,8 @@ def claim_unit(
 
 @attrs.frozen
 class Recorded:
-    """An outcome a worker submitted: the reply is made from it on the
-    event loop once ``future`` says it is durable (contract §3.2.3)."""
+    """An outcome a worker submitted: the reply is made from it once
+    ``future`` says it is durable (contract §3.2.3)."""
 
     ref: AttemptRef
     worker: str
@@ -137,8 +139,9 @@ def shutdown_refusal(voided: bool) -> WarddError:
 
 
 class Dispatcher:
-    """The event loop's side of a dispatch: submit it, wait for its reply
-    (shielded), and make the answer of a recorded outcome."""
+    """A dispatch's way back: submit it and wait for its reply (shielded, on
+    the event loop); make the answer of a recorded outcome (on the writer
+    thread, :meth:`settle`), keeping the outcome counts of each worker."""
 
     def __init__(
         self,
@@ -153,6 +156,9 @@ class Dispatcher:
         self._on_dispatch = on_dispatch  # the metrics: the request reached a worker
         self._notify = notify  # the notify hook: an attempt became unknown
         self._scopes: set[trio.CancelScope] = set()
+        self._counts = {s.id: {"succeeded": 0, "failed": 0, "unknown": 0} for s in pool.states}
+        self._counts_lock = threading.Lock()
+        pool.on_recorded = self._recorded
 
     async def run(self, worker: str, d: Dispatch) -> Any:
         """Dispatch ``d`` on ``worker``; its answer once its outcome is durable."""
@@ -161,8 +167,7 @@ class Dispatcher:
         if reply is None:  # the pool is stopping: never claimed
             prepared = d.prepared
             raise await self._voids.refuse(None if prepared is None else prepared.attempt_id)
-        got = await self.wait(reply)
-        return self.settle(got) if isinstance(got, Recorded) else got
+        return await self.wait(reply)
 
     async def wait(self, reply: ThreadReply) -> Any:
         """Wait for a call's answer, shielded: the effect does not depend on
@@ -176,18 +181,28 @@ class Dispatcher:
                 self._scopes.discard(scope)
         return reply.result()
 
-    def settle(self, rec: Recorded) -> dict[str, Any]:
-        """The answer of a recorded outcome once its write is done: never an
-        outcome that is not stored."""
-        try:
-            return self._settle(rec)
-        except WarddError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a reply must always leave
-            log.error("reply_failed", op=rec.ref.op, attempt=rec.ref.attempt, error=repr(exc))
-            raise Internal("the outcome's reply failed") from None
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Its part of ``status``: each worker's outcomes made durable, by status."""
+        with self._counts_lock:
+            return {w: dict(c) for w, c in self._counts.items()}
 
-    def _settle(self, rec: Recorded) -> dict[str, Any]:
+    def _recorded(self, rec: Recorded, reply: ThreadReply) -> None:
+        """An outcome's write is done (on the writer thread, from its future):
+        answer the dispatch with :meth:`settle`."""
+        try:
+            result = self.settle(rec)
+        except WarddError as err:
+            reply(None, err)
+        except BaseException as exc:  # noqa: BLE001 - a reply must always leave
+            log.error("reply_failed", op=rec.ref.op, attempt=rec.ref.attempt, error=repr(exc))
+            reply(None, Internal("the outcome's reply failed"))
+        else:
+            reply(result, None)
+
+    def settle(self, rec: Recorded) -> dict[str, Any]:
+        """The answer of a recorded outcome once its write is done (never an
+        outcome that is not stored): the call leaves the call table (its
+        aborts are answered), the counts, the ``outcome`` event, the hook."""
         ref, status, error = rec.ref, rec.status, rec.error
         calls = self._pool.calls
         if rec.future.exception() is not None:
@@ -195,7 +210,8 @@ class Dispatcher:
             calls.settle(ref.attempt_id, lost)
             raise lost
         calls.settle(ref.attempt_id, None, CallEnd(status, rec.aborted))
-        self._pool.count(rec.worker, status)
+        with self._counts_lock:
+            self._counts[rec.worker][status] += 1
         where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": rec.worker}
         if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
             log.warning("outcome", **where, status=status, error=error)

@@ -12,10 +12,10 @@ served meanwhile (dispatches of different neurons never wait for each
 other's guard).
 
 A worker takes a frozen :class:`~.dispatch.Dispatch` and the reply it
-completes. The writer thread writes none of the pool's state: the one move
-it makes outside SQL is the call table's ``claimed``, inside the claim
-unit (:mod:`._calls`). An outcome's reply is made on the event loop once
-the outcome is durable (:meth:`~.dispatch.Dispatcher.settle`).
+completes. The writer thread writes none of the pool's state: outside SQL
+it makes the call table's ``claimed`` move, inside the claim unit
+(:mod:`._calls`), and the dispatcher's settle once an outcome is durable
+(:meth:`~.dispatch.Dispatcher.settle`, told through ``on_recorded``).
 """
 
 from __future__ import annotations
@@ -55,9 +55,6 @@ Job = tuple[Dispatch, ThreadReply]
 class WorkerState:
     id: str
     busy: AttemptRef | None = None
-    counts: dict[str, int] = attrs.field(
-        factory=lambda: {"succeeded": 0, "failed": 0, "unknown": 0}
-    )
 
 
 class WorkerPool:
@@ -78,16 +75,17 @@ class WorkerPool:
         self._ctx = ctx
         self._claim_stopping = stopping  # read by the claim units (the daemon's stop)
         self.states = [WorkerState(f"w{i}") for i in range(n)]
-        self._by_id = {s.id: s for s in self.states}
         self._queues: dict[str, collections.deque[Job]] = {
             s.id: collections.deque() for s in self.states
         }
         self._stopping = False
-        self._counts_lock = threading.Lock()
         self.calls = Calls()
         self._grace_over = False
         # told each adapter call's act and duration (the daemon's metrics)
         self.on_act: Callable[[str, float], None] = _ignore_call
+        # told each outcome once its write is done, on the writer thread: it
+        # answers the reply (the Dispatcher's; it writes none of this pool's state)
+        self.on_recorded: Callable[[Recorded, ThreadReply], None] = _unsettled
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
@@ -321,8 +319,8 @@ class WorkerPool:
         error: str | None,
         aborted: bool | None,
     ) -> None:
-        """Submit the outcome and move on: the reply is made on the event loop
-        once the outcome is durable (contract §3.2.3, :meth:`settle`), so the
+        """Submit the outcome and move on: the reply is made once the outcome
+        is durable (contract §3.2.3, ``on_recorded``), so the
         worker serves its next dispatch while the outcome waits for its
         batch, and outcomes of several workers share one fsync. The outcome
         is critical: if it cannot be stored, the daemon fail-stops."""
@@ -339,26 +337,20 @@ class WorkerPool:
             return
         unit = _units.outcome(ref, status, value, error, "adapter", aborted=aborted)
         fut = self._writer.submit(unit, critical=True)
-        reply.when_done(fut, Recorded(ref, state.id, status, value, error, aborted, fut))
-
-    def count(self, worker: str, status: str) -> None:
-        """One more outcome of ``status`` durable on ``worker`` (on the event loop)."""
-        with self._counts_lock:
-            self._by_id[worker].counts[status] += 1
+        rec = Recorded(ref, state.id, status, value, error, aborted, fut)
+        settled = self.on_recorded
+        fut.add_done_callback(lambda _f: settled(rec, reply))
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Its part of ``status``: each worker's call in progress and counts."""
-        with self._counts_lock:
-            counts = [dict(s.counts) for s in self.states]
+        """Its part of ``status``: each worker's call in progress."""
         return [
             {
                 "id": s.id,
                 "busy_op": None
                 if (busy := s.busy) is None
                 else {"neuron": busy.neuron, "op": busy.op, "attempt": busy.attempt},
-                "counts": c,
             }
-            for s, c in zip(self.states, counts, strict=True)
+            for s in self.states
         ]
 
 
@@ -417,6 +409,11 @@ def call_act(
     # replaced by a placeholder and the reason is kept as the error text
     value, why = wire_safe(value)
     return "succeeded", value, why, False
+
+
+def _unsettled(rec: Recorded, reply: ThreadReply) -> None:
+    """``on_recorded`` until a Dispatcher sets its own."""
+    reply(None, Internal("no dispatcher settles the outcome"))
 
 
 def _ignore_call(act: str, seconds: float) -> None:

@@ -177,7 +177,7 @@ class TestWorkerPool:
         assert got == {"op": "op1", "attempt": 1, "status": "succeeded", "result": b"hello"}
         assert world.state("op1") == "retained"
         assert len(world.pool.calls) == 0  # the call left the table once settled
-        counts = {w["id"]: w["counts"]["succeeded"] for w in world.pool.snapshot()}
+        counts = {w: c["succeeded"] for w, c in world.dispatcher.counts().items()}
         assert counts == {"w0": 1, "w1": 0}
 
     async def test_an_execute_claims_its_prepared_attempt(self, world):
@@ -194,7 +194,7 @@ class TestWorkerPool:
         world.submit_op("op3")
         got = await world.dispatcher.run("w1", world.invoke("op3"))
         assert got["status"] == "succeeded"
-        counts = {w["id"]: w["counts"]["succeeded"] for w in world.pool.snapshot()}
+        counts = {w: c["succeeded"] for w, c in world.dispatcher.counts().items()}
         assert counts == {"w0": 1, "w1": 0}
 
     async def test_a_refused_claim_answers_its_refusal_and_writes_nothing(self, world):
