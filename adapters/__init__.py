@@ -25,6 +25,7 @@ from ._base import (
     ReceiptAnswer,
     as_receipt,
     has_receipt,
+    idempotency_key,
 )
 from ._cli import CliAdapter, SecretFile
 from ._echo import EchoAdapter, echo_adapter
@@ -56,4 +57,5 @@ __all__ = [
     "echo_adapter",
     "as_receipt",
     "has_receipt",
+    "idempotency_key",
 ]

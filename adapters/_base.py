@@ -33,6 +33,7 @@ __all__ = [
     "RECEIPT_ANSWERS",
     "as_receipt",
     "has_receipt",
+    "idempotency_key",
 ]
 
 #: The argument bound of an act whose table does not set ``max_arg_bytes``.
@@ -87,6 +88,13 @@ class AdapterConfigError(Exception):
         self.reason = reason
 
 
+def idempotency_key(neuron: str, op: str, attempt: int) -> str:
+    """An attempt's idempotency key, ``"<neuron>/<op>/<attempt>"`` (contract §3.4):
+    unique across neurons, ops and attempts. Its one definition: the adapters'
+    calls and receipts, the daemon's aborts and its recovery all use it."""
+    return f"{neuron}/{op}/{attempt}"
+
+
 @attrs.frozen
 class ActRequest:
     """One attempt's call of an act, as handed to `Adapter.call` on a worker thread."""
@@ -103,8 +111,8 @@ class ActRequest:
 
     @property
     def idempotency_key(self) -> str:
-        """``"<neuron>/<op>/<attempt>"`` (contract §3.4): unique across neurons, ops, attempts."""
-        return f"{self.neuron}/{self.op}/{self.attempt}"
+        """``"<neuron>/<op>/<attempt>"`` (contract §3.4): see :func:`idempotency_key`."""
+        return idempotency_key(self.neuron, self.op, self.attempt)
 
 
 @attrs.frozen

@@ -3,7 +3,7 @@ being counted, paired against the same loop uncounted.
 
 One invoke makes exactly these calls into ``wardd.daemon._metrics.Metrics``
 (on three threads in the daemon; their CPU adds up the same on one): the
-request counter and the dispatch histogram around ``Daemon.handle``
+request counter and the dispatch histogram around ``Router.handle``
 (``counting`` and ``dispatching``), the act histogram (``act_call``), and
 two committed writer batches (the claim's and the outcome's) with the
 attempt moves they made durable (``batch``). Each repetition times, on
@@ -49,7 +49,7 @@ def added_us(reps: int, n: int) -> list[float]:
     outcome_moves = [("echo", "succeeded")]
 
     async def dispatched(conn: Any, req: Any) -> dict[str, Any]:
-        m.dispatching("echo")  # Daemon.dispatch
+        m.dispatching("echo")  # Dispatcher.run
         m.batch(0.002, 1, claim_moves)  # the writer, the claim's batch
         m.act_call("echo", 1e-6)  # the worker
         m.batch(0.002, 1, outcome_moves)  # the writer, the outcome's batch

@@ -3,7 +3,7 @@
 The daemon counts with ``prometheus_client`` (its counters and histograms
 are thread-safe, and its exposition writer is the format's reference): a
 request's method and answer code (:meth:`Metrics.counting`, around
-``Daemon.handle``), a dispatch's time from arrival to reply
+``Router.handle``), a dispatch's time from arrival to reply
 (:meth:`Metrics.dispatching`), an adapter call's time (on the worker),
 each committed writer batch with the attempt moves it committed
 (:meth:`Metrics.batch`, on the writer), each receipt answer. Counters live
@@ -25,7 +25,7 @@ import datetime
 import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 import prometheus_client
@@ -33,6 +33,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from wardd.protocol import WarddError
+
+if TYPE_CHECKING:
+    from .store.writer import WriterStats
 
 __all__ = ["CONTENT_TYPE", "SERIES", "Figures", "Metrics", "Series", "db_size", "read_figures"]
 
@@ -166,6 +169,17 @@ def db_size(database: os.PathLike[str] | str) -> int:
         except OSError:
             pass
     return size
+
+
+def writer_snapshot(backlog: int, stats: WriterStats) -> dict[str, Any]:
+    """The writer's part of ``status``: its backlog and batches."""
+    batches = stats.batches
+    return {
+        "backlog": backlog,
+        "batches": batches,
+        "mean_batch": round(stats.units / batches, 2) if batches else 0,
+        "max_batch": stats.max_batch,
+    }
 
 
 def read_figures(

@@ -6,8 +6,8 @@ newline-separated ``KEY=VALUE`` assignments in one datagram to the
 
 - ``READY=1`` once recovery is done and requests are served (contract §3.6);
 - ``WATCHDOG=1`` every :func:`watchdog_interval` seconds while the event
-  loop, the writer thread and the worker threads are alive (the daemon's
-  ``_watchdog`` proves it before each ping);
+  loop, the writer thread and the worker threads are alive
+  (``_lifecycle.watchdog`` proves it before each ping);
 - ``STOPPING=1`` when SIGTERM/SIGINT starts the shutdown grace;
 - ``STATUS=...`` a one-line human summary (``systemctl --user status``):
   ``recovering``, ``serving, N unknown attempts, M receipts pending``,

@@ -21,6 +21,7 @@ from .core.attempts import Reroute, shutdown_void
 from .core.records import AttemptRef, BootContext
 from .store import load
 from .store.apply import apply
+from .store.writer import Unit
 
 __all__ = [
     "AttemptRef",
@@ -38,9 +39,6 @@ __all__ = [
     "void",
     "void_many",
 ]
-
-Unit = Callable[[sqlite3.Connection], Any]
-
 
 def prepare(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
     def unit(conn: sqlite3.Connection) -> Any:

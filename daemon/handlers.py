@@ -6,18 +6,22 @@ network, the signature and the registration are checked next, in that
 order), how it takes the neuron's ward guard, whether it is served while
 the daemon stops (contract §3.6: reads and ``execute``, whose token is void
 by then), whether it waits for the start-up recovery (all but ``status``,
-``metrics`` and ``list_workers``), and its handler. :meth:`Daemon.handle
-<wardd.daemon.app.Daemon.handle>` is a lookup in :data:`METHODS`.
+``metrics`` and ``list_workers``), and its handler. The router
+(:class:`~.router.Router`) applies each entry as it is declared.
 
-A handler is ``async (daemon, connection, neuron, params) -> result``; the
-neuron is the verified signer for a signed method and ``None`` otherwise.
-The decision itself is a writer unit (:mod:`._units`, :mod:`._units_mgmt`).
+A handler is ``async (services, connection, neuron, params) -> result``;
+the neuron is the verified signer for a signed method and ``None``
+otherwise; ``services`` (:class:`~.router.Services`) are the components it
+may use, never the daemon. What the handler returns depends on the
+entry's guard: ``NONE``, the answer; ``EXCLUSIVE``, the writer unit the
+router runs holding the guard exclusively; ``DISPATCH``, the worker and the
+:class:`~.dispatch.Dispatch` the router hands to it. The decision itself
+is a writer unit (:mod:`._units`, :mod:`._units_mgmt`).
 """
 
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
@@ -26,21 +30,19 @@ import structlog
 
 from wardd.protocol import (
     ATTEMPT_LIST_STATES,
-    PROTOCOL_VERSION,
     BadRequest,
     Internal,
     NotAbortable,
     NotRunning,
     OpState,
     ProgState,
-    WarddError,
     canonical_digest,
 )
 
 from . import _units
 from . import _units_mgmt as mgmt
 from ._bridge import ThreadReply
-from ._metrics import CONTENT_TYPE, db_size, read_figures
+from ._metrics import CONTENT_TYPE
 from ._params import (
     NO_PARAMS,
     PAGE,
@@ -57,27 +59,27 @@ from ._params import (
 )
 from ._records import wire_safe
 from .descriptors import check_descriptor
+from .dispatch import Dispatch, Execute, Invoke
 from .server import Connection
-from .store.schema import SCHEMA_VERSION
-from .workers import Dispatch
 
 if TYPE_CHECKING:
-    from .app import Daemon
+    from .router import Services
 
 __all__ = ["METHODS", "Guard", "Method"]
 
 log = structlog.get_logger("wardd")
 N = TypeVar("N", str, None)  # the neuron a handler gets: the signer, or None (unsigned)
-Handler = Callable[["Daemon", Connection, N, dict[str, Any]], Awaitable[Any]]
-UnitBuilder = Callable[["Daemon", str, dict[str, Any]], _units.Unit]
+Handler = Callable[["Services", Connection, N, dict[str, Any]], Awaitable[Any]]
+UnitBuilder = Callable[["Services", str, dict[str, Any]], _units.Unit]
 
 
 class Guard(enum.Enum):
     """How a method takes the neuron's ward guard (contract §3.1, §3.2)."""
 
     NONE = "none"  # never waits for the guard
-    EXCLUSIVE = "exclusive"  # its unit runs holding the guard exclusively
-    DISPATCH = "dispatch"  # a worker holds it shared around the claim and the call
+    EXCLUSIVE = "exclusive"  # its unit (the handler's answer) runs holding the guard exclusively
+    DISPATCH = "dispatch"  # its dispatch goes to a worker, which holds it shared
+    # around the claim and the call
 
 
 @attrs.frozen
@@ -97,110 +99,84 @@ def _signed(params: Spec, handler: Handler[str], guard: Guard = Guard.NONE) -> M
 
 
 def _write(params: Spec, build: UnitBuilder, guard: Guard = Guard.NONE) -> Method[str]:
-    """A signed write that is one writer unit, run with the guard ``guard`` says."""
+    """A signed write that is one writer unit. Its checks (a descriptor's,
+    say) come before the guard: an ``EXCLUSIVE`` write answers its unit,
+    which the router runs holding the guard."""
 
-    async def handler(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-        unit = build(d, neuron, p)  # its checks (a descriptor's, say) come before the guard
-        if guard is Guard.EXCLUSIVE:
-            return await _exclusive(d, neuron, unit)
-        return await d.writer.run(unit)
+    if guard is Guard.EXCLUSIVE:
+
+        async def prepared(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+            return build(s, neuron, p)
+
+        return _signed(params, prepared, guard)
+
+    async def handler(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        return await s.writer.run(build(s, neuron, p))
 
     return _signed(params, handler, guard)
 
 
-def _read(params: Spec, fn: Callable[[Daemon, dict[str, Any]], Any]) -> Method[None]:
+def _read(params: Spec, fn: Callable[[Services, dict[str, Any]], Any]) -> Method[None]:
     """An unsigned read, in one read transaction: a prune (or any write)
     that commits meanwhile is seen whole or not at all."""
 
-    async def handler(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
-        with d.reads.snapshot():
-            return fn(d, p)
+    async def handler(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+        with s.reads.snapshot():
+            return fn(s, p)
 
     return Method(params, signed=False, handler=handler, served_while_stopping=True)
-
-
-async def _exclusive(d: Daemon, neuron: str, unit: _units.Unit) -> Any:
-    """Run a write holding the neuron's ward guard exclusively (contract §3.1)."""
-    await d.guards.acquire_exclusive_async(neuron)
-    try:
-        return await d.writer.run(unit)
-    finally:
-        d.guards.release_exclusive(neuron)
 
 
 # -- the handlers that are more than one unit -------------------------------------
 
 
-async def _prepare(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-    ref = await d.writer.run(_units.prepare(d.ctx, neuron, p))
-    if d.stopping:  # admitted before the shutdown began: never a live token
-        if not await d.void(ref.attempt_id, "shutdown"):
-            raise Internal("the attempt could not be voided")
-        raise _units.shutdown_void()
+async def _prepare(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    ref = await s.writer.run(_units.prepare(s.ctx, neuron, p))
+    if s.life.stopping:  # admitted before the shutdown began: never a live token
+        raise await s.voids.refuse(ref.attempt_id)
     if conn.closed:  # the connection went away meanwhile: its token is dropped
-        await d.void(ref.attempt_id, "token_dropped")
+        await s.voids.void(ref.attempt_id, "token_dropped")
         raise Internal("the connection closed")
-    handle = d.tokens.issue(conn.id, ref)
+    handle = s.tokens.issue(conn.id, ref)
     log.debug("prepared", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=ref.worker)
     return {"token": handle, "attempt": ref.public()}
 
 
-async def _execute(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
-    ref = await d.tokens.redeem(p["token"], conn.id)
-    if ref.attempt_id is None or ref.worker is None or not d.pool.has(ref.worker):
+async def _execute(
+    s: Services, conn: Connection, neuron: None, p: dict[str, Any]
+) -> tuple[str, Dispatch]:
+    ref = await s.tokens.redeem(p["token"], conn.id)
+    if ref.attempt_id is None or ref.worker is None or not s.pool.has(ref.worker):
         if ref.attempt_id is not None:
-            await d.void(ref.attempt_id, "claim_failed")
+            await s.voids.void(ref.attempt_id, "claim_failed")
         raise Internal("the attempt names no worker of this daemon")
-
-    def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
-        return _units.claim(
-            ref,
-            worker=w,
-            boot=d.boot,
-            claim_info=info,
-            stopping=lambda: d.stopping,
-            on_claim=on_claim,
-        )
-
-    dispatch = Dispatch(neuron=ref.neuron, reply=_unset, claim=claim, act=ref.act, ref=ref)
-    return await d.dispatch(ref.worker, dispatch)
+    return ref.worker, Dispatch(ref.neuron, ref.act, Execute(ref))
 
 
-async def _invoke(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _invoke(
+    s: Services, conn: Connection, neuron: str, p: dict[str, Any]
+) -> tuple[str, Dispatch]:
     # contract §3.2.5: prepare's checks on arrival, on a read, so that a
     # refusal (attempt_busy for a running attempt, say) is answered at once
     # and only a request that passes waits in its worker's queue; the
-    # claim unit checks again, under the guard
-    with d.reads.snapshot() as rconn:
-        worker, act = _units.invoke_precheck(rconn, d.ctx, neuron, p)
-    if not d.pool.has(worker):
+    # claim unit checks again, under the guard. The op's act is read here:
+    # its claim record is computed on the worker's thread, before the claim
+    # unit (invoke and execute claim alike)
+    with s.reads.snapshot() as rconn:
+        worker, act = _units.invoke_precheck(rconn, s.ctx, neuron, p)
+    if not s.pool.has(worker):
         raise Internal("the placement names no worker of this daemon")
-
-    def claim(w: str, info: Any, on_claim: Callable[[_units.AttemptRef], None]) -> _units.Unit:
-        return _units.invoke_claim(
-            d.ctx,
-            neuron,
-            p,
-            worker=w,
-            claim_info=info,
-            stopping=lambda: d.stopping,
-            on_claim=on_claim,
-        )
-
-    # the op's act was read on arrival: its claim record is computed on the
-    # worker's thread, before the claim unit (invoke and execute claim alike)
-    dispatch = Dispatch(neuron=neuron, reply=_unset, claim=claim, act=act)
-    return await d.dispatch(worker, dispatch)
+    return worker, Dispatch(neuron, act, Invoke(p))
 
 
-async def _register_neuron(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-    result = await d.writer.run(mgmt.register_neuron(neuron))
-    d.registered.add(neuron)  # committed: its next signed request needs no read
+async def _register_neuron(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    result = await s.writer.run(mgmt.register_neuron(neuron))
+    s.auth.registered.add(neuron)  # committed: its next signed request needs no read
     return result
 
 
-async def _manual_take(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-    ref = await d.writer.run(_units.manual_take(d.ctx, neuron, p))
+async def _manual_take(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    ref = await s.writer.run(_units.manual_take(s.ctx, neuron, p))
     return {
         "attempt": {
             "op": ref.op,
@@ -212,21 +188,21 @@ async def _manual_take(d: Daemon, conn: Connection, neuron: str, p: dict[str, An
     }
 
 
-async def _reconcile(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-    await d.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
+async def _reconcile(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    await s.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
     out = p["outcome"]
     if wire_safe(out.get("value"))[1] is not None:
         raise BadRequest("outcome.value nests too deep to be sent back", {"param": "outcome"})
-    return await d.writer.run(
+    return await s.writer.run(
         mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
     )
 
 
-async def _check_receipts(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-    return await d.recovery.check_receipts(neuron)
+async def _check_receipts(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    return await s.recovery.check_receipts(neuron)
 
 
-async def _abort(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _abort(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     """contract §3.8: end a hung call. The checks run on a read (the
     claim registered the call before a read can show it running); the
     call's process group is killed, its outcome is recorded ``unknown``
@@ -235,95 +211,43 @@ async def _abort(d: Daemon, conn: Connection, neuron: str, p: dict[str, Any]) ->
     ``aborted: false`` when the call ended unknown on its own before the
     kill reached it. It never waits for the ward guard."""
     op, attempt = p["op"], p["attempt"]
-    with d.reads.snapshot() as rconn:
+    with s.reads.snapshot() as rconn:
         attempt_id, act = _units.abort_target(rconn, neuron, op, attempt)
-    if not getattr(d.adapters.get(act), "abortable", False):
+    if not getattr(s.adapters.get(act), "abortable", False):
         raise NotAbortable(f"act {act!r} runs in an adapter that cannot be stopped from outside")
     reply = ThreadReply()
-    if not d.pool.abort(attempt_id, reply):
+    if not s.pool.abort(attempt_id, reply):
         raise NotRunning("nothing to abort: the call ended before the abort")
     log.warning("abort", neuron=neuron, op=op, attempt=attempt, act=act)
-    end = await d.wait_call(reply)
+    end = await s.dispatcher.wait(reply)
     if end.status != "unknown":  # the call ended on its own before the kill reached it
         raise NotRunning(f"nothing to abort: the call ended before the abort ({end.status})")
     return {"op": op, "attempt": attempt, "status": "unknown", "aborted": end.aborted is True}
 
 
-def _bind_placement(d: Daemon, neuron: str, p: dict[str, Any]) -> _units.Unit:
-    admitted = check_descriptor(p["descriptor"], d.descriptors)
+def _bind_placement(s: Services, neuron: str, p: dict[str, Any]) -> _units.Unit:
+    admitted = check_descriptor(p["descriptor"], s.descriptors)
     return mgmt.bind_placement(
         neuron, p["expected_generation"], admitted, canonical_digest(admitted)
     )
 
 
-async def _list_workers(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+async def _list_workers(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
     return {
         "workers": [
             {"worker": desc["executor"]["worker"], "descriptor": desc, "digest": g}
-            for desc, g in zip(d.descriptors, d.digests, strict=True)
+            for desc, g in zip(s.descriptors, s.digests, strict=True)
         ]
     }
 
 
-async def _status(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
-    ops, unknown, retention = d.reads.status_figures()  # one statement
-    st = d.writer.stats
-    size = db_size(d.db_path)
-    workers = []
-    for s, digest in zip(d.pool.states, d.digests, strict=True):
-        busy = s.busy
-        workers.append(
-            {
-                "id": s.id,
-                "digest": digest,
-                "busy_op": None
-                if busy is None
-                else {"neuron": busy.neuron, "op": busy.op, "attempt": busy.attempt},
-                "counts": d.pool.counts(s),
-            }
-        )
-    return {
-        "version": d.version,
-        "protocol": PROTOCOL_VERSION,
-        "boot": d.boot,
-        "started_at": d.started_at,
-        "uptime": round(time.monotonic() - d.t0, 3),
-        "network": d.config.network,
-        "db": {
-            "path": str(d.db_path),
-            "schema_version": SCHEMA_VERSION,
-            "size": size,
-            **retention,  # pruned_ops, last_pruned_at (contract §3.9)
-        },
-        "workers": workers,
-        "operations": ops,
-        "unknown_attempts": unknown,
-        "receipts_pending": d.recovery.pending,
-        "previous_boot": d.previous_boot,
-        "recovery": {
-            "marked_unknown": d.recovery.marked,
-            "resolved_by_receipt": d.recovery.resolved_by_receipt,
-        },
-        "writer": {
-            "backlog": d.writer.backlog,
-            "batches": st.batches,
-            "mean_batch": round(st.units / st.batches, 2) if st.batches else 0,
-            "max_batch": st.max_batch,
-        },
-        "connections": len(d.server.connections),
-        "tokens": len(d.tokens),
-        "recovering": not d.recovered.is_set(),
-    }
+async def _status(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+    return s.status()
 
 
-async def _metrics(d: Daemon, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+async def _metrics(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
     """Every series (docs/operations.md "Metrics") in the Prometheus text format."""
-    figures = read_figures(d.reads.metrics_figures, d.db_path, len(d.server.connections))
-    return {"content_type": CONTENT_TYPE, "text": d.metrics.render(figures)}
-
-
-def _unset(result: Any, error: WarddError | None) -> None:  # replaced by Daemon.dispatch
-    raise AssertionError("reply callback not set")
+    return {"content_type": CONTENT_TYPE, "text": s.metrics_text()}
 
 
 # -- the table ----------------------------------------------------------------------
@@ -345,12 +269,12 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
     ),
     "release_placement": _write(
         ({"expected_generation": uint}, {}),
-        lambda d, n, p: mgmt.bind_placement(n, p["expected_generation"], None, None),
+        lambda s, n, p: mgmt.bind_placement(n, p["expected_generation"], None, None),
         _EXCL,
     ),
     "advance_epoch": _write(
         ({"expected_epoch": uint}, {}),
-        lambda d, n, p: mgmt.advance_epoch(n, p["expected_epoch"]),
+        lambda s, n, p: mgmt.advance_epoch(n, p["expected_epoch"]),
         _EXCL,
     ),
     "set_grant": _write(
@@ -358,7 +282,7 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
             {"prog": ident, "acts": act_list, "enabled": boolean, "expected_policy_version": uint},
             {},
         ),
-        lambda d, n, p: mgmt.set_grant(
+        lambda s, n, p: mgmt.set_grant(
             n, p["prog"], p["acts"], p["enabled"], p["expected_policy_version"]
         ),
         _EXCL,
@@ -366,40 +290,40 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
     # progs (contract §3.4)
     "create_prog": _write(
         ({"prog": ident, "step_limit": uint}, {}),
-        lambda d, n, p: mgmt.create_prog(n, p["prog"], p["step_limit"]),
+        lambda s, n, p: mgmt.create_prog(n, p["prog"], p["step_limit"]),
     ),
     "set_prog_state": _write(
         (
             {"prog": ident, "expected_state": one_of(*ProgState), "state": one_of(*ProgState)},
             {"expected_state_version": uint},
         ),
-        lambda d, n, p: mgmt.set_prog_state(
+        lambda s, n, p: mgmt.set_prog_state(
             n, p["prog"], p["expected_state"], p["state"], p.get("expected_state_version")
         ),
         _EXCL,
     ),
     "set_step_limit": _write(
         ({"prog": ident, "step_limit": uint, "expected_state_version": uint}, {}),
-        lambda d, n, p: mgmt.set_step_limit(
+        lambda s, n, p: mgmt.set_step_limit(
             n, p["prog"], p["step_limit"], p["expected_state_version"]
         ),
     ),
     "reserve_steps": _write(
         _STEPS,
-        lambda d, n, p: mgmt.reserve_steps(n, p["prog"], p["reservation"], p["steps"]),
+        lambda s, n, p: mgmt.reserve_steps(n, p["prog"], p["reservation"], p["steps"]),
     ),
     "settle_steps": _write(
         _STEPS,
-        lambda d, n, p: mgmt.settle_steps(n, p["prog"], p["reservation"], p["steps"]),
+        lambda s, n, p: mgmt.settle_steps(n, p["prog"], p["reservation"], p["steps"]),
     ),
     "recover_reservations": _write(
         ({"prog": ident}, {"before": uint}),
-        lambda d, n, p: mgmt.recover_reservations(n, p["prog"], p.get("before")),
+        lambda s, n, p: mgmt.recover_reservations(n, p["prog"], p.get("before")),
     ),
     # ops and attempts (contract §3.2, §3.3)
     "submit": _write(
         ({"prog": ident, "op": ident, "act": ident, "args": byte_string}, {}),
-        lambda d, n, p: mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], d.act_bounds),
+        lambda s, n, p: mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], s.ctx.act_bounds),
     ),
     "prepare": _signed(_PREPARE, _prepare),
     "invoke": _signed(_PREPARE, _invoke, Guard.DISPATCH),
@@ -407,11 +331,11 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         ({"op": ident, "expected_attempt": uint}, {"expected_epoch": uint}), _manual_take
     ),
     "reconcile": _signed(({"op": ident, "attempt": uint, "outcome": outcome}, {}), _reconcile),
-    "cancel": _write(_OP, lambda d, n, p: mgmt.cancel(n, p["op"])),
-    "consume": _write(_OP, lambda d, n, p: mgmt.consume(n, p["op"])),
+    "cancel": _write(_OP, lambda s, n, p: mgmt.cancel(n, p["op"])),
+    "consume": _write(_OP, lambda s, n, p: mgmt.consume(n, p["op"])),
     "rebind": _write(
         ({"op": ident}, {"expected_epoch": uint}),
-        lambda d, n, p: mgmt.rebind(n, p["op"], p.get("expected_epoch")),
+        lambda s, n, p: mgmt.rebind(n, p["op"], p.get("expected_epoch")),
     ),
     "check_receipts": _signed(NO_PARAMS, _check_receipts),
     "abort": _signed(({"op": ident, "attempt": uint}, {}), _abort),
@@ -444,27 +368,27 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         guard=Guard.DISPATCH,
         served_while_stopping=True,
     ),
-    "get_neuron": _read(({"neuron": neuron_id}, {}), lambda d, p: d.reads.get_neuron(p["neuron"])),
+    "get_neuron": _read(({"neuron": neuron_id}, {}), lambda s, p: s.reads.get_neuron(p["neuron"])),
     "get_prog": _read(
         ({"neuron": neuron_id, "prog": ident}, {}),
-        lambda d, p: d.reads.get_prog(p["neuron"], p["prog"]),
+        lambda s, p: s.reads.get_prog(p["neuron"], p["prog"]),
     ),
     "get_operation": _read(
         ({"neuron": neuron_id, "op": ident}, {}),
-        lambda d, p: d.reads.get_operation(p["neuron"], p["op"]),
+        lambda s, p: s.reads.get_operation(p["neuron"], p["op"]),
     ),
     "list_operations": _read(
         ({"neuron": neuron_id}, {"state": one_of(*OpState), "prog": ident, **PAGE}),
-        lambda d, p: d.reads.list_operations(
+        lambda s, p: s.reads.list_operations(
             p["neuron"], p.get("state"), p.get("prog"), p.get("after"), p.get("limit", 100)
         ),
     ),
     "history": _read(
         ({"neuron": neuron_id, "op": ident}, PAGE),
-        lambda d, p: d.reads.history(p["neuron"], p["op"], p.get("after"), p.get("limit", 100)),
+        lambda s, p: s.reads.history(p["neuron"], p["op"], p.get("after"), p.get("limit", 100)),
     ),
     "list_attempts": _read(
         ({"state": one_of(*ATTEMPT_LIST_STATES)}, PAGE),
-        lambda d, p: d.reads.list_attempts(p["state"], p.get("after"), p.get("limit", 100)),
+        lambda s, p: s.reads.list_attempts(p["state"], p.get("after"), p.get("limit", 100)),
     ),
 }

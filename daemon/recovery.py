@@ -167,6 +167,16 @@ class Recovery:
         """``receipts_pending``: checks to run, running, or ended unanswered."""
         return len(self._pending.keys() | self._unanswered)
 
+    def snapshot(self) -> dict[str, Any]:
+        """Its part of ``status``."""
+        return {
+            "receipts_pending": self.pending,
+            "recovery": {
+                "marked_unknown": self.marked,
+                "resolved_by_receipt": self.resolved_by_receipt,
+            },
+        }
+
     def stop(self) -> None:
         """The daemon is stopping: no check answers from now on, and every
         reconcile waiting for one is refused (``receipt_pending``)."""

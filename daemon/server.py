@@ -1,7 +1,7 @@
 """The Unix-socket server: peer uid, hello, framing, pipelining, limits (contract §4).
 
 Bytes go through the sans-IO :mod:`wardd.protocol`; requests are handed to
-``Daemon.handle``. Each request runs in the daemon's own nursery, not the
+the router (``Router.handle``). Each request runs in the daemon's own nursery, not the
 connection's, so its effect does not depend on the connection staying open
 (contract §3.1); a response to a closed connection is dropped.
 """
@@ -201,6 +201,10 @@ class Server:
         self._decodes: set[trio.CancelScope] = set()
         self._decoding_stopped = False
         self.requests: trio.Nursery | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """Its part of ``status``."""
+        return {"connections": len(self.connections)}
 
     async def serve(
         self, listener: trio.socket.SocketType, requests: trio.Nursery, conns: trio.Nursery

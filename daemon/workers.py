@@ -10,12 +10,17 @@ A worker serves its queue in order per neuron; a dispatch whose neuron's
 guard is held exclusively is set aside and the next neuron's dispatch is
 served meanwhile (dispatches of different neurons never wait for each
 other's guard).
+
+A worker takes a frozen :class:`~.dispatch.Dispatch` and the reply it
+completes. The writer thread writes none of the pool's state: outside SQL
+it makes the call table's ``claimed`` move, inside the claim unit
+(:mod:`._calls`), and the dispatcher's settle once an outcome is durable
+(:meth:`~.dispatch.Dispatcher.settle`, told through ``on_recorded``).
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,79 +29,32 @@ from typing import Any
 import attrs
 import structlog
 
-from wardd.adapters import ActRequest, Adapter, CallAborted, DefiniteFailure
+from wardd.adapters import ActRequest, Adapter, CallAborted, DefiniteFailure, idempotency_key
 from wardd.protocol import Internal, WarddError
 
 from . import _units
+from ._bridge import ThreadReply
+from ._calls import CallEnd, Calls
 from ._claims import claim_record
 from ._records import wire_safe
-from ._units import AttemptRef, Reroute
+from ._units import AttemptRef, BootContext, Reroute
+from .dispatch import Dispatch, Recorded, claim_unit, shutdown_refusal
 from .guard import GuardTable
 from .store.writer import Writer
 
-__all__ = ["Dispatch", "WorkerPool"]
+__all__ = ["Job", "WorkerPool", "WorkerState", "call_act"]
 
 log = structlog.get_logger("wardd.worker")
 ERROR_TEXT_MAX = 2000
 
-
-ClaimUnit = Callable[[str, Any, Callable[[AttemptRef], None]], _units.Unit]
-
-
-@attrs.define(eq=False)
-class Dispatch:
-    """One accepted ``execute`` or ``invoke``: both take the same way from here.
-
-    ``claim(worker, claim_info, on_claim)`` builds the claim's writer unit
-    (``_units.claim`` for a token's attempt, ``_units.invoke_claim`` for an
-    invoke); ``claim_info`` is the claim record of ``act``, computed on the
-    worker thread just before (the adapter's ``claim_info()`` is a stat and
-    a read of a file for ``file.append``: never on the writer's thread).
-    The unit answers the claimed :class:`AttemptRef`, a refusal, or a
-    :class:`~._units.Reroute` to another worker.
-    """
-
-    neuron: str
-    reply: Callable[[Any, WarddError | None], None]  # thread-safe
-    claim: ClaimUnit
-    act: str
-    ref: AttemptRef | None = None  # an execute's attempt (known before its claim)
-    claimed_ref: AttemptRef | None = None  # set inside the claim unit
-
-
-@attrs.frozen
-class CallEnd:
-    """How an aborted call ended, once its outcome is durable (contract §3.8):
-    its ``status``, and ``aborted``: True when the abort ended it, False when
-    it ended unknown on its own before the kill reached it, None when it
-    did not end unknown."""
-
-    status: str
-    aborted: bool | None = None
-
-
-@attrs.define(eq=False)
-class Call:
-    """A claimed attempt of this boot until its outcome is durable (contract §3.8
-    ``abort``): registered inside the claim unit, so it exists whenever
-    a read shows the attempt ``running``."""
-
-    key: str  # the idempotency key
-    act: str
-    phase: str = "claimed"  # claimed -> calling -> done (the adapter returned)
-    aborted: bool = False
-    waiters: list[Callable[[CallEnd | None, WarddError | None], None]] = attrs.field(
-        factory=list
-    )
+#: A queued dispatch and the reply it completes.
+Job = tuple[Dispatch, ThreadReply]
 
 
 @attrs.define
 class WorkerState:
     id: str
     busy: AttemptRef | None = None
-    counts: dict[str, int] = attrs.field(
-        factory=lambda: {"succeeded": 0, "failed": 0, "unknown": 0}
-    )
 
 
 class WorkerPool:
@@ -107,26 +65,27 @@ class WorkerPool:
         guards: GuardTable,
         writer: Writer,
         adapters: Mapping[str, Adapter],
-        boot: str,
+        ctx: BootContext,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._guards = guards
         self._cond = guards.cond
         self._writer = writer
         self._adapters = adapters
-        self._boot = boot
+        self._ctx = ctx
+        self._claim_stopping = stopping  # read by the claim units (the daemon's stop)
         self.states = [WorkerState(f"w{i}") for i in range(n)]
-        self._queues: dict[str, collections.deque[Dispatch]] = {
+        self._queues: dict[str, collections.deque[Job]] = {
             s.id: collections.deque() for s in self.states
         }
         self._stopping = False
-        self._counts_lock = threading.Lock()
-        self._calls: dict[int, Call] = {}  # attempt row id -> its call
-        self._calls_lock = threading.Lock()
+        self.calls = Calls()
         self._grace_over = False
         # told each adapter call's act and duration (the daemon's metrics)
         self.on_act: Callable[[str, float], None] = _ignore_call
-        # told each attempt that became unknown, once durable (the notify hook)
-        self.notify: Callable[..., None] = _ignore_event
+        # told each outcome once its write is done, on the writer thread: it
+        # answers the reply (the Dispatcher's; it writes none of this pool's state)
+        self.on_recorded: Callable[[Recorded, ThreadReply], None] = _unsettled
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
@@ -143,20 +102,25 @@ class WorkerPool:
     def has(self, worker: str) -> bool:
         return worker in self._queues
 
-    def submit(self, worker: str, d: Dispatch) -> bool:
-        """Queue ``d``; False once the pool is stopping (the caller refuses it)."""
+    def submit(self, worker: str, d: Dispatch) -> ThreadReply | None:
+        """Queue ``d`` on ``worker``: the reply its worker completes (on the
+        event loop's thread); None once the pool is stopping (never claimed)."""
+        reply = ThreadReply()
+        return reply if self._enqueue(worker, (d, reply)) else None
+
+    def _enqueue(self, worker: str, job: Job) -> bool:
         with self._cond:
             if self._stopping:
                 return False
-            self._queues[worker].append(d)
+            self._queues[worker].append(job)
             self._cond.notify_all()
             return True
 
-    def begin_stop(self) -> list[Dispatch]:
+    def begin_stop(self) -> list[Job]:
         """Claim nothing more: returns the queued, unclaimed dispatches."""
         with self._cond:
             self._stopping = True
-            queued = [d for q in self._queues.values() for d in q]
+            queued = [job for q in self._queues.values() for job in q]
             for q in self._queues.values():
                 q.clear()
             self._cond.notify_all()
@@ -168,11 +132,15 @@ class WorkerPool:
         deadline = time.monotonic() + grace
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        return self.end_grace()
+
+    def end_grace(self) -> bool:
+        """End the grace (it passed, or a second stop signal, contract §3.6):
+        a call still running now is left claimed without an outcome (unknown
+        at the next start, with its evidence), even if killing its process
+        group makes it return in this boot. True if no worker runs a call."""
         finished = not any(t.is_alive() for t in self._threads)
         if not finished:
-            # contract §3.6: a call still running now is left claimed without an
-            # outcome (unknown at the next start, with its evidence), even if
-            # killing its process group makes it return in this boot
             self._grace_over = True
         return finished
 
@@ -193,101 +161,45 @@ class WorkerPool:
         its own before the kill reached it; a call that ended on its own
         succeeded or failed keeps that outcome. False if the adapter had
         already returned: nothing is changed."""
-        with self._calls_lock:
-            call = self._calls.get(attempt_id)
-            if call is None or call.phase == "done":
-                return False
-            call.aborted = True
-            call.waiters.append(on_done)
-            calling = call.phase == "calling"
-        if calling:
-            self._kill(call)
+        try:
+            calling = self.calls.abort(attempt_id, on_done)
+        except LookupError:
+            return False
+        if calling is not None:
+            _kill(self._adapters.get(calling.ref.act), calling.ref)
         return True
-
-    def _kill(self, call: Call) -> None:
-        kill = getattr(self._adapters.get(call.act), "abort", None)
-        if callable(kill):
-            try:
-                kill(call.key)
-            except Exception as exc:  # noqa: BLE001 - the outcome is unknown either way
-                log.error("abort_failed", act=call.act, error=repr(exc))
-
-    def _registrar(self, d: Dispatch) -> Callable[[AttemptRef], None]:
-        """The ``on_claim`` of ``d``'s claim unit (run on the writer thread)."""
-
-        def register(ref: AttemptRef) -> None:
-            key = f"{ref.neuron}/{ref.op}/{ref.attempt}"
-            with self._calls_lock:
-                self._calls[ref.attempt_id] = Call(key=key, act=ref.act)
-            d.claimed_ref = ref
-
-        return register
-
-    def _unregister(
-        self, attempt_id: int, error: WarddError | None, end: CallEnd | None = None
-    ) -> None:
-        with self._calls_lock:
-            call = self._calls.pop(attempt_id, None)
-        for notify in call.waiters if call is not None else ():
-            notify(end, error)
-
-    def _begin_call(self, ref: AttemptRef) -> bool:
-        """Enter the adapter call; False if an abort came first (not called)."""
-        with self._calls_lock:
-            call = self._calls.get(ref.attempt_id)
-            if call is None:
-                return True
-            call.phase = "calling"
-            return not call.aborted
-
-    def _end_call(self, ref: AttemptRef) -> bool:
-        """The adapter returned; True if an abort was taken before that."""
-        with self._calls_lock:
-            call = self._calls.get(ref.attempt_id)
-            if call is None:
-                return False
-            call.phase = "done"
-            return call.aborted
-
-    def end_grace(self) -> bool:
-        """End the grace at once (a second stop signal, contract §3.6): calls
-        still running are left claimed without an outcome, as when the grace
-        passes. True if no worker was running a call any more."""
-        finished = not any(t.is_alive() for t in self._threads)
-        if not finished:
-            self._grace_over = True
-        return finished
 
     # -- the thread -------------------------------------------------------------
 
-    def _next(self, state: WorkerState) -> Dispatch | None:
+    def _next(self, state: WorkerState) -> Job | None:
         q = self._queues[state.id]
         with self._cond:
             while True:
                 if self._stopping:
                     return None
                 set_aside: set[str] = set()
-                for d in q:
-                    if d.neuron in set_aside:
+                for job in q:
+                    neuron = job[0].neuron
+                    if neuron in set_aside:
                         continue  # keep each neuron's order
-                    if self._guards.try_shared_locked(d.neuron):
-                        q.remove(d)
-                        return d
-                    set_aside.add(d.neuron)
+                    if self._guards.try_shared_locked(neuron):
+                        q.remove(job)
+                        return job
+                    set_aside.add(neuron)
                 self._cond.wait()
 
     def _loop(self, state: WorkerState) -> None:
         while True:
-            d = self._next(state)
-            if d is None:
+            job = self._next(state)
+            if job is None:
                 return
             try:
-                self._dispatch(state, d)
+                self._dispatch(state, *job)
             except BaseException as exc:  # noqa: BLE001 - a worker must never die silently
                 log.critical("worker_crashed", worker=state.id, error=repr(exc), exc_info=True)
-                d.reply(None, Internal("the worker failed"))
+                job[1](None, Internal("the worker failed"))
 
-    def _dispatch(self, state: WorkerState, d: Dispatch) -> None:
+    def _dispatch(self, state: WorkerState, d: Dispatch, reply: ThreadReply) -> None:
         """Run with the neuron's guard held shared (taken by ``_next``).
 
         contract §3.6: once the claim is durable, nothing that goes wrong
@@ -306,18 +218,19 @@ class WorkerPool:
 
         ref: AttemptRef | None = None
         try:
-            ref = self._claim(state, d, release)
+            ref = self._claim(state, d, reply, release)
             if ref is None:
                 return
             state.busy = ref
-            if self._begin_call(ref):
-                status, value, error, by_abort = self._call(ref)
+            if self.calls.begin(ref.attempt_id):
+                adapter = self._adapters[ref.act]
+                status, value, error, by_abort = call_act(adapter, ref, self._ctx.boot, self.on_act)
             else:
                 status, value, error = "unknown", None, "the call was not started"
                 by_abort = True
         except BaseException as exc:  # noqa: BLE001 - after the claim: unknown, never running
             if ref is None:
-                ref = d.claimed_ref  # set inside the claim unit: the claim may be durable
+                ref = self.calls.owned_by(reply)  # its claim unit ran: it may be durable
             if ref is None:
                 raise  # before the claim: nothing was started (the loop answers)
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
@@ -325,8 +238,21 @@ class WorkerPool:
         finally:
             release()
             state.busy = None
+        self._ended(state, reply, ref, status, value, error, by_abort)
+
+    def _ended(
+        self,
+        state: WorkerState,
+        reply: ThreadReply,
+        ref: AttemptRef,
+        status: str,
+        value: Any,
+        error: str | None,
+        by_abort: bool,
+    ) -> None:
+        """The call ended (the guard is released): record its outcome."""
         aborted: bool | None = None
-        if self._end_call(ref) and status == "unknown":
+        if self.calls.end(ref.attempt_id) and status == "unknown":
             # contract §3.8: an abort was taken and the call ended unknown. The
             # effect may have happened; never guessed. Its evidence says which
             # ended it: the abort (aborted: true), or the call itself before
@@ -337,101 +263,67 @@ class WorkerPool:
             if aborted:
                 error = f"aborted by the operator ({error or 'no detail'})"
         try:
-            self._accept(state, d, ref, status, value, error, aborted=aborted)
+            self._accept(state, reply, ref, status, value, error, aborted)
         except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
             # _accept raises only before its outcome is submitted
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
             try:
-                self._accept(state, d, ref, "unknown", None, _fault(exc), aborted=aborted)
+                self._accept(state, reply, ref, "unknown", None, _fault(exc), aborted)
             except BaseException as again:
                 self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
                 raise
 
     def _claim(
-        self, state: WorkerState, d: Dispatch, release: Callable[[], None]
+        self, state: WorkerState, d: Dispatch, reply: ThreadReply, release: Callable[[], None]
     ) -> AttemptRef | None:
         try:
             info = claim_record(self._adapters.get(d.act))
-            got = self._writer.call(d.claim(state.id, info, self._registrar(d)))
+
+            def on_claim(ref: AttemptRef) -> None:  # in the unit: before a read can see it
+                self.calls.claimed(ref, reply)
+
+            unit = claim_unit(
+                d,
+                self._ctx,
+                worker=state.id,
+                claim_info=info,
+                stopping=self._claim_stopping,
+                on_claim=on_claim,
+            )
+            got = self._writer.call(unit)
             if isinstance(got, Reroute):  # the placement now names another worker
                 release()
-                if not self.has(got.worker):
-                    d.reply(None, Internal("the placement names no worker of this daemon"))
-                elif not self.submit(got.worker, d):
-                    d.reply(None, _units.shutdown_void())
+                self._reroute(got.worker, d, reply)
                 return None
             ref: AttemptRef = got
         except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()
-            self._forget_claim(d)
-            err = exc if isinstance(exc, WarddError) else Internal("the claim failed")
-            if isinstance(err, Internal):
-                # contract §3.2.2: a failed claim voids the attempt (claim_failed); an
-                # invoke's attempt and claim were one unit, so nothing is left
-                if d.ref is not None:
-                    try:
-                        self._writer.call(
-                            _units.void(d.ref.attempt_id, "claim_failed"), critical=True
-                        )
-                    except WarddError:
-                        # contract §3.6: fail-stop; the next start marks it
-                        # unknown with claimed: false
-                        self._writer.fail_stop("a void (claim_failed) could not be written")
-                err = Internal("the claim could not be committed", {"reason": "claim_failed"})
-            d.reply(None, err)
+            reply(None, _refused(self._writer, self.calls, d, reply, exc))
             return None
         log.debug("claimed", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=state.id)
         return ref
 
-    def _forget_claim(self, d: Dispatch) -> None:
-        """A claim unit that registered its call and whose batch then failed
-        to commit: drop the registration (the attempt never ran)."""
-        if d.claimed_ref is not None:
-            self._unregister(d.claimed_ref.attempt_id, Internal("the claim was not committed"))
-            d.claimed_ref = None
-
-    def _call(self, ref: AttemptRef) -> tuple[str, Any, str | None, bool]:
-        """Call the adapter: (status, value, error, whether an abort ended it)."""
-        adapter = self._adapters[ref.act]
-        request = ActRequest(
-            neuron=ref.neuron,
-            op=ref.op,
-            attempt=ref.attempt,
-            act=ref.act,
-            args=ref.args,
-            boot=self._boot,
-        )
-        t0 = time.perf_counter()
-        try:
-            value = adapter.call(request)
-        except DefiniteFailure as exc:
-            return "failed", None, _text(exc) or "the act failed without an effect", False
-        except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
-            by_abort = isinstance(exc, CallAborted)
-            return "unknown", None, _text(exc) or type(exc).__name__, by_abort
-        finally:
-            self.on_act(ref.act, time.perf_counter() - t0)
-        # it returned: the effect happened; a value we could not send back is
-        # replaced by a placeholder and the reason is kept as the error text
-        value, why = wire_safe(value)
-        return "succeeded", value, why, False
+    def _reroute(self, worker: str, d: Dispatch, reply: ThreadReply) -> None:
+        if not self.has(worker):
+            reply(None, Internal("the placement names no worker of this daemon"))
+        elif not self._enqueue(worker, (d, reply)):
+            reply(None, shutdown_refusal(True))  # an invoke: no attempt was written
 
     def _accept(
         self,
         state: WorkerState,
-        d: Dispatch,
+        reply: ThreadReply,
         ref: AttemptRef,
         status: str,
         value: Any,
         error: str | None,
-        *,
-        aborted: bool | None = None,
+        aborted: bool | None,
     ) -> None:
-        """Submit the outcome and move on: the reply is sent from the
-        commit's callback (contract §3.2.3: only once the outcome is durable),
-        so the worker serves its next dispatch while the outcome waits for
-        its batch, and outcomes of several workers share one fsync. The
-        outcome is critical: if it cannot be stored, the daemon fail-stops."""
+        """Submit the outcome and move on: the reply is made once the outcome
+        is durable (contract §3.2.3, ``on_recorded``), so the
+        worker serves its next dispatch while the outcome waits for its
+        batch, and outcomes of several workers share one fsync. The outcome
+        is critical: if it cannot be stored, the daemon fail-stops."""
         if self._grace_over:
             log.warning(
                 "outcome_left_unrecorded",
@@ -440,67 +332,92 @@ class WorkerPool:
                 attempt=ref.attempt,
                 status=status,
             )
-            self._unregister(ref.attempt_id, Internal("the daemon stopped before the outcome"))
+            lost = Internal("the daemon stopped before the outcome")
+            self.calls.settle(ref.attempt_id, lost)
             return
-        fut = self._writer.submit(
-            _units.outcome(ref, status, value, error, "adapter", aborted=aborted), critical=True
-        )
+        unit = _units.outcome(ref, status, value, error, "adapter", aborted=aborted)
+        fut = self._writer.submit(unit, critical=True)
+        rec = Recorded(ref, state.id, status, value, error, aborted, fut)
+        settled = self.on_recorded
+        fut.add_done_callback(lambda _f: settled(rec, reply))
 
-        def committed(f: concurrent.futures.Future[Any]) -> None:
-            try:
-                _answer(f)
-            except BaseException as exc:  # noqa: BLE001 - a reply must always leave
-                log.error("reply_failed", op=ref.op, attempt=ref.attempt, error=repr(exc))
-                d.reply(None, Internal("the outcome's reply failed"))
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Its part of ``status``: each worker's call in progress."""
+        return [
+            {
+                "id": s.id,
+                "busy_op": None
+                if (busy := s.busy) is None
+                else {"neuron": busy.neuron, "op": busy.op, "attempt": busy.attempt},
+            }
+            for s in self.states
+        ]
 
-        def _answer(f: concurrent.futures.Future[Any]) -> None:
-            if f.exception() is not None:
-                # never report an outcome that is not stored
-                lost = Internal("the outcome could not be stored", {"reason": "fail_stop"})
-                self._unregister(ref.attempt_id, lost)
-                d.reply(None, lost)
-                return
-            self._unregister(ref.attempt_id, None, CallEnd(status, aborted))
-            with self._counts_lock:
-                state.counts[status] += 1
-            where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": state.id}
-            if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
-                log.warning("outcome", **where, status=status, error=error)
-                evidence: dict[str, Any] = {"claimed": True, "error": error}
-                if aborted:
-                    evidence["aborted"] = True
-                self.notify(
-                    "attempt_unknown",
-                    neuron=ref.neuron,
-                    op=ref.op,
-                    attempt=ref.attempt,
-                    act=ref.act,
-                    evidence=evidence,
-                )
-            elif status == "failed":
-                log.info("outcome", **where, status=status, error=error)
-            else:
-                log.info("outcome", **where, status=status)
-            result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
-            if status == "succeeded":
-                result["result"] = value
-            else:
-                result["error"] = error
-            d.reply(result, None)
 
-        fut.add_done_callback(committed)
+def _kill(adapter: Adapter | None, ref: AttemptRef) -> None:
+    """Kill the call's process group (an abort during the call)."""
+    kill = getattr(adapter, "abort", None)
+    if callable(kill):
+        try:
+            kill(idempotency_key(ref.neuron, ref.op, ref.attempt))
+        except Exception as exc:  # noqa: BLE001 - the outcome is unknown either way
+            log.error("abort_failed", act=ref.act, error=repr(exc))
 
-    def counts(self, state: WorkerState) -> dict[str, int]:
-        with self._counts_lock:
-            return dict(state.counts)
+
+def _refused(
+    writer: Writer, calls: Calls, d: Dispatch, reply: ThreadReply, exc: Exception
+) -> WarddError:
+    """The answer to a claim that was refused or failed."""
+    # a claim unit that registered its call and whose batch then failed to
+    # commit: drop the registration (the attempt never ran)
+    claimed = calls.owned_by(reply)
+    if claimed is not None:
+        calls.settle(claimed.attempt_id, Internal("the claim was not committed"))
+    if isinstance(exc, WarddError) and not isinstance(exc, Internal):
+        return exc
+    # contract §3.2.2: a failed claim voids the attempt (claim_failed); an
+    # invoke's attempt and claim were one unit, so nothing is left
+    prepared = d.prepared
+    if prepared is not None:
+        try:
+            writer.call(_units.void(prepared.attempt_id, "claim_failed"), critical=True)
+        except WarddError:
+            # contract §3.6: fail-stop; the next start marks it unknown
+            # with claimed: false
+            writer.fail_stop("a void (claim_failed) could not be written")
+    return Internal("the claim could not be committed", {"reason": "claim_failed"})
+
+
+def call_act(
+    adapter: Adapter, ref: AttemptRef, boot: str, on_act: Callable[[str, float], None]
+) -> tuple[str, Any, str | None, bool]:
+    """Call the adapter: (status, value, error, whether an abort ended it)."""
+    request = ActRequest(
+        neuron=ref.neuron, op=ref.op, attempt=ref.attempt, act=ref.act, args=ref.args, boot=boot
+    )
+    t0 = time.perf_counter()
+    try:
+        value = adapter.call(request)
+    except DefiniteFailure as exc:
+        return "failed", None, _text(exc) or "the act failed without an effect", False
+    except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
+        by_abort = isinstance(exc, CallAborted)
+        return "unknown", None, _text(exc) or type(exc).__name__, by_abort
+    finally:
+        on_act(ref.act, time.perf_counter() - t0)
+    # it returned: the effect happened; a value we could not send back is
+    # replaced by a placeholder and the reason is kept as the error text
+    value, why = wire_safe(value)
+    return "succeeded", value, why, False
+
+
+def _unsettled(rec: Recorded, reply: ThreadReply) -> None:
+    """``on_recorded`` until a Dispatcher sets its own."""
+    reply(None, Internal("no dispatcher settles the outcome"))
 
 
 def _ignore_call(act: str, seconds: float) -> None:
     """``on_act`` until the daemon sets its own."""
-
-
-def _ignore_event(event: str, **about: Any) -> None:
-    """``notify`` until the daemon sets its own."""
 
 
 def _text(exc: BaseException) -> str:

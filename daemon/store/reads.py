@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from wardd.adapters import idempotency_key
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
 from .._records import dec
@@ -40,7 +41,7 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        return f"{self.neuron}/{self.op}/{self.attempt}"
+        return idempotency_key(self.neuron, self.op, self.attempt)
 
 
 @attrs.frozen
@@ -56,7 +57,7 @@ class ClaimedCall:
 
     @property
     def key(self) -> str:
-        return f"{self.neuron}/{self.op}/{self.attempt}"
+        return idempotency_key(self.neuron, self.op, self.attempt)
 
 
 # -- the wire forms (contract §4), one renderer each ------------------------------------

@@ -1,0 +1,133 @@
+"""The call-state table (`wardd.daemon._calls`): moves as data, tested without threads."""
+
+from __future__ import annotations
+
+import pytest
+
+from wardd.daemon._calls import (
+    CALL_MOVES,
+    CallEnd,
+    CallEvent,
+    CallPhase,
+    Calls,
+    IllegalCallMove,
+    move_call,
+)
+from wardd.daemon.core.records import AttemptRef
+
+P, E = CallPhase, CallEvent
+
+
+def ref(attempt_id: int = 7) -> AttemptRef:
+    return AttemptRef(
+        neuron="n" * 64,
+        neuron_id=1,
+        op="op",
+        attempt=1,
+        op_id=3,
+        attempt_id=attempt_id,
+        act="echo",
+        args=b"",
+        epoch=1,
+        policy_version=1,
+        placement_generation=1,
+        digest="d" * 64,
+        worker="w0",
+    )
+
+
+class TestCallMoves:
+    def test_the_moves_are_exactly_these(self):
+        """The table is the whole state machine: a call's life in ten moves."""
+        assert dict(CALL_MOVES) == {
+            (P.CLAIMED, E.BEGIN): P.CALLING,
+            (P.CLAIMED, E.ABORT): P.CANCELLED,
+            (P.CLAIMED, E.END): P.DONE,
+            (P.CALLING, E.ABORT): P.KILLING,
+            (P.CALLING, E.END): P.DONE,
+            (P.CANCELLED, E.BEGIN): P.CANCELLED,
+            (P.CANCELLED, E.ABORT): P.CANCELLED,
+            (P.CANCELLED, E.END): P.ABORTED,
+            (P.KILLING, E.ABORT): P.KILLING,
+            (P.KILLING, E.END): P.ABORTED,
+        }
+
+    @pytest.mark.parametrize("phase", list(CallPhase))
+    @pytest.mark.parametrize("event", list(CallEvent))
+    def test_a_move_outside_the_table_raises(self, phase, event):
+        """move_call answers the table's phase, and refuses any other move."""
+        if (phase, event) in CALL_MOVES:
+            assert move_call(phase, event) is CALL_MOVES[(phase, event)]
+        else:
+            with pytest.raises(IllegalCallMove):
+                move_call(phase, event)
+
+    @pytest.mark.parametrize("phase", [P.DONE, P.ABORTED])
+    def test_a_call_whose_adapter_returned_takes_no_abort(self, phase):
+        """contract §3.8: an abort after the adapter returned is not_running."""
+        with pytest.raises(IllegalCallMove):
+            move_call(phase, E.ABORT)
+
+    def test_every_phase_is_reachable_from_claimed_and_ends(self):
+        """No dead phase: each is reached from claimed, and each but the two
+        ends can still end."""
+        seen, todo = {P.CLAIMED}, [P.CLAIMED]
+        while todo:
+            here = todo.pop()
+            for (src, _event), dst in CALL_MOVES.items():
+                if src is here and dst not in seen:
+                    seen.add(dst)
+                    todo.append(dst)
+        assert seen == set(CallPhase)
+        ends = {P.DONE, P.ABORTED}
+        assert {src for src, _ in CALL_MOVES} == set(CallPhase) - ends
+
+
+class TestCalls:
+    def test_a_call_without_abort_runs_and_ends_done(self):
+        """begin says call it; end says no abort was taken; settle forgets it."""
+        calls, owner = Calls(), object()
+        calls.claimed(ref(), owner)
+        assert calls.owned_by(owner) == ref()
+        assert calls.begin(7) is True
+        assert calls.end(7) is False
+        calls.settle(7, None, CallEnd("succeeded"))
+        assert len(calls) == 0 and calls.owned_by(owner) is None
+
+    def test_an_abort_before_the_call_keeps_it_from_starting(self):
+        """An abort taken while claimed: the adapter is never called, and the
+        waiters learn the end once it is settled."""
+        calls, told = Calls(), []
+        calls.claimed(ref(), object())
+        assert calls.abort(7, lambda end, err: told.append((end, err))) is None  # nothing to kill
+        assert calls.begin(7) is False
+        assert calls.end(7) is True
+        calls.settle(7, None, CallEnd("unknown", True))
+        assert told == [(CallEnd("unknown", True), None)]
+
+    def test_an_abort_during_the_call_asks_for_a_kill_each_time(self):
+        """While calling, each abort returns the call (its process group is killed)."""
+        calls = Calls()
+        calls.claimed(ref(), object())
+        calls.begin(7)
+        first = calls.abort(7, lambda end, err: None)
+        second = calls.abort(7, lambda end, err: None)
+        assert first is not None and second is first and first.phase is P.KILLING
+        assert calls.end(7) is True
+
+    def test_no_abort_once_the_adapter_returned_or_for_an_unknown_attempt(self):
+        """abort raises LookupError: the pool answers not_running."""
+        calls = Calls()
+        with pytest.raises(LookupError):
+            calls.abort(7, lambda end, err: None)
+        calls.claimed(ref(), object())
+        calls.begin(7)
+        calls.end(7)
+        with pytest.raises(LookupError):
+            calls.abort(7, lambda end, err: None)
+
+    def test_an_unregistered_call_is_called_and_reports_no_abort(self):
+        """begin/end of an attempt with no call (never registered) change nothing."""
+        calls = Calls()
+        assert calls.begin(9) is True
+        assert calls.end(9) is False

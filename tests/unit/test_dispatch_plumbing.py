@@ -1,0 +1,398 @@
+"""The dispatch plumbing in-process: the router and the worker pool beside fakes.
+
+Like httpcore's ``MockBackend`` or huey's ``MemoryHuey``: the pool runs its
+real worker threads, claim units and outcome units against a real writer on
+a temporary SQLite store, with scripted adapters (``echo``, and ``hold``,
+whose call waits until released or killed). The router runs against a
+fake writer that runs units inline. The real-process tests
+(tests/daemon/test_dispatch.py, test_stop.py, ...) cover the same ways
+through a daemon process; these show each hop without one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from wardd.adapters import CallAborted, echo_adapter
+from wardd.client import Neuron
+from wardd.daemon import _units
+from wardd.daemon import _units_mgmt as mgmt
+from wardd.daemon._bridge import ThreadReply
+from wardd.daemon._calls import CallEnd
+from wardd.daemon._lifecycle import void_shutdown
+from wardd.daemon._voids import Voids
+from wardd.daemon.descriptors import build_descriptors, check_descriptor
+from wardd.daemon.dispatch import Dispatch, Dispatcher, Execute, Invoke
+from wardd.daemon.guard import GuardTable
+from wardd.daemon.handlers import METHODS, Guard, Method
+from wardd.daemon.router import Authenticator, Lifecycle, Router, Services
+from wardd.daemon.store.boots import record_boot
+from wardd.daemon.store.reads import Reads
+from wardd.daemon.store.schema import migrate
+from wardd.daemon.store.writer import Writer, connect, connect_reader
+from wardd.daemon.tokens import Tokens
+from wardd.daemon.workers import WorkerPool
+from wardd.protocol import (
+    AttemptMismatch,
+    BadRequest,
+    Overloaded,
+    Request,
+    TokenVoid,
+    Unauthenticated,
+    UnknownMethod,
+    UnknownNeuron,
+    WrongNetwork,
+    canonical_digest,
+)
+
+BOOT = "b" * 32
+NETWORK = "testnet"
+NEURON = "a" * 64
+PROG = "p"
+
+
+@attrs.define
+class HoldAdapter:
+    """A scripted act: its call waits until `release` or an abort's kill."""
+
+    tag: str = "hold"
+    kind: str = "hold"
+    in_process: bool = True
+    max_arg_bytes: int = 1024
+    abortable: bool = True
+    entered: threading.Event = attrs.field(factory=threading.Event)
+    release: threading.Event = attrs.field(factory=threading.Event)
+    killed: list[str] = attrs.field(factory=list)
+
+    def call(self, request: Any) -> bytes:
+        self.entered.set()
+        if not self.release.wait(30):
+            raise TimeoutError("never released")
+        if self.killed:
+            raise CallAborted("killed")
+        return b"held"
+
+    def abort(self, key: str) -> None:
+        self.killed.append(key)
+        self.release.set()
+
+    def claim_info(self) -> None:
+        return None
+
+
+@attrs.define(eq=False)
+class World:
+    writer: Writer
+    reads: Reads
+    pool: WorkerPool
+    dispatcher: Dispatcher
+    voids: Voids
+    life: Lifecycle
+    ctx: _units.BootContext
+    hold: HoldAdapter
+    generation: int
+    notified: list[tuple[str, dict[str, Any]]]
+
+    def submit_op(self, op: str, act: str = "echo", args: bytes = b"x") -> None:
+        self.writer.call(mgmt.submit(NEURON, PROG, op, act, args, self.ctx.act_bounds))
+
+    def params(self, op: str, attempt: int = 1) -> dict[str, Any]:
+        return {"op": op, "expected_attempt": attempt, "placement_generation": self.generation}
+
+    def invoke(self, op: str, act: str = "echo") -> Dispatch:
+        return Dispatch(NEURON, act, Invoke(self.params(op)))
+
+    def state(self, op: str) -> str:
+        return str(self.reads.get_operation(NEURON, op)["state"])
+
+
+@pytest.fixture
+def world(tmp_path) -> Iterator[World]:
+    db = tmp_path / "w.db"
+    conn = connect(db)
+    conn.row_factory = sqlite3.Row
+    migrate(conn)
+    record_boot(conn, boot=BOOT, started_at="2026-01-01T00:00:00Z", pid=1, version="t")
+    writer = Writer(conn, on_fatal=lambda why: None)
+    hold = HoldAdapter()
+    adapters: dict[str, Any] = {"echo": echo_adapter(), "hold": hold}
+    bounds = {tag: a.max_arg_bytes for tag, a in adapters.items()}
+    descriptors = build_descriptors(
+        workers=2, network=NETWORK, version="t", device="dev", boot=BOOT, act_bounds=bounds
+    )
+    digests = [canonical_digest(d) for d in descriptors]
+    ctx = _units.BootContext(
+        boot=BOOT,
+        network=NETWORK,
+        advertised=dict(zip(digests, descriptors, strict=True)),
+        act_bounds=bounds,
+    )
+    life = Lifecycle()
+    guards = GuardTable()
+    pool = WorkerPool(
+        2, guards=guards, writer=writer, adapters=adapters, ctx=ctx, stopping=lambda: life.stopping
+    )
+    voids = Voids(writer)
+    notified: list[tuple[str, dict[str, Any]]] = []
+    dispatcher = Dispatcher(
+        pool, voids, notify=lambda event, **about: notified.append((event, about))
+    )
+    reads = Reads(connect_reader(db), 1 << 20)
+    writer.start()
+    pool.start()
+    try:
+        admitted = check_descriptor(descriptors[0], descriptors)  # the placement names w0
+        writer.call(mgmt.register_neuron(NEURON))
+        writer.call(mgmt.bind_placement(NEURON, 0, admitted, canonical_digest(admitted)))
+        writer.call(mgmt.create_prog(NEURON, PROG, 100))
+        root = reads.get_neuron(NEURON)
+        writer.call(mgmt.set_grant(NEURON, PROG, ["echo", "hold"], True, root["policy_version"]))
+        generation = reads.get_neuron(NEURON)["placement_generation"]
+        yield World(writer, reads, pool, dispatcher, voids, life, ctx, hold, generation, notified)
+    finally:
+        hold.release.set()
+        pool.begin_stop()
+        pool.join(10)
+        writer.stop()
+
+
+async def wait_entered(hold: HoldAdapter) -> None:
+    """Until the worker is inside the hold act (a thread event, waited off the loop)."""
+    assert await trio.to_thread.run_sync(hold.entered.wait, 10)
+
+
+class TestWorkerPool:
+    async def test_an_invoke_is_claimed_called_recorded_and_answered(self, world):
+        """submit → claim unit → adapter → outcome unit → the reply, once durable."""
+        world.submit_op("op1", args=b"hello")
+        got = await world.dispatcher.run("w0", world.invoke("op1"))
+        assert got == {"op": "op1", "attempt": 1, "status": "succeeded", "result": b"hello"}
+        assert world.state("op1") == "retained"
+        assert len(world.pool.calls) == 0  # the call left the table once settled
+        counts = {w: c["succeeded"] for w, c in world.dispatcher.counts().items()}
+        assert counts == {"w0": 1, "w1": 0}
+
+    async def test_an_execute_claims_its_prepared_attempt(self, world):
+        """The same way for a token's attempt: Execute(ref) claims exactly that attempt."""
+        world.submit_op("op2")
+        ref = world.writer.call(_units.prepare(world.ctx, NEURON, world.params("op2")))
+        d = Dispatch(NEURON, ref.act, Execute(ref))
+        got = await world.dispatcher.run(ref.worker, d)
+        assert (got["attempt"], got["status"]) == (ref.attempt, "succeeded")
+
+    async def test_a_dispatch_sent_to_the_wrong_worker_is_rerouted(self, world):
+        """The claim unit answers Reroute when the placement names another
+        worker: the dispatch runs there, and is answered once."""
+        world.submit_op("op3")
+        got = await world.dispatcher.run("w1", world.invoke("op3"))
+        assert got["status"] == "succeeded"
+        counts = {w: c["succeeded"] for w, c in world.dispatcher.counts().items()}
+        assert counts == {"w0": 1, "w1": 0}
+
+    async def test_a_refused_claim_answers_its_refusal_and_writes_nothing(self, world):
+        """A refusal inside the claim unit (the attempt number is stale) is the answer."""
+        world.submit_op("op4")
+        d = Dispatch(NEURON, "echo", Invoke(world.params("op4", attempt=5)))
+        with pytest.raises(AttemptMismatch):
+            await world.dispatcher.run("w0", d)
+        assert world.state("op4") == "pending"
+        assert len(world.pool.calls) == 0
+
+    async def test_an_abort_during_the_call_kills_it_and_answers_both(self, world):
+        """contract §3.8: the kill ends the call unknown (aborted: true); the
+        dispatch and the abort are answered once that outcome is durable."""
+        world.submit_op("held", act="hold")
+        async with trio.open_nursery() as nursery:
+            answers: list[Any] = []
+
+            async def dispatch() -> None:
+                answers.append(await world.dispatcher.run("w0", world.invoke("held", "hold")))
+
+            nursery.start_soon(dispatch)
+            await wait_entered(world.hold)
+            with world.reads.snapshot() as rconn:  # as the abort handler reads it
+                attempt_id, _act = _units.abort_target(rconn, NEURON, "held", 1)
+            abort_reply = ThreadReply()
+            assert world.pool.abort(attempt_id, abort_reply)
+            end = await world.dispatcher.wait(abort_reply)
+        assert end == CallEnd("unknown", True)
+        assert world.hold.killed == [f"{NEURON}/held/1"]  # the idempotency key
+        (got,) = answers
+        assert got["status"] == "unknown" and got["error"].startswith("aborted by the operator")
+        assert [e for e, _ in world.notified] == ["attempt_unknown"]
+        assert not world.pool.abort(attempt_id, ThreadReply())  # it has ended
+
+    async def test_the_stop_voids_and_answers_what_was_never_claimed(self, world):
+        """contract §3.6: begin_stop hands back the queued dispatches; each is
+        answered token_void (shutdown) once the voids are durable, and a
+        dispatch submitted after it is refused the same way."""
+        world.submit_op("busy", act="hold")
+        world.submit_op("queued")
+        ref = world.writer.call(_units.prepare(world.ctx, NEURON, world.params("queued")))
+        tokens = Tokens(ttl_s=60, void=world.voids.void, attempt_state=world.reads.attempt_state)
+        async with trio.open_nursery() as nursery:
+            errors: list[Any] = []
+
+            async def run(worker: str, d: Dispatch) -> None:
+                try:
+                    await world.dispatcher.run(worker, d)
+                except TokenVoid as err:
+                    errors.append(err.data)
+
+            nursery.start_soon(run, "w0", world.invoke("busy", "hold"))
+            await wait_entered(world.hold)  # w0 is busy: the next dispatch waits in its queue
+            nursery.start_soon(run, "w0", Dispatch(NEURON, "echo", Execute(ref)))
+            await trio.testing.wait_all_tasks_blocked()
+            world.life.stopping = True
+            queued = world.pool.begin_stop()
+            assert [d.how for d, _reply in queued] == [Execute(ref)]
+            await void_shutdown(world.voids, queued, tokens, [])
+            await trio.testing.wait_all_tasks_blocked()
+            assert errors == [{"reason": "shutdown"}]
+            assert world.reads.attempt_state(ref.attempt_id) == ("void", "shutdown")
+            with pytest.raises(TokenVoid):  # submitted after the stop began
+                await world.dispatcher.run("w1", world.invoke("queued"))
+            world.hold.release.set()  # the call in progress ends within the grace
+        assert world.state("busy") == "retained"
+
+
+# -- the router ---------------------------------------------------------------------------
+
+
+class FakeWriter:
+    """Runs each unit inline (a unit here is a plain function of None)."""
+
+    def __init__(self) -> None:
+        self.ran: list[Any] = []
+
+    async def run(self, unit: Any, *, critical: bool = False) -> Any:
+        self.ran.append(unit)
+        return unit(None)
+
+
+class FakeReads:
+    def __init__(self, neurons: set[str]) -> None:
+        self.neurons = neurons
+
+    def neuron_exists(self, neuron: str) -> bool:
+        return neuron in self.neurons
+
+
+def services(life: Lifecycle, guards: GuardTable, writer: FakeWriter, auth: Any) -> Services:
+    fields = {a.name: None for a in attrs.fields(Services)}
+    return Services(**{**fields, "life": life, "guards": guards, "writer": writer, "auth": auth})
+
+
+def request(method: str, params: dict[str, Any]) -> Request:
+    return Request(id=1, method=method, params=params)
+
+
+class SignedBy:
+    """A real Ed25519 signer, so that the router's checks run for real."""
+
+    def __init__(self) -> None:
+        self.neuron = Neuron.generate()
+
+    def params(self, method: str, params: dict[str, Any], network: str = NETWORK) -> dict[str, Any]:
+        return self.neuron.sign(method, params, network)
+
+
+class TestRouter:
+    async def test_a_method_declared_exclusive_runs_its_unit_under_the_exclusive_guard(self):
+        """The table is the single source: EXCLUSIVE in the entry is what takes
+        the guard, around the unit the handler answers; NONE does not."""
+        guards, writer, life = GuardTable(), FakeWriter(), Lifecycle()
+        life.recovered.set()
+        signer = SignedBy()
+        neuron = signer.neuron.id
+        auth = Authenticator(NETWORK, FakeReads({neuron}).neuron_exists)
+
+        def unit(conn: Any) -> bool:  # what a worker would see: can it take the guard shared?
+            with guards.cond:
+                shared = guards.try_shared_locked(neuron)
+            if shared:
+                guards.release_shared(neuron)
+            return not shared
+
+        async def handler(s: Any, conn: Any, n: str, p: Any) -> Any:
+            return unit
+
+        async def plain(s: Any, conn: Any, n: str, p: Any) -> Any:
+            return await s.writer.run(unit)
+
+        table = {
+            "excl": Method(({}, {}), signed=True, handler=handler, guard=Guard.EXCLUSIVE),
+            "free": Method(({}, {}), signed=True, handler=plain, guard=Guard.NONE),
+        }
+        router = Router(services(life, guards, writer, auth), table)
+        assert await router.handle(None, request("excl", signer.params("excl", {}))) is True
+        assert await router.handle(None, request("free", signer.params("free", {}))) is False
+
+    def test_the_real_tables_exclusive_writes_answer_their_unit_for_the_router(self):
+        """Each EXCLUSIVE entry of METHODS leaves the guard to the router."""
+        exclusive = [n for n, m in METHODS.items() if m.guard is Guard.EXCLUSIVE]
+        assert exclusive and all(METHODS[n].signed for n in exclusive)
+
+    async def test_the_checks_come_in_the_contracts_order(self):
+        """stopping, then unknown method, then params, then network, signature,
+        registration: each refusal is the first check that fails."""
+        guards, writer, life = GuardTable(), FakeWriter(), Lifecycle()
+        life.recovered.set()
+        signer, stranger = SignedBy(), SignedBy()
+        auth = Authenticator(NETWORK, FakeReads({signer.neuron.id}).neuron_exists)
+        router = Router(services(life, guards, writer, auth))
+        good = signer.params("advance_epoch", {"expected_epoch": 0})
+        with pytest.raises(UnknownMethod):
+            await router.handle(None, request("nope", good))
+        with pytest.raises(BadRequest):  # params before the signature
+            await router.handle(None, request("advance_epoch", {**good, "expected_epoch": "x"}))
+        other_net = signer.params("advance_epoch", {"expected_epoch": 0}, network="elsewhere")
+        with pytest.raises(WrongNetwork):  # the network before the signature
+            await router.handle(
+                None, request("advance_epoch", {**other_net, "network": "elsewhere"})
+            )
+        with pytest.raises(Unauthenticated):
+            await router.handle(None, request("advance_epoch", {**good, "sig": bytes(64)}))
+        with pytest.raises(UnknownNeuron):  # a good signature of an unregistered neuron
+            await router.handle(
+                None,
+                request("advance_epoch", stranger.params("advance_epoch", {"expected_epoch": 0})),
+            )
+        life.stopping = True
+        for method in ("advance_epoch", "nope"):  # once stopping, before anything else
+            with pytest.raises(Overloaded):
+                await router.handle(None, request(method, {"expected_epoch": "x"}))
+        assert writer.ran == []
+
+    async def test_only_the_declared_methods_wait_for_the_recovery(self):
+        """A read waits until the start-up recovery is done; status does not."""
+        guards, writer, life = GuardTable(), FakeWriter(), Lifecycle()
+        table = {
+            "early": Method(({}, {}), signed=False, handler=_answer, waits_for_recovery=False),
+            "late": Method(({}, {}), signed=False, handler=_answer),
+        }
+        router = Router(services(life, guards, writer, None), table)
+        assert await router.handle(None, request("early", {})) == "answered"
+        answered: list[Any] = []
+        async with trio.open_nursery() as nursery:
+
+            async def late() -> None:
+                answered.append(await router.handle(None, request("late", {})))
+
+            nursery.start_soon(late)
+            await trio.testing.wait_all_tasks_blocked()
+            assert answered == []
+            life.recovered.set()
+        assert answered == ["answered"]
+
+
+async def _answer(s: Any, conn: Any, neuron: Any, p: Any) -> str:
+    return "answered"
