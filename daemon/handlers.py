@@ -30,6 +30,7 @@ import structlog
 
 from wardd.protocol import (
     ATTEMPT_LIST_STATES,
+    DEFAULT_PAGE_LIMIT,
     BadRequest,
     Internal,
     NotAbortable,
@@ -114,6 +115,11 @@ def _write(params: Spec, build: UnitBuilder, guard: Guard = Guard.NONE) -> Metho
         return await s.writer.run(build(s, neuron, p))
 
     return _signed(params, handler, guard)
+
+
+def _page(p: Mapping[str, Any]) -> tuple[Any, int]:
+    """A paged read's cursor and limit (contract §4), with the one default."""
+    return p.get("after"), p.get("limit", DEFAULT_PAGE_LIMIT)
 
 
 def _read(params: Spec, fn: Callable[[Services, dict[str, Any]], Any]) -> Method[None]:
@@ -380,15 +386,15 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
     "list_operations": _read(
         ({"neuron": neuron_id}, {"state": one_of(*OpState), "prog": ident, **PAGE}),
         lambda s, p: s.reads.list_operations(
-            p["neuron"], p.get("state"), p.get("prog"), p.get("after"), p.get("limit", 100)
+            p["neuron"], p.get("state"), p.get("prog"), *_page(p)
         ),
     ),
     "history": _read(
         ({"neuron": neuron_id, "op": ident}, PAGE),
-        lambda s, p: s.reads.history(p["neuron"], p["op"], p.get("after"), p.get("limit", 100)),
+        lambda s, p: s.reads.history(p["neuron"], p["op"], *_page(p)),
     ),
     "list_attempts": _read(
         ({"state": one_of(*ATTEMPT_LIST_STATES)}, PAGE),
-        lambda s, p: s.reads.list_attempts(p["state"], p.get("after"), p.get("limit", 100)),
+        lambda s, p: s.reads.list_attempts(p["state"], *_page(p)),
     ),
 }

@@ -86,6 +86,7 @@ from ._messages import ErrorReply, Request, Response, parse_reply, parse_request
 from ._signing import neuron_id, sign, signing_input, verify
 from ._vocabulary import (
     ATTEMPT_LIST_STATES,
+    DEFAULT_PAGE_LIMIT,
     ID_PATTERN,
     MAX_PAGE_LIMIT,
     MAX_UINT,
@@ -111,6 +112,7 @@ __all__ = [
     "ID_PATTERN",
     "MAX_DEPTH",
     "MAX_MAX_FRAME",
+    "DEFAULT_PAGE_LIMIT",
     "MAX_PAGE_LIMIT",
     "MAX_UINT",
     "MIN_MAX_FRAME",

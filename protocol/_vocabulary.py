@@ -20,6 +20,7 @@ import attrs
 __all__ = [
     "ATTEMPT_LIST_STATES",
     "ID_PATTERN",
+    "DEFAULT_PAGE_LIMIT",
     "MAX_PAGE_LIMIT",
     "MAX_UINT",
     "NEURON_ID_PATTERN",
@@ -127,6 +128,8 @@ def default_socket_path(environ: Mapping[str, str] | None = None, uid: int | Non
 
 #: The largest `limit` a paged read takes (contract §4).
 MAX_PAGE_LIMIT: Final = 1000
+#: The `limit` of a paged read that names none.
+DEFAULT_PAGE_LIMIT: Final = 100
 
 
 class PagingError(ValueError):

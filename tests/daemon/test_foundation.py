@@ -452,3 +452,15 @@ class TestPaging:
         rest = a.read("history", {"neuron": a.id, "op": "op-0", "after": first["next"]})
         kinds = [r["kind"] for r in first["records"] + rest["records"]]
         assert kinds == ["submitted", "prepared", "claimed", "outcome"] and "next" not in rest
+
+    def test_a_read_that_names_no_limit_gets_pages_of_100(self, daemon):
+        """`limit` defaults to 100 (docs/protocol.md): the 101st op is on the next page."""
+        from tests.daemon.harness import Actor
+
+        a = Actor(daemon, acts=("echo",))
+        for i in range(101):
+            a.submit(f"op-{i:03}")
+        first = a.read("list_operations", {"neuron": a.id})
+        assert [o["op"] for o in first["operations"]] == [f"op-{i:03}" for i in range(100)]
+        rest = a.read("list_operations", {"neuron": a.id, "after": first["next"]})
+        assert [o["op"] for o in rest["operations"]] == ["op-100"] and "next" not in rest
