@@ -429,3 +429,26 @@ class TestRouter:
 
 async def _answer(s: Any, conn: Any, neuron: Any, p: Any) -> str:
     return "answered"
+
+
+class TestBridge:
+    async def test_replies_answered_together_from_a_thread_all_arrive(self):
+        """The writer answers a batch's replies in a row from its thread: the
+        loop is woken once for several of them, and every one arrives, each
+        with its own answer."""
+        replies = [ThreadReply() for _ in range(5)]
+
+        def answer_all() -> None:
+            for i, reply in enumerate(replies):
+                reply(i, None)
+
+        await trio.to_thread.run_sync(answer_all)
+        with trio.fail_after(30):
+            for reply in replies:
+                await reply.done.wait()
+        assert [r.result() for r in replies] == list(range(5))
+        late = ThreadReply()  # and the next answer, after that flush, wakes the loop again
+        await trio.to_thread.run_sync(late, "late", None)
+        with trio.fail_after(30):
+            await late.done.wait()
+        assert late.result() == "late"
