@@ -7,9 +7,10 @@ only after that neuron's calls in progress have returned. A waiting
 exclusive holder keeps new shared holders out (no starvation of
 revocations).
 
-All guards share one condition variable, which the workers also wait on:
-a worker whose next dispatch cannot take its guard sets it aside and is
-woken when any guard is released. Shared acquisition never blocks
+All guards share one lock and one condition variable: a worker whose next
+dispatch cannot take its guard sets it aside and waits on that condition,
+which every release notifies (an idle worker waits on a condition of its
+own over the same ``lock``, so a release does not wake it). Shared acquisition never blocks
 (:meth:`try_shared_locked`); exclusive acquisition is async
 (:meth:`acquire_exclusive_async`): the event loop waits on a trio event
 that every release sets, so no thread is held per waiter and the event
@@ -36,7 +37,8 @@ class _Guard:
 
 class GuardTable:
     def __init__(self) -> None:
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self._guards: dict[str, _Guard] = {}
         self._wakers: list[Callable[[], None]] = []
 

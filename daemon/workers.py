@@ -51,10 +51,18 @@ ERROR_TEXT_MAX = 2000
 Job = tuple[Dispatch, ThreadReply]
 
 
-@attrs.define
+@attrs.define(eq=False)
 class WorkerState:
+    """One worker: its call in progress, and how it waits for work."""
+
     id: str
+    # what it waits on when idle: a condition of its own over the guards'
+    # lock, so that a dispatch queued on another worker, or a guard released,
+    # does not wake it (a wake costs a futex and a GIL hand-over)
+    wake: threading.Condition
     busy: AttemptRef | None = None
+    # True while it waits for a guard (every guard release wakes it)
+    on_guard: bool = False
 
 
 class WorkerPool:
@@ -69,12 +77,13 @@ class WorkerPool:
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._guards = guards
-        self._cond = guards.cond
+        self._lock = guards.lock
         self._writer = writer
         self._adapters = adapters
         self._ctx = ctx
         self._claim_stopping = stopping  # read by the claim units (the daemon's stop)
-        self.states = [WorkerState(f"w{i}") for i in range(n)]
+        self.states = [WorkerState(f"w{i}", threading.Condition(guards.lock)) for i in range(n)]
+        self._by_id = {s.id: s for s in self.states}
         self._queues: dict[str, collections.deque[Job]] = {
             s.id: collections.deque() for s in self.states
         }
@@ -109,21 +118,22 @@ class WorkerPool:
         return reply if self._enqueue(worker, (d, reply)) else None
 
     def _enqueue(self, worker: str, job: Job) -> bool:
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 return False
             self._queues[worker].append(job)
-            self._cond.notify_all()
+            _wake(self._by_id[worker], self._guards)
             return True
 
     def begin_stop(self) -> list[Job]:
         """Claim nothing more: returns the queued, unclaimed dispatches."""
-        with self._cond:
+        with self._lock:
             self._stopping = True
             queued = [job for q in self._queues.values() for job in q]
             for q in self._queues.values():
                 q.clear()
-            self._cond.notify_all()
+            for state in self.states:
+                _wake(state, self._guards)
         return queued
 
     def join(self, grace: float) -> bool:
@@ -173,7 +183,7 @@ class WorkerPool:
 
     def _next(self, state: WorkerState) -> Job | None:
         q = self._queues[state.id]
-        with self._cond:
+        with self._lock:
             while True:
                 if self._stopping:
                     return None
@@ -186,7 +196,7 @@ class WorkerPool:
                         q.remove(job)
                         return job
                     set_aside.add(neuron)
-                self._cond.wait()
+                _wait(state, self._guards, bool(set_aside))
 
     def _loop(self, state: WorkerState) -> None:
         while True:
@@ -352,6 +362,27 @@ class WorkerPool:
             }
             for s in self.states
         ]
+
+
+def _wake(state: WorkerState, guards: GuardTable) -> None:
+    """Wake ``state``'s worker wherever it waits (holding the guards' lock)."""
+    if state.on_guard:
+        guards.cond.notify_all()
+    else:
+        state.wake.notify()
+
+
+def _wait(state: WorkerState, guards: GuardTable, set_aside: bool) -> None:
+    """Wait (holding the guards' lock) until a dispatch is queued on
+    ``state``'s worker or, if it set one aside, until any guard is released."""
+    if not set_aside:  # idle: only a dispatch queued here wakes it
+        state.wake.wait()
+        return
+    state.on_guard = True
+    try:
+        guards.cond.wait()
+    finally:
+        state.on_guard = False
 
 
 def _kill(adapter: Adapter | None, ref: AttemptRef) -> None:

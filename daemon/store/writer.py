@@ -75,11 +75,45 @@ def connect_reader(path: Path) -> sqlite3.Connection:
     return conn
 
 
+class _Answer:
+    """The answer :meth:`Writer.call` blocks on: a lock held from the start
+    and released by the writer once the answer is set. The caller waits in
+    C (``Lock.acquire``), not in a `concurrent.futures.Future`'s Python
+    condition: a worker waits for every claim this way."""
+
+    __slots__ = ("_done", "_error", "_lock", "_value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: Any) -> None:
+        self._value, self._done = value, True
+        self._lock.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error, self._done = error, True
+        self._lock.release()
+
+    def result(self) -> Any:
+        """Wait for the answer: the unit's value, or raise its error."""
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            return self._value
+
+
 @attrs.define(eq=False)
 class _Job:
     unit: Unit
     critical: bool
-    future: concurrent.futures.Future[Any]
+    future: concurrent.futures.Future[Any] | _Answer
 
 
 class _Stop:
@@ -122,17 +156,24 @@ class Writer:
 
     def submit(self, unit: Unit, *, critical: bool = False) -> concurrent.futures.Future[Any]:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put(unit, critical, fut)
+        return fut
+
+    def _put(
+        self, unit: Unit, critical: bool, answer: concurrent.futures.Future[Any] | _Answer
+    ) -> None:
         if self.fatal is not None:
-            fut.set_exception(_stopped())
-            return fut
+            answer.set_exception(_stopped())
+            return
         with self._lock:
             self._backlog += 1
-        self._queue.put(_Job(unit, critical, fut))
-        return fut
+        self._queue.put(_Job(unit, critical, answer))
 
     def call(self, unit: Unit, *, critical: bool = False) -> Any:
         """Run ``unit`` and wait for its COMMIT (from a worker thread)."""
-        return _unwrap(self.submit(unit, critical=critical).result())
+        answer = _Answer()
+        self._put(unit, critical, answer)
+        return _unwrap(answer.result())
 
     async def run(self, unit: Unit, *, critical: bool = False) -> Any:
         """Run ``unit`` and wait for its COMMIT (from the trio loop).

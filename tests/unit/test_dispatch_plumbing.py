@@ -56,6 +56,7 @@ from wardd.protocol import (
 BOOT = "b" * 32
 NETWORK = "testnet"
 NEURON = "a" * 64
+OTHER = "c" * 64  # a second neuron, placed on w0 too
 PROG = "p"
 
 
@@ -98,20 +99,28 @@ class World:
     life: Lifecycle
     ctx: _units.BootContext
     hold: HoldAdapter
-    generation: int
+    generations: dict[str, int]
     notified: list[tuple[str, dict[str, Any]]]
+    guards: GuardTable
 
-    def submit_op(self, op: str, act: str = "echo", args: bytes = b"x") -> None:
-        self.writer.call(mgmt.submit(NEURON, PROG, op, act, args, self.ctx.act_bounds))
+    @property
+    def generation(self) -> int:
+        return self.generations[NEURON]
 
-    def params(self, op: str, attempt: int = 1) -> dict[str, Any]:
-        return {"op": op, "expected_attempt": attempt, "placement_generation": self.generation}
+    def submit_op(
+        self, op: str, act: str = "echo", args: bytes = b"x", neuron: str = NEURON
+    ) -> None:
+        self.writer.call(mgmt.submit(neuron, PROG, op, act, args, self.ctx.act_bounds))
 
-    def invoke(self, op: str, act: str = "echo") -> Dispatch:
-        return Dispatch(NEURON, act, Invoke(self.params(op)))
+    def params(self, op: str, attempt: int = 1, neuron: str = NEURON) -> dict[str, Any]:
+        generation = self.generations[neuron]
+        return {"op": op, "expected_attempt": attempt, "placement_generation": generation}
 
-    def state(self, op: str) -> str:
-        return str(self.reads.get_operation(NEURON, op)["state"])
+    def invoke(self, op: str, act: str = "echo", neuron: str = NEURON) -> Dispatch:
+        return Dispatch(neuron, act, Invoke(self.params(op, neuron=neuron)))
+
+    def state(self, op: str, neuron: str = NEURON) -> str:
+        return str(self.reads.get_operation(neuron, op)["state"])
 
 
 @pytest.fixture
@@ -150,13 +159,18 @@ def world(tmp_path) -> Iterator[World]:
     pool.start()
     try:
         admitted = check_descriptor(descriptors[0], descriptors)  # the placement names w0
-        writer.call(mgmt.register_neuron(NEURON))
-        writer.call(mgmt.bind_placement(NEURON, 0, admitted, canonical_digest(admitted)))
-        writer.call(mgmt.create_prog(NEURON, PROG, 100))
-        root = reads.get_neuron(NEURON)
-        writer.call(mgmt.set_grant(NEURON, PROG, ["echo", "hold"], True, root["policy_version"]))
-        generation = reads.get_neuron(NEURON)["placement_generation"]
-        yield World(writer, reads, pool, dispatcher, voids, life, ctx, hold, generation, notified)
+        generations = {}
+        for neuron in (NEURON, OTHER):
+            writer.call(mgmt.register_neuron(neuron))
+            writer.call(mgmt.bind_placement(neuron, 0, admitted, canonical_digest(admitted)))
+            writer.call(mgmt.create_prog(neuron, PROG, 100))
+            root = reads.get_neuron(neuron)
+            acts = ["echo", "hold"]
+            writer.call(mgmt.set_grant(neuron, PROG, acts, True, root["policy_version"]))
+            generations[neuron] = reads.get_neuron(neuron)["placement_generation"]
+        yield World(
+            writer, reads, pool, dispatcher, voids, life, ctx, hold, generations, notified, guards
+        )
     finally:
         hold.release.set()
         pool.begin_stop()
@@ -205,6 +219,25 @@ class TestWorkerPool:
             await world.dispatcher.run("w0", d)
         assert world.state("op4") == "pending"
         assert len(world.pool.calls) == 0
+
+    async def test_a_dispatch_whose_guard_is_held_waits_and_others_pass_it(self, world):
+        """A dispatch whose neuron's guard is held exclusively is set aside:
+        its worker serves another neuron's dispatch meanwhile (woken by that
+        dispatch, not by a release), and runs the first once the guard is
+        released (woken by the release)."""
+        world.submit_op("a1")
+        world.submit_op("b1", neuron=OTHER)
+        await world.guards.acquire_exclusive_async(NEURON)
+        with trio.fail_after(30):  # a worker nobody wakes would hang here (unshielded waits)
+            first = world.pool.submit("w0", world.invoke("a1"))
+            other = world.pool.submit("w0", world.invoke("b1", neuron=OTHER))
+            assert first is not None and other is not None
+            await other.done.wait()
+            assert other.result()["status"] == "succeeded"
+            assert not first.done.is_set() and world.state("a1") == "pending"
+            world.guards.release_exclusive(NEURON)
+            await first.done.wait()
+        assert first.result()["status"] == "succeeded"
 
     async def test_an_abort_during_the_call_kills_it_and_answers_both(self, world):
         """contract §3.8: the kill ends the call unknown (aborted: true); the
@@ -396,3 +429,26 @@ class TestRouter:
 
 async def _answer(s: Any, conn: Any, neuron: Any, p: Any) -> str:
     return "answered"
+
+
+class TestBridge:
+    async def test_replies_answered_together_from_a_thread_all_arrive(self):
+        """The writer answers a batch's replies in a row from its thread: the
+        loop is woken once for several of them, and every one arrives, each
+        with its own answer."""
+        replies = [ThreadReply() for _ in range(5)]
+
+        def answer_all() -> None:
+            for i, reply in enumerate(replies):
+                reply(i, None)
+
+        await trio.to_thread.run_sync(answer_all)
+        with trio.fail_after(30):
+            for reply in replies:
+                await reply.done.wait()
+        assert [r.result() for r in replies] == list(range(5))
+        late = ThreadReply()  # and the next answer, after that flush, wakes the loop again
+        await trio.to_thread.run_sync(late, "late", None)
+        with trio.fail_after(30):
+            await late.done.wait()
+        assert late.result() == "late"
