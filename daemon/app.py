@@ -97,6 +97,7 @@ class Daemon:
             wconn, boot=self.boot, started_at=self.started_at, pid=os.getpid(), version=VERSION
         )
         self.writer = Writer(wconn, self._on_fatal)
+        self.writer.counters.seed(wconn)  # status's counts (store/counters.py)
         self.reads = Reads(connect_reader(self.db_path), self.config.max_frame)
         self.voids = Voids(self.writer)
         self.tokens = Tokens(
@@ -263,7 +264,9 @@ class Daemon:
         # watched through the grace: a second stop signal ends it
         conns.start_soon(self.signals.watch, signals)
         if notifier.enabled:
-            conns.start_soon(life_.report_status, notifier, self.life, self.reads, self.recovery)
+            conns.start_soon(
+                life_.report_status, notifier, self.life, self.writer.counters, self.recovery
+            )
 
     async def _serve(
         self,
@@ -339,7 +342,7 @@ class Daemon:
             "uptime": round(time.monotonic() - self.t0, 3),
             "network": self.config.network,
             **merged_status(
-                self.reads.status_figures(),  # one statement
+                self.writer.counters.figures.wire(),  # kept by the writer: no statement
                 self.db_path,
                 workers=self.pool.snapshot(),
                 counts=self.dispatcher.counts(),
