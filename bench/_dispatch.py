@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import rss_kib
+from _recovery import copy_db
 from _wardd import Actor, Daemon
 
 from wardd.client import Client
@@ -225,7 +226,8 @@ def _loaded(d: Daemon, admin: Client, fns: list[Any], count: int,
 
 
 def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_client: int,
-               probe_interval: float, rep: int, before_cycles: Any = None) -> dict[str, Any]:
+               probe_interval: float, rep: int, before_cycles: Any = None,
+               database: Path | None = None) -> dict[str, Any]:
     """One repetition on a fresh daemon: ``clients`` threads, each with its
     own connection, over ``neurons`` neurons bound round-robin to the
     workers. Ops are submitted first (concurrently: that is group commit on
@@ -237,8 +239,11 @@ def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_clie
     ``status`` every ``probe_interval`` seconds during each of the two
     timed phases, whose latencies are kept apart. ``before_cycles()``, if
     given, runs right before the cycles (a paired raw sample, the daemon
-    idle); its result is kept as ``paired``."""
+    idle); its result is kept as ``paired``. ``database``: a database to
+    start from (copied), instead of an empty one."""
     d = Daemon(root / f"conc-w{workers}-{rep}", workers=workers)
+    if database is not None:
+        copy_db(database, d.database)
     conns: list[Client] = []
     try:
         d.start()

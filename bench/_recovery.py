@@ -9,6 +9,9 @@ an outcome each); and the in-flight attempts of the earlier boot, half
 ``prepared`` (2 records) and half claimed and ``running`` (3 records). The
 event records add up to ``records``.
 
+:func:`build_ops` makes the larger database ``status`` is measured on
+under load (1M ops), in SQL alone: a few seconds rather than a minute.
+
 The time measured is from just before the daemon process is spawned to its
 ``READY=1``: interpreter start, imports, migration check, and the recovery
 unit that marks every in-flight attempt unknown (contract §3.6). A start on an
@@ -148,6 +151,78 @@ def build(path: Path, *, records: int = 1_000_000, in_flight: int = 10_000,
               for t in ("events", "operations", "attempts", "claims", "outcomes")}
     counts["in_flight"] = conn.execute(
         "SELECT count(*) FROM attempts WHERE state IN ('prepared', 'running')").fetchone()[0]
+    conn.close()
+    counts["bytes"] = os.path.getsize(path)
+    return counts
+
+
+def build_ops(path: Path, *, ops: int = 1_000_000, in_flight: int = 10_000,
+              neurons: int = 100) -> dict[str, int]:
+    """A database of ``ops`` ops as an earlier boot left it, built by SQL
+    statements alone: the same neurons and progs as :func:`build`, every op
+    with one guarded attempt, its claim and its records (4 each); all but
+    ``in_flight`` finished (``retained``, with an outcome), those still
+    ``running`` (no outcome, 3 records): the recovery marks them unknown."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    migrate(conn)
+    conn.execute("PRAGMA journal_mode=OFF")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("PRAGMA cache_size=-400000")
+    desc = cbor2.dumps(_descriptor(OLD_BOOT), canonical=True)
+    digest = secrets.token_hex(32)
+    done = ops - in_flight
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO boots(boot_id, started_at, pid, version) VALUES (?,?,?,?)",
+                 (OLD_BOOT, AT, 1, "0.1.0"))
+    conn.executemany(
+        "INSERT INTO neurons(id, neuron, epoch, policy_version, placement_generation,"
+        " placement, placement_digest, created_at) VALUES (?,?,1,1,1,?,?,?)",
+        [(i + 1, secrets.token_hex(32), desc, digest, AT) for i in range(neurons)])
+    conn.executemany(
+        "INSERT INTO progs(id, neuron_id, prog, state, step_limit, grant_acts, grant_enabled)"
+        " VALUES (?,?,'p','active',1000000000,?,1)",
+        [(i + 1, i + 1, cbor2.dumps(["echo"])) for i in range(neurons)])
+    conn.execute("CREATE TEMP TABLE n(x INTEGER PRIMARY KEY)")
+    conn.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?)"
+                 " INSERT INTO n SELECT x FROM c", (ops,))
+    fin = f"x <= {int(done)}"  # a finished op
+    conn.execute(
+        "INSERT INTO operations(id, neuron_id, op, prog_id, act, args, state, attempts,"
+        " result_epoch, last_seq) SELECT x, (x - 1) % ?1 + 1, 'op-' || x, (x - 1) % ?1 + 1,"
+        f" 'echo', ?2, CASE WHEN {fin} THEN 'retained' ELSE 'running' END, 1,"
+        f" CASE WHEN {fin} THEN 1 END, 4 * x - NOT ({fin}) FROM n", (neurons, b"x" * 32))
+    conn.execute(
+        "INSERT INTO attempts(id, op_id, attempt, kind, epoch, policy_version,"
+        " placement_generation, descriptor, digest, worker, boot, created_at, state)"
+        " SELECT x, x, 1, 'guarded', 1, 1, 1, ?, ?, 'w0', ?, ?,"
+        f" CASE WHEN {fin} THEN 'succeeded' ELSE 'running' END FROM n",
+        (desc, digest, OLD_BOOT, AT))
+    conn.execute("INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot, at)"
+                 " SELECT x, 1, ?, 'w0', ?, ? FROM n", (digest, OLD_BOOT, AT))
+    conn.execute("INSERT INTO outcomes(attempt_id, status, value, source, at)"
+                 f" SELECT x, 'succeeded', ?, 'adapter', ? FROM n WHERE {fin}",
+                 (cbor2.dumps(b"x" * 32), AT))
+    data = [cbor2.dumps(d) for d in (
+        {"prog": "p", "act": "echo"},
+        {"kind": "guarded", "epoch": 1, "policy_version": 1, "placement_generation": 1,
+         "digest": digest, "worker": "w0", "boot": OLD_BOOT},
+        {"worker": "w0", "boot": OLD_BOOT, "placement_generation": 1, "digest": digest},
+        {"status": "succeeded", "source": "adapter"})]
+    # the records in seq order (4 per op: appended, never inserted between)
+    conn.execute(
+        "INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows, data)"
+        " SELECT 4 * x - 4 + k, ?, CASE k WHEN 1 THEN 'submitted' WHEN 2 THEN 'prepared'"
+        " WHEN 3 THEN 'claimed' ELSE 'outcome' END, (x - 1) % ? + 1, x,"
+        " CASE WHEN k > 1 THEN 1 END, CASE WHEN k > 1 THEN 4 * x - 5 + k END,"
+        " CASE k WHEN 1 THEN ? WHEN 2 THEN ? WHEN 3 THEN ? ELSE ? END"
+        " FROM n, (SELECT 1 AS k UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4)"
+        f" WHERE k < 4 OR {fin} ORDER BY x, k", (AT, neurons, *data))
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA journal_mode=WAL")
+    counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+              for t in ("events", "operations", "attempts", "claims", "outcomes")}
+    counts["in_flight"] = conn.execute(
+        "SELECT count(*) FROM attempts WHERE state = 'running'").fetchone()[0]
     conn.close()
     counts["bytes"] = os.path.getsize(path)
     return counts

@@ -25,7 +25,6 @@ from .dispatch import shutdown_refusal
 from .recovery import Recovery
 from .router import Lifecycle
 from .store.boots import mark_clean_stop
-from .store.reads import Reads
 from .store.writer import Writer
 from .tokens import DispatchToken, Tokens
 from .workers import Job, WorkerPool
@@ -104,7 +103,7 @@ def _noop(conn: sqlite3.Connection) -> None:
 
 
 async def report_status(
-    notifier: Notifier, life: Lifecycle, reads: Reads, recovery: Recovery
+    notifier: Notifier, life: Lifecycle, writer: Writer, recovery: Recovery
 ) -> None:
     """``STATUS=`` for ``systemctl status``: recovering, serving with counts, stopping."""
     sent = None
@@ -114,7 +113,7 @@ async def report_status(
         elif not life.recovered.is_set():
             text = "recovering"
         else:
-            _, unknown = reads.counts()
+            unknown = writer.counters.figures.unknown_attempts  # no statement on the loop
             pending = recovery.pending
             text = f"serving, {unknown} unknown attempts, {pending} receipts pending"
         if text != sent:

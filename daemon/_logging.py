@@ -16,15 +16,23 @@ console lines: time, level, event, then the same fields as key=value), or
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import structlog
 
-__all__ = ["PRIORITY", "StderrLogger", "configure_logging", "journald_stream", "render_direct"]
+__all__ = [
+    "PRIORITY",
+    "StderrLogger",
+    "configure_logging",
+    "journald_stream",
+    "log_lines",
+    "render_direct",
+]
 
 #: sd-daemon(3) priority of each level (syslog's: 2 crit, 3 err, 4 warning, 6 info, 7 debug).
 PRIORITY: Final = {
@@ -140,3 +148,25 @@ def render_direct(level: str, event_dict: dict[str, Any]) -> str:
     written without structlog (from a signal handler): ``event_dict`` holds
     ``event``, ``timestamp`` and the fields; ``level`` is added."""
     return str(_render[0](None, level, {**event_dict, "level": level}))
+
+
+def log_lines(
+    logger: Any, level: str, event: str, items: Iterable[Mapping[str, Any]], chunk: int = 512
+) -> None:
+    """One line of ``event`` per item, each as ``logger`` would write it
+    (its level filter, the configured renderer, the same fields in the same
+    order), with one timestamp and a few ``write`` calls for them all: the
+    start's recovery writes a line per attempt it marks, thousands after a
+    crash, before ``READY=1``, and one line through structlog costs ~15 µs."""
+    if not logger.is_enabled_for(_LEVELS[level]):
+        return
+    at = datetime.datetime.now(tz=datetime.UTC).isoformat().replace("+00:00", "Z")
+    render, lines = _render[0], []
+    for item in items:
+        fields = {**item, "event": event, "level": level, "timestamp": at}
+        lines.append(str(render(None, level, fields)))
+        if len(lines) == chunk:
+            _STDERR.msg("\n".join(lines))
+            lines.clear()
+    if lines:
+        _STDERR.msg("\n".join(lines))

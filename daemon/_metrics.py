@@ -8,8 +8,8 @@ request's method and answer code (:meth:`Metrics.counting`, around
 each committed writer batch with the attempt moves it committed
 (:meth:`Metrics.batch`, on the writer), each receipt answer. Counters live
 as long as the boot (Prometheus sees the reset). The gauges that come from
-the database are read when the series are rendered, in the one statement
-``status`` uses (:meth:`~.store.reads.Reads.metrics_figures`).
+the database are read when the series are rendered, in one statement
+(:meth:`~.store.reads.Reads.metrics_figures`).
 
 Labels are bounded: an act tag (from the configuration), an outcome, a
 method of the table, an error code, a receipt answer. Never a neuron, an

@@ -93,6 +93,10 @@ class Method(Generic[N]):
     guard: Guard = Guard.NONE
     served_while_stopping: bool = False
     waits_for_recovery: bool = True
+    # answered in its connection's read loop, in the same trio batch as its
+    # frame's arrival, rather than by a task of its own (one batch later):
+    # only for a handler that never waits (``status``)
+    inline: bool = False
 
 
 def _signed(params: Spec, handler: Handler[str], guard: Guard = Guard.NONE) -> Method[str]:
@@ -352,6 +356,7 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         handler=_status,
         served_while_stopping=True,
         waits_for_recovery=False,
+        inline=True,
     ),
     "metrics": Method(
         NO_PARAMS,

@@ -60,6 +60,7 @@ from wardd.adapters import Adapter, Receipt, as_receipt, has_receipt
 from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
+from ._logging import log_lines
 from ._orphans import find_orphans, kill_groups, wait_gone
 from ._records import now, wire_safe
 from .core import attempts as core
@@ -206,8 +207,9 @@ class Recovery:
         marks: list[dict[str, Any]] = []
         self._marked_ids = set(await self._writer.run(mark_unknown(self._boot, marks, orphans)))
         self.marked = len(self._marked_ids)
-        for mark in marks:  # one line per attempt: an operator reconciles each (docs/recovery.md)
-            log.warning("marked_unknown", **mark)
+        # one line per attempt: an operator reconciles each (docs/recovery.md)
+        log_lines(log, "warning", "marked_unknown", marks)
+        for mark in marks:
             where = {k: mark[k] for k in ("neuron", "op", "attempt", "act")}
             evidence = {k: v for k, v in mark.items() if k not in where}
             self.notify("attempt_unknown", **where, evidence=evidence)

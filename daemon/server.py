@@ -187,8 +187,10 @@ class Server:
         max_connections: int,
         max_in_flight: int,
         on_close: Callable[[Connection], None],
+        inline: frozenset[str] = frozenset(),
     ) -> None:
         self._handle = handle
+        self._inline = inline  # methods answered in the read loop (Method.inline)
         self._hello = hello
         self._allowed = allowed_uids
         self._max_frame = max_frame
@@ -322,6 +324,13 @@ class Server:
         assert self.requests is not None
         if self.requests.cancel_scope.cancel_called:  # past the shutdown grace
             return False
+        if req.method in self._inline:  # a handler that never waits: answered now
+            conn.in_flight += 1
+            await self._run(conn, req)
+            # the other tasks run before this connection's next frame: a
+            # pipelined flood of these is served no sooner than tasks would be
+            await trio.lowlevel.checkpoint()
+            return True
         try:
             self.requests.start_soon(self._run, conn, req)
         except RuntimeError:  # the daemon has finished serving requests: close

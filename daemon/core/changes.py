@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from wardd.protocol import AttemptState, WarddError
+from wardd.protocol import AttemptState, OpState, WarddError
 
 __all__ = [
     "AppendEvent",
@@ -86,6 +86,9 @@ class SetOp:
     # state, cancelled, consumed, result_epoch, attempts (from states.change_op);
     # consumed is no column: the state says it
     fields: Mapping[str, Any]
+    # the state the op leaves when ``fields`` sets one: not stored, only
+    # counted once committed (``status.operations``, store/counters.py)
+    was: OpState | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -119,6 +122,9 @@ class SetAttempt:
     reason: str | None = None
     evidence: Mapping[str, Any] | None = None
     act: str | None = attrs.field(default=None, eq=False)
+    # the state it leaves, set with a new state: counted once committed
+    # (``status.unknown_attempts``, store/counters.py)
+    was: AttemptState | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen

@@ -84,7 +84,7 @@ def change_op(op: Op, latest: AttemptState | None, **fields: Any) -> tuple[list[
         changed["state"] = state
     if not changed:
         return [], op
-    return [SetOp(op.id, changed)], _replace(op, changed)
+    return [SetOp(op.id, changed, was=op.state)], _replace(op, changed)
 
 
 def move_attempt(
@@ -110,7 +110,13 @@ def move_attempt(
         raise Internal("only an op's latest attempt moves")
     changes: list[Change] = [
         SetAttempt(
-            op.id, attempt.attempt, state=to, reason=reason, evidence=evidence, act=op.act
+            op.id,
+            attempt.attempt,
+            state=to,
+            reason=reason,
+            evidence=evidence,
+            act=op.act,
+            was=attempt.state,
         ),
         AppendEvent(kind, op.neuron_id, op_id=op.id, attempt=attempt.attempt, data=data),
     ]

@@ -9,7 +9,9 @@
 - `boots`: the boot records (this start, the previous one, a clean stop);
 - `prune`: retention, storage maintenance (tombstones, vacuum, checkpoint);
 - `load`: the loaders, rows in, the core's typed records out;
-- `apply`: the applier, a decision's changes in, SQL out.
+- `apply`: the applier, a decision's changes in, SQL out;
+- `counters`: the counts ``status`` shows, kept by the writer in memory
+  (seeded when the store opens, added to by each committed batch).
 
 Outside this package the daemon issues no SQL: tests/unit/test_layout.py
 pins that.

@@ -18,6 +18,7 @@ from wardd.protocol import ClaimConflict, Internal
 from .._records import enc, enc_value, now
 from ..core import changes as ch
 from ..core.records import Op
+from .counters import note
 from .schema import COLUMNS
 
 __all__ = ["MOVES", "apply"]
@@ -143,6 +144,7 @@ def apply(conn: sqlite3.Connection, decision: ch.Decision, loaded: Op | None = N
     for c in decision.changes:
         _APPLY[type(c)](conn, c, pending)
     pending.flush(conn)
+    note(decision.changes)  # status's counts, added once the batch commits
     return decision.reply
 
 

@@ -50,6 +50,7 @@ from wardd.protocol import WarddError
 
 from .._records import now
 from ..core.ops import args_digest
+from .counters import note_pruned
 from .writer import Unit, connect_reader
 
 __all__ = [
@@ -215,6 +216,7 @@ def prune_batch(
                 " WHERE id = 1",
                 (pruned, at),
             )
+            note_pruned(pruned, at)  # status.db's figures, once committed
         return BatchResult(pruned, examined, cursor, freed, time.perf_counter() - t0)
 
     return unit

@@ -158,13 +158,11 @@ def record_wire(r: sqlite3.Row, op: str) -> dict[str, Any]:
     }
 
 
-# status's figures in one statement: every statement the event loop runs
-# lets go of the GIL and must take it back, which under load can mean a
-# wait of a whole switch interval behind a busy worker or writer thread
-_STATUS = (
-    "SELECT (SELECT count(*) FROM attempts WHERE state = 'unknown'),"
-    " p.pruned_ops, p.last_pruned_at,"
-    " (SELECT group_concat(state || ' ' || n) FROM op_counts WHERE n > 0),"
+# the metrics' gauges in one statement: every statement lets go of the GIL
+# and must take it back, which under load can mean a wait of a whole switch
+# interval behind a busy worker or writer thread
+_METRICS = (
+    "SELECT (SELECT count(*) FROM attempts WHERE state = 'unknown'), p.pruned_ops,"
     " (SELECT created_at FROM attempts WHERE state = 'unknown' ORDER BY id LIMIT 1)"
     " FROM prune_stats p"
 )
@@ -439,25 +437,11 @@ class Reads:
         )
         return int(rows[0][0]) if rows else None
 
-    # -- status -------------------------------------------------------------------------
-
-    def status_figures(self) -> tuple[dict[str, int], int, dict[str, Any]]:
-        """The op counts by state (exact, kept by triggers: no scan), the
-        unknown attempts, and ``status.db``'s pruning figures (contract §3.9)."""
-        unknown, pruned, last, packed, _oldest = self.conn.execute(_STATUS).fetchone()
-        ops = {}
-        for item in (packed or "").split(","):
-            if item:
-                state, n = item.rsplit(" ", 1)
-                ops[state] = int(n)
-        return ops, unknown, {"pruned_ops": pruned, "last_pruned_at": last}
+    # -- metrics ------------------------------------------------------------------------
 
     def metrics_figures(self) -> tuple[int, str | None, int]:
-        """The metrics' database gauges, from status's statement: the unknown
-        attempts, the oldest one's ``created_at`` (None: none), ops pruned."""
-        unknown, pruned, _last, _packed, oldest = self.conn.execute(_STATUS).fetchone()
+        """The metrics' database gauges, in one statement: the unknown
+        attempts, the oldest one's ``created_at`` (None: none), ops pruned.
+        (``status`` reads the writer's counts instead: store/counters.py.)"""
+        unknown, pruned, oldest = self.conn.execute(_METRICS).fetchone()
         return unknown, oldest, pruned
-
-    def counts(self) -> tuple[dict[str, int], int]:
-        ops, unknown, _ = self.status_figures()
-        return ops, unknown

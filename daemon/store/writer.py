@@ -39,6 +39,7 @@ from wardd.protocol import Internal, WarddError
 
 from .._bridge import wait_future
 from .apply import MOVES
+from .counters import NOTES, Counters
 
 __all__ = ["Unit", "Writer", "connect", "connect_reader"]
 
@@ -140,6 +141,8 @@ class Writer:
         self._backlog = 0
         self._lock = threading.Lock()
         self.on_batch: BatchObserver | None = None
+        # status's counts: seeded by the daemon, then added to by each batch
+        self.counters = Counters()
 
     @property
     def backlog(self) -> int:
@@ -209,13 +212,14 @@ class Writer:
 
     def _run_batch(self, batch: list[_Job]) -> None:
         MOVES.log = []
+        NOTES.log = []
         try:
             self._try_batch(batch)
         except BaseException as exc:  # noqa: BLE001 - the writer thread must never die
             log.critical("writer_failed", error=repr(exc), exc_info=True)
             self._fail_batch(batch, exc, fatal=True)
         finally:
-            MOVES.log = None
+            MOVES.log = NOTES.log = None
 
     def _rollback_unit(self, whole: bool) -> bool:
         """Undo one unit (``whole``: the unit is the batch's only one, and its
@@ -238,6 +242,7 @@ class Writer:
         conn = self._conn
         results: list[tuple[bool, Any]] = []
         moves = MOVES.log if MOVES.log is not None else []
+        notes = NOTES.log if NOTES.log is not None else []
         t0 = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -253,11 +258,12 @@ class Writer:
                 continue
             if not alone:
                 conn.execute("SAVEPOINT unit")
-            mark = len(moves)
+            mark, nmark = len(moves), len(notes)
             try:
                 value = job.unit(conn)
             except WarddError as err:
-                del moves[mark:]  # the unit's moves are undone with it
+                del moves[mark:]  # the unit's moves and counts are undone with it
+                del notes[nmark:]
                 if not self._rollback_unit(alone):
                     self._fail_batch(batch, err)
                     return
@@ -265,6 +271,7 @@ class Writer:
                 continue
             except Exception as exc:  # noqa: BLE001 - a bug or an I/O error in one unit
                 del moves[mark:]
+                del notes[nmark:]
                 log.error("unit_failed", error=repr(exc), critical=job.critical, exc_info=True)
                 if not self._rollback_unit(alone):
                     self._fail_batch(batch, exc)
@@ -282,6 +289,7 @@ class Writer:
             except sqlite3.Error as exc:
                 self._fail_batch(batch, exc)
                 return
+        self.counters.add(notes)  # before any caller hears of the commit
         self._committed(batch, results, time.perf_counter() - t0, moves)
 
     def _committed(

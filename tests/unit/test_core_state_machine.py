@@ -7,7 +7,9 @@ core's decisions, not the database). After every step the model must obey
 the op-state table of contract §3.3, hold at most one open attempt per op,
 never follow a success with another attempt, and have moved every attempt
 only along ``ATTEMPT_MOVES`` - an unknown one only by a receipt or a
-reconcile.
+reconcile. ``status``'s counts, noted from the same changes as the store's
+writer notes them (daemon/store/counters.py), must equal the model's ops by
+state and unknown attempts counted afresh.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from wardd.daemon.core.records import (
 )
 from wardd.daemon.core.root import advance_epoch, bind_placement, set_grant, set_prog_state
 from wardd.daemon.core.states import ATTEMPT_MOVES, move_attempt
+from wardd.daemon.store.counters import NOTES, Counters, note
 from wardd.protocol import (
     TOKEN_VOID_REASONS,
     AttemptState,
@@ -346,12 +349,14 @@ class CoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.r = Records()
         self.tokens: list[AttemptRef] = []  # the daemon's memory: gone at a restart
+        self.counters = Counters()  # status's counts, as the writer keeps them
 
     @initialize()
     def start(self) -> None:
         """Three ops exist from the start (the fourth is left to ``submit``)."""
         self.r = Records()
         self.tokens = []
+        self.counters = Counters()
         for name in NAMES[:3]:
             self.submit(name, b"x")
 
@@ -364,11 +369,19 @@ class CoreMachine(RuleBasedStateMachine):
         except WarddError as e:
             assert internal_ok or not isinstance(e, Internal), f"{rule}: {e!r}"
             return e
-        if isinstance(decision, tuple):  # settle_steps: (decision, exhausts)
-            self.r.apply(decision[0], rule)
-            return decision
-        self.r.apply(decision, rule)
+        applied = decision[0] if isinstance(decision, tuple) else decision  # settle_steps
+        self.r.apply(applied, rule)
+        self.count(applied)
         return decision
+
+    def count(self, decision: ch.Decision) -> None:
+        """The decision's notes, added as the writer adds a committed batch's."""
+        NOTES.log = []
+        try:
+            note(decision.changes)
+            self.counters.add(NOTES.log)
+        finally:
+            NOTES.log = None
 
     # -- ops -------------------------------------------------------------------------------
 
@@ -738,6 +751,15 @@ class CoreMachine(RuleBasedStateMachine):
             latest = self.r.latest(op.id)
             want = contract_op_state(op, None if latest is None else latest.state)
             assert op.state == want, (op, latest)
+
+    @invariant()
+    def status_counts_equal_a_fresh_count(self) -> None:
+        ops: dict[str, int] = {}
+        for op in self.r.ops.values():
+            ops[op.state.value] = ops.get(op.state.value, 0) + 1
+        unknown = sum(a.state == A.UNKNOWN for a in self.r.attempts.values())
+        shown, shown_unknown, _ = self.counters.figures.wire()
+        assert (shown, shown_unknown) == (ops, unknown)
 
     @invariant()
     def attempts_are_numbered_from_one(self) -> None:

@@ -45,6 +45,8 @@ class TestSelfContained:
 
 LOG_CALL = re.compile(r"\blog\.(debug|info|warning|error|critical|exception)\(")
 LOG_EVENT = re.compile(r'\blog\.(debug|info|warning|error|critical|exception)\(\s*"([a-z_]+)"')
+# many lines of one event at once (_logging.log_lines): its level, then its event
+LOG_LINES = re.compile(r'\blog_lines\(\s*log,\s*"([a-z]+)",\s*"([a-z_]+)"')
 
 
 def logged_events() -> dict[str, set[str]]:
@@ -55,6 +57,7 @@ def logged_events() -> dict[str, set[str]]:
             text = path.read_text()
             found = LOG_EVENT.findall(text)
             assert len(found) == len(LOG_CALL.findall(text)), f"{path}: an event name not literal"
+            found += LOG_LINES.findall(text)
             for level, event in found:
                 events.setdefault(event, set()).add(level)
     return events

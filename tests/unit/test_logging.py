@@ -58,3 +58,30 @@ class TestRenderers:
         assert line.startswith(f"<{PRIORITY['warning']}>{{")
         assert json.loads(line[3:]) == {"event": "signal", "action": "exit", "level": "warning"}
         assert json.loads(plain)["level"] == "warning"
+
+    def test_lines_written_at_once_read_as_structlogs_own(self, tmp_path) -> None:
+        """`log_lines` (the recovery's marks): the fields, order and format of a
+        line through structlog, and nothing below the configured level."""
+        out = tmp_path / "stderr"
+        saved = os.dup(2)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.dup2(fd, 2)
+            _logging.configure_logging("info", "json", {})
+            log = structlog.get_logger("test")
+            log.warning("marked_unknown", op="a", attempt=1)
+            marks = [{"op": f"op-{i}"} for i in range(3)]
+            _logging.log_lines(log, "warning", "marked_unknown", marks)
+            _logging.configure_logging("error", "json", {})
+            _logging.log_lines(structlog.get_logger("x"), "warning", "dropped", [{"op": "no"}])
+        finally:
+            structlog.reset_defaults()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(fd)
+        first, *rest = [json.loads(x) for x in out.read_text().splitlines()]
+        assert [list(x) for x in rest] == [["op", "event", "level", "timestamp"]] * 3
+        assert list(first) == ["op", "attempt", "event", "level", "timestamp"]
+        assert [x["op"] for x in rest] == ["op-0", "op-1", "op-2"]
+        assert {x["level"] for x in rest} == {"warning"}
+        assert len(rest[0]["timestamp"]) == len(first["timestamp"])

@@ -102,3 +102,45 @@ async def test_a_decode_failing_inside_the_daemon_ends_only_its_connection(
             for peer in (victim, beside, fresh):
                 await peer.stream.aclose()
             conns.cancel_scope.cancel()
+
+
+async def test_an_inline_method_is_answered_in_the_read_loop_in_order(tmp_path: Path) -> None:
+    """An ``inline`` method (status) is answered by the read loop itself: a
+    pipelined burst of them, more than ``max_in_flight``, is answered whole
+    and in order, none refused as overloaded, while a request of the same
+    connection that waits (a task of its own) is still waiting; it is
+    answered once it may go on."""
+    go = trio.Event()
+
+    async def handle(conn: Connection, req: Request) -> Any:
+        if req.method == "slow":
+            await go.wait()
+        return {"method": req.method}
+
+    server = Server(
+        handle=handle,
+        hello=lambda: {"protocol": PROTOCOL_VERSION},
+        allowed_uids={os.getuid()},
+        max_frame=1 << 20,
+        max_connections=8,
+        max_in_flight=4,
+        on_close=lambda conn: None,
+        inline=frozenset({"status"}),
+    )
+    path = str(tmp_path / "s")
+    listener = trio.socket.from_stdlib_socket(bind_unix(path))
+    with listener, trio.fail_after(20):
+        async with trio.open_nursery() as requests, trio.open_nursery() as conns:
+            conns.start_soon(server.serve, listener, requests, conns)
+            peer = Peer(await trio.open_unix_socket(path))
+            await peer.send(HELLO)
+            assert (await peer.reply())["result"] == {"protocol": PROTOCOL_VERSION}
+            burst = [{"id": 2, "method": "slow", "params": {}}]
+            burst += [{"id": i, "method": "status", "params": {}} for i in range(3, 23)]
+            await peer.stream.send_all(b"".join(encode_frame(x) for x in burst))
+            answers = [await peer.reply() for _ in range(20)]
+            assert answers == [{"id": i, "result": {"method": "status"}} for i in range(3, 23)]
+            go.set()
+            assert await peer.reply() == {"id": 2, "result": {"method": "slow"}}
+            await peer.stream.aclose()
+            conns.cancel_scope.cancel()

@@ -63,10 +63,10 @@ class TestReadersAreReadOnly:
         path, wconn = store
         reads = Reads(connect_reader(path), MAX_FRAME)
         with reads.snapshot():
-            assert reads.status_figures()[2]["pruned_ops"] == 0
+            assert reads.metrics_figures()[2] == 0
             wconn.execute("UPDATE prune_stats SET pruned_ops = 7")
-            assert reads.status_figures()[2]["pruned_ops"] == 0
-        assert reads.status_figures()[2]["pruned_ops"] == 7
+            assert reads.metrics_figures()[2] == 0
+        assert reads.metrics_figures()[2] == 7
 
     def test_a_reader_connection_can_still_checkpoint_the_wal(
         self, store: tuple[Path, sqlite3.Connection]

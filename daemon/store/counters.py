@@ -1,0 +1,162 @@
+"""The counts ``status`` shows, kept by the writer: ops by state, unknown
+attempts, ops pruned (contract §3.9, §4).
+
+``status`` answers on the event loop, and is served even while recovering.
+A statement there lets go of the GIL and must take it back, which under load
+means waiting behind a busy writer or worker thread (up to a switch
+interval, 5 ms, each time); and a count grows with the database. So
+``status`` runs no statement: it reads :attr:`Counters.figures`, an
+immutable value the writer replaces whole after each committed batch that
+changed a count (one reference, read and written under the GIL: a reader
+never sees half a batch).
+
+How the figures stay exact:
+
+- **Seeded once**, when the store opens and before the writer runs
+  (:meth:`Counters.seed`), from what the database keeps exact in the same
+  transactions as the changes themselves: ``op_counts`` (kept by triggers,
+  a pruned op still counted under its final state), ``prune_stats``, and
+  one count of the unknown attempts, a range of the ``attempts_state``
+  index (as long as the unknown attempts, not the attempts). A SIGKILL
+  loses nothing the next start does not read back.
+- **Noted as applied**: :func:`note` sees each decision's changes once
+  they are written (a new op is ``pending``; a :class:`~..core.changes.SetOp`
+  or :class:`~..core.changes.SetAttempt` says the state it leaves,
+  ``was``), and a pruning unit notes what it pruned (:func:`note_pruned`).
+  Notes go to the batch's list (:data:`NOTES`), which the writer cuts back
+  when a unit rolls back.
+- **Added once committed** (:meth:`Counters.add`), by the writer, before
+  any caller hears of the commit: a reply is never ahead of the figures. A
+  batch whose commit fails adds nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from ..core import changes as ch
+
+__all__ = ["NOTES", "Counters", "Figures", "count_afresh", "note", "note_pruned"]
+
+# a note: (what, was, now). _OP: an op left state ``was`` (None: a new op)
+# for ``now``; _UNKNOWN: an attempt entered (+1) or left (-1) ``unknown``
+# (``was``); _PRUNED: ``was`` ops pruned at ``now``
+_OP: Final = 0
+_UNKNOWN: Final = 1
+_PRUNED: Final = 2
+Note = tuple[int, Any, Any]
+_UNKNOWN_STATE: Final = "unknown"
+
+
+class _Notes(threading.local):
+    """The notes of the writer's batch in progress on this thread, or None
+    when nobody collects them (a unit run outside the writer)."""
+
+    log: list[Note] | None = None
+
+
+NOTES = _Notes()
+
+
+def note(changes: Iterable[ch.Change]) -> None:
+    """The counts ``changes`` (one decision's, just written) move."""
+    log = NOTES.log
+    if log is None:
+        return
+    for c in changes:
+        if isinstance(c, ch.SetOp):
+            now = c.fields.get("state")
+            if now is not None:
+                log.append((_OP, str(c.was), str(now)))
+        elif isinstance(c, ch.SetAttempt):
+            if c.state is not None and (c.state == _UNKNOWN_STATE) != (c.was == _UNKNOWN_STATE):
+                log.append((_UNKNOWN, 1 if c.state == _UNKNOWN_STATE else -1, None))
+        elif isinstance(c, ch.NewOp):
+            log.append((_OP, None, "pending"))
+        elif isinstance(c, ch.NewAttempt) and c.state == _UNKNOWN_STATE:
+            log.append((_UNKNOWN, 1, None))
+
+
+def note_pruned(ops: int, at: str) -> None:
+    """A pruning unit turned ``ops`` ops into tombstones at ``at`` (their
+    counts by state do not move: a pruned op counts under its final state)."""
+    log = NOTES.log
+    if log is not None and ops:
+        log.append((_PRUNED, ops, at))
+
+
+@attrs.frozen
+class Figures:
+    """What ``status`` shows of the store, as of the last committed batch."""
+
+    operations: Mapping[str, int]  # ops by state, pruned ones under their final state
+    unknown_attempts: int
+    pruned_ops: int  # over the database's life
+    last_pruned_at: str | None
+
+    def wire(self) -> tuple[dict[str, int], int, dict[str, Any]]:
+        """``status.operations`` (states with no op left out), unknown
+        attempts, and ``status.db``'s pruning figures."""
+        ops = {state: n for state, n in self.operations.items() if n > 0}
+        return ops, self.unknown_attempts, {
+            "pruned_ops": self.pruned_ops,
+            "last_pruned_at": self.last_pruned_at,
+        }
+
+
+class Counters:
+    """The figures, replaced whole by the writer (see the module)."""
+
+    def __init__(self) -> None:
+        self.figures = Figures({}, 0, 0, None)
+
+    def seed(self, conn: sqlite3.Connection) -> None:
+        """Read the figures from the database (before the writer runs)."""
+        ops = dict(conn.execute("SELECT state, n FROM op_counts").fetchall())
+        (unknown,) = conn.execute(
+            "SELECT count(*) FROM attempts WHERE state = 'unknown'"
+        ).fetchone()
+        pruned, last = conn.execute(
+            "SELECT pruned_ops, last_pruned_at FROM prune_stats WHERE id = 1"
+        ).fetchone()
+        self.figures = Figures(ops, unknown, pruned, last)
+
+    def add(self, notes: list[Note]) -> None:
+        """A batch with these notes has committed (on the writer's thread)."""
+        if not notes:
+            return
+        f = self.figures
+        ops = dict(f.operations)
+        unknown, pruned, last = f.unknown_attempts, f.pruned_ops, f.last_pruned_at
+        for what, was, now in notes:
+            if what == _OP:
+                if was is not None:
+                    ops[was] = ops.get(was, 0) - 1
+                ops[now] = ops.get(now, 0) + 1
+            elif what == _UNKNOWN:
+                unknown += was
+            else:
+                pruned += was
+                last = now
+        self.figures = Figures(ops, unknown, pruned, last)
+
+
+def count_afresh(conn: sqlite3.Connection) -> Figures:
+    """The figures counted from the rows themselves, every op and tombstone
+    read (for tests and checks: what :class:`Counters` must always equal)."""
+    ops: dict[str, int] = {}
+    for table in ("operations", "tombstones"):
+        for state, n in conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state"):
+            ops[state] = ops.get(state, 0) + n
+    (unknown,) = conn.execute(
+        "SELECT count(*) FROM attempts NOT INDEXED WHERE state = 'unknown'"
+    ).fetchone()
+    pruned, last = conn.execute(
+        "SELECT (SELECT count(*) FROM tombstones), last_pruned_at FROM prune_stats WHERE id = 1"
+    ).fetchone()
+    return Figures(ops, unknown, pruned, last)

@@ -1,0 +1,104 @@
+"""``status``'s counts (contract §3.9, §4) are the writer's, kept in memory
+(daemon/store/counters.py): they must equal the rows counted afresh after
+any mix of writes, prunes, a SIGKILL and the restart's recovery.
+
+Every comparison is made when nothing else is written: after the reply of
+the last write (the counts are added before any reply leaves) and once the
+pruner has pruned every op that has ended (waited for on
+``status.db.pruned_ops``, never a sleep).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from tests.daemon.harness import Actor, Background, Daemon, wait_for
+from wardd.daemon.store.counters import count_afresh
+
+FAST = {"retention_s": 1, "prune_interval_s": 1}
+
+
+def shown(status: dict[str, Any]) -> tuple[Any, ...]:
+    db = status["db"]
+    return status["operations"], status["unknown_attempts"], db["pruned_ops"], db["last_pruned_at"]
+
+
+def counted(path: Path) -> tuple[Any, ...]:
+    """The figures counted from the database's rows, on a connection of our own."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        ops, unknown, pruning = count_afresh(conn).wire()
+    finally:
+        conn.close()
+    return ops, unknown, pruning["pruned_ops"], pruning["last_pruned_at"]
+
+
+def settled(d: Daemon, a: Actor, pruned: int) -> tuple[Any, ...]:
+    """Once ``pruned`` ops are pruned: status's figures, checked against a fresh count."""
+    wait_for(lambda: a.client.call("status")["db"]["pruned_ops"] >= pruned, what="the prunes")
+    figures = shown(a.client.call("status"))
+    assert figures == counted(d.env.database)
+    return figures
+
+
+def finished(a: Actor, op: str, act: str = "echo") -> None:
+    a.submit(op, act)
+    assert a.invoke(op)["status"] == "succeeded"
+    a.call("consume", {"op": op})
+
+
+class TestStatusCounts:
+    def test_counts_equal_a_fresh_count_after_writes_prunes_a_sigkill_and_a_restart(
+        self, make_daemon
+    ):
+        """Invokes, a failed and an unknown outcome, a void, a manual take, a
+        cancel, consumes and their prunes; then a SIGKILL with a call running and
+        an attempt prepared; after the restart the recovery's marks, reconciles
+        and more prunes: every time, status's counts equal the rows counted afresh."""
+        d = make_daemon(**FAST)
+        a = Actor(d, acts=("echo", "nofx", "boom", "gated"))
+        finished(a, "done-1")
+        finished(a, "done-2")
+        a.submit("kept")
+        assert a.invoke("kept")["status"] == "succeeded"
+        a.submit("no-effect", "nofx")
+        assert a.invoke("no-effect")["status"] == "failed"
+        a.submit("in-doubt", "boom")
+        assert a.invoke("in-doubt")["status"] == "unknown"
+        a.submit("dropped")
+        a.call("cancel", {"op": "dropped"})
+        a.submit("voided")
+        dropping = d.connect()
+        a.prepare("voided", client=dropping)
+        dropping.close()  # its token is dropped: the attempt is voided
+        wait_for(lambda: a.op("voided")["attempts"][0]["state"] == "void", what="the void")
+        a.submit("manual")
+        a.call("manual_take", {"op": "manual", "expected_attempt": 1})
+        ops, unknown, pruned, last = settled(d, a, 3)
+        assert (unknown, pruned) == (2, 3) and last is not None
+        assert ops == {"consumed": 2, "cancelled": 1, "retained": 1, "pending": 2, "unknown": 2}
+
+        # a crash with a call running and an attempt prepared
+        a.submit("blocked", "gated")
+        a.submit("prepared")
+        a.prepare("prepared")
+        call = Background(a.invoke, "blocked", 1, d.connect())
+        wait_for(d.env.started_marker("blocked").exists, what="the gated act to start")
+        assert shown(a.client.call("status")) == counted(d.env.database)
+        d.kill()
+        call.done.wait(10)
+        d.start()
+        a.client = d.connect()
+        ops, unknown, _, _ = settled(d, a, 3)
+        assert unknown == 4 and ops["unknown"] == 4
+
+        # the operator resolves what the crash left, and the daemon goes on
+        for op in ("blocked", "prepared", "manual", "in-doubt"):
+            a.call("reconcile", {"op": op, "attempt": 1, "outcome": {"status": "not_executed"}})
+        a.bind()  # the new boot's worker
+        finished(a, "done-3")
+        a.call("consume", {"op": "kept"})
+        ops, unknown, _, _ = settled(d, a, 5)
+        assert unknown == 0 and "unknown" not in ops
