@@ -292,7 +292,13 @@ def _delete_records(conn: sqlite3.Connection, done: str) -> None:
         conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({ids})")
         conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({ids})")
         conn.execute(f"DELETE FROM attempts WHERE id IN ({ids})")
-    conn.execute(f"DELETE FROM events WHERE op_id IN ({done})")
+    # each op's records along their chain (schema v6: no index on op_id)
+    conn.execute(
+        "DELETE FROM events WHERE seq IN (WITH RECURSIVE chain(seq) AS ("
+        f"SELECT last_seq FROM operations WHERE id IN ({done}) UNION ALL SELECT e.follows"
+        " FROM events e JOIN chain c ON e.seq = c.seq WHERE e.follows IS NOT NULL)"
+        " SELECT seq FROM chain)"
+    )
     conn.execute(f"DELETE FROM operations WHERE id IN ({done})")
 
 

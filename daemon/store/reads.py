@@ -21,6 +21,7 @@ from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_
 
 from .._records import dec
 from .prune import tombstone_row, tombstone_view
+from .schema import OP_RECORDS
 
 __all__ = ["Candidate", "ClaimedCall", "Reads"]
 
@@ -372,9 +373,11 @@ class Reads:
         _n, o, pruned = self._op(neuron, op)
         if pruned:  # contract §3.9: its records were pruned with it
             return {"records": [], "pruned": True}
+        # the op's records along their chain (schema v6), back to ``after``
         rows = self._q(
-            "SELECT * FROM events WHERE op_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (o["id"], after or 0, limit + 1),
+            OP_RECORDS + " SELECT e.* FROM chain c JOIN events e ON e.seq = c.seq"
+            " WHERE e.seq > ? ORDER BY e.seq LIMIT ?",
+            (o["last_seq"], after or 0, after or 0, limit + 1),
         )
         return self._paged("records", rows, lambda r: record_wire(r, op), limit, "seq")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Every table's columns, in the table's own order (the order of ``PRAGMA
 # table_info`` once migrated: tests/unit/test_store_columns.py holds them to
@@ -422,10 +422,30 @@ CREATE TABLE prune_stats(
 INSERT INTO prune_stats(id, pruned_ops, last_pruned_at) VALUES (1, 0, NULL);
 """
 
+# Version 6: smaller dispatch commits. Every event record of an op
+# names the op's previous record (`follows`, written by the one applier since
+# v1), and the op row names its last one (`last_seq`), so an op's records are
+# found by walking that chain back along the primary key (`OP_RECORDS`):
+# `history` and pruning read them so, and the index on events(op_id, seq),
+# one more page written by every commit that appends a record, goes.
+# `migrate` first checks that every op's records are on its chain.
+_V6 = """
+DROP INDEX events_op;
+"""
+
+# An op's event records, newest first, from its last record back along
+# `follows` (v6): bind the op's `last_seq`, then the seq to stop at (the
+# walk ends at the first record whose `follows` is not above it; 0 for all).
+# Select `seq` from `chain` (each is an events row id).
+OP_RECORDS = (
+    "WITH RECURSIVE chain(seq) AS (SELECT ? UNION ALL SELECT e.follows FROM events e"
+    " JOIN chain c ON e.seq = c.seq WHERE e.follows > ?)"
+)
+
 # version -> the script that brings a database at version-1 to version.
 # A released version's script never changes: tests/data keeps a database
 # of each released version and proves it migrates.
-_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 class SchemaTooNew(Exception):
@@ -448,6 +468,8 @@ def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
         conn.execute("BEGIN IMMEDIATE")
         try:
             # executescript commits first; run statements one by one instead.
+            if target == 6:
+                _check_chained(conn)
             _run_script(conn, target)
             conn.execute(f"PRAGMA user_version = {target}")
             conn.execute("COMMIT")
@@ -474,6 +496,23 @@ def ensure_incremental_vacuum(conn: sqlite3.Connection) -> bool:
     # the VACUUM wrote the whole database into the WAL: give that back too
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return True
+
+
+def _check_chained(conn: sqlite3.Connection) -> None:
+    """Before v6 drops events(op_id, seq): every record of an op is on the
+    chain from the op's last record (the one applier has always linked
+    them; a database where that does not hold is not one wardd wrote)."""
+    (loose,) = conn.execute(
+        "WITH RECURSIVE chain(seq) AS (SELECT last_seq FROM operations WHERE last_seq IS NOT NULL"
+        " UNION ALL SELECT e.follows FROM events e JOIN chain c ON e.seq = c.seq"
+        " WHERE e.follows IS NOT NULL)"
+        " SELECT (SELECT count(*) FROM events WHERE op_id IS NOT NULL)"
+        " - (SELECT count(*) FROM chain c JOIN events e ON e.seq = c.seq)"
+    ).fetchone()
+    if loose:
+        raise sqlite3.DatabaseError(
+            f"{loose} event records are not linked to their operation's previous record"
+        )
 
 
 def _run_script(conn: sqlite3.Connection, version: int) -> None:

@@ -1,0 +1,137 @@
+"""Schema 6 (smaller dispatch commits): an op's event records are
+found along their chain (``follows``, back from the op's ``last_seq``), and
+the index on events(op_id, seq) is gone. Every earlier fixture migrates with
+its records whole; the reads and the pruning that used the index still reach
+the records by their primary key, never by a scan of the table."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from wardd.daemon.store.prune import prune_ops
+from wardd.daemon.store.reads import Reads
+from wardd.daemon.store.schema import OP_RECORDS, SCHEMA_VERSION, migrate
+from wardd.daemon.store.writer import connect
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+VERSIONS = [1, 2, 3, 4, 5]
+
+
+def _copy(tmp_path: Path, version: int) -> Path:
+    path = tmp_path / "wardd.db"
+    shutil.copy(DATA / f"schema-v{version}.db", path)
+    return path
+
+
+def _records_by_op(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
+    """Every op's records, read the old way (by op_id), in seq order."""
+    out: dict[str, list[tuple[object, ...]]] = {}
+    for op, *rec in conn.execute(
+        "SELECT o.op, e.seq, e.at, e.kind, e.attempt, e.follows, e.data FROM events e"
+        " JOIN operations o ON o.id = e.op_id ORDER BY e.seq"
+    ):
+        out.setdefault(op, []).append(tuple(rec))
+    return out
+
+
+def _plan(conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> str:
+    return " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+class TestMigration:
+    @pytest.mark.parametrize("version", VERSIONS)
+    def test_every_fixture_migrates_with_its_records_whole(self, tmp_path, version):
+        """Each earlier fixture reaches schema 6; every op's records, walked along
+        their chain, are exactly the records it held, and history pages them."""
+        path = _copy(tmp_path, version)
+        src = sqlite3.connect(DATA / f"schema-v{version}.db")
+        before = _records_by_op(src)
+        neuron = src.execute("SELECT neuron FROM neurons ORDER BY id LIMIT 1").fetchone()[0]
+        counts = {
+            t: src.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("operations", "attempts", "claims", "outcomes", "events")
+        }
+        src.close()
+        conn = connect(path)
+        assert migrate(conn) == (version, SCHEMA_VERSION) and SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        indexes = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert "events_op" not in indexes
+        for t, n in counts.items():
+            assert conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] == n, t
+        reads = Reads(conn, 1 << 20)
+        for op, records in before.items():
+            page = reads.history(neuron, op, None, 100)
+            assert [r["seq"] for r in page["records"]] == [r[0] for r in records], op
+            assert [r["kind"] for r in page["records"]] == [r[2] for r in records], op
+            # a page after the first record: the walk stops there
+            rest = reads.history(neuron, op, records[0][0], 100)["records"]
+            assert [r["seq"] for r in rest] == [r[0] for r in records[1:]], op
+        conn.close()
+
+    def test_a_record_off_its_ops_chain_is_refused(self, tmp_path):
+        """A record of an op that does not follow the op's previous one (never
+        written by wardd) would be lost to history and pruning: the migration
+        refuses the database, changing nothing."""
+        path = _copy(tmp_path, 5)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute(
+            "INSERT INTO events(at, kind, neuron_id, op_id, data)"
+            " SELECT '2030-01-01T00:00:00.000Z', 'stray', neuron_id, id, NULL"
+            " FROM operations LIMIT 1"
+        )
+        with pytest.raises(sqlite3.DatabaseError, match="not linked"):
+            migrate(conn)
+        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+        conn.close()
+
+
+class TestPlans:
+    """The reads that used events(op_id, seq) reach records by their key."""
+
+    @pytest.fixture
+    def conn(self, tmp_path):
+        c = connect(_copy(tmp_path, 5))
+        migrate(c)
+        yield c
+        c.close()
+
+    def test_history_walks_the_chain_by_primary_key(self, conn):
+        plan = _plan(
+            conn,
+            OP_RECORDS + " SELECT e.* FROM chain c JOIN events e ON e.seq = c.seq"
+            " WHERE e.seq > ? ORDER BY e.seq LIMIT ?",
+            (9, 0, 0, 10),
+        )
+        assert "SCAN e" not in plan and "SCAN events" not in plan, plan
+        assert "INTEGER PRIMARY KEY" in plan, plan
+
+    def test_pruning_deletes_records_by_primary_key(self, conn, tmp_path):
+        """prune_ops deletes an op's records along its chain: each one by seq."""
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        (op_id,) = conn.execute("SELECT id FROM operations WHERE op = 'done'").fetchone()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE operations SET state = 'consumed' WHERE id = ?", (op_id,))
+        conn.execute(
+            "INSERT INTO events(seq, at, kind, neuron_id, op_id, follows) SELECT"
+            " (SELECT max(seq) FROM events) + 1, '2030-01-01T00:00:00.000Z', 'consumed',"
+            " neuron_id, id, last_seq FROM operations WHERE id = ?",
+            (op_id,),
+        )
+        conn.execute(
+            "UPDATE operations SET last_seq = (SELECT max(seq) FROM events) WHERE id = ?", (op_id,)
+        )
+        assert prune_ops(conn, [op_id], 1) == 1
+        conn.execute("COMMIT")
+        conn.set_trace_callback(None)
+        assert (
+            conn.execute("SELECT count(*) FROM events WHERE op_id = ?", (op_id,)).fetchone()[0] == 0
+        )
+        delete = next(s for s in statements if s.startswith("DELETE FROM events"))
+        plan = _plan(conn, delete, ())
+        assert "SCAN events" not in plan and "SCAN e " not in plan + " ", plan
