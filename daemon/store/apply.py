@@ -232,29 +232,35 @@ def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> Non
 
 
 def _new_claim(conn: sqlite3.Connection, c: ch.NewClaim, p: _Pending) -> None:
-    try:
-        conn.execute(
-            "INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot,"
-            " claim_info, at) VALUES (?,?,?,?,?,?,?)",
-            (
-                c.attempt_id,
-                c.placement_generation,
-                c.digest,
-                c.worker,
-                c.boot,
-                enc(c.claim_info),
-                p.at,
-            ),
-        )
-    except sqlite3.IntegrityError:  # the one claim of an attempt (unique: CAS)
-        raise ClaimConflict("the attempt is already claimed") from None
+    """The claim's columns of the attempt's row (schema 6), set once: an
+    attempt already claimed matches no row (the claim's CAS)."""
+    cur = conn.execute(
+        "UPDATE attempts SET claim_generation = ?, claim_digest = ?, claim_worker = ?,"
+        " claim_boot = ?, claim_info = ?, claimed_at = ? WHERE id = ? AND claimed_at IS NULL",
+        (
+            c.placement_generation,
+            c.digest,
+            c.worker,
+            c.boot,
+            enc(c.claim_info),
+            p.at,
+            c.attempt_id,
+        ),
+    )
+    if cur.rowcount != 1:  # the one claim of an attempt
+        raise ClaimConflict("the attempt is already claimed")
 
 
 def _new_outcome(conn: sqlite3.Connection, c: ch.NewOutcome, p: _Pending) -> None:
-    conn.execute(
-        "INSERT INTO outcomes(attempt_id, status, value, error, source, at) VALUES (?,?,?,?,?,?)",
-        (c.attempt_id, c.status.value, enc_value(c.value), c.error, c.source, p.at),
+    """The outcome's columns of the attempt's row (schema 6); a trigger
+    refuses a second outcome of an attempt."""
+    cur = conn.execute(
+        "UPDATE attempts SET outcome_status = ?, outcome_value = ?, outcome_error = ?,"
+        " outcome_source = ?, outcome_at = ? WHERE id = ?",
+        (c.status.value, enc_value(c.value), c.error, c.source, p.at, c.attempt_id),
     )
+    if cur.rowcount != 1:
+        raise Internal(f"no attempt {c.attempt_id} for its outcome")
 
 
 def _new_reservation(conn: sqlite3.Connection, c: ch.NewReservation, p: _Pending) -> None:

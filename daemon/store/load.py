@@ -137,8 +137,12 @@ ATTEMPT = Columns(
     "a",
     ("id", "op_id", "attempt", "kind", "epoch", "policy_version", "placement_generation")
     + ("digest", "worker", "boot", "state", "reason", "evidence"),
-    # the descriptor is kept with the binding, for the record; created_at is the reads'
-    unread=("descriptor", "created_at"),
+    # the descriptor is kept with the binding, for the record; created_at is the reads';
+    # the claim's and the outcome's columns (schema 6) are read through their views
+    unread=("descriptor", "created_at")
+    + ("claim_generation", "claim_digest", "claim_worker", "claim_boot", "claim_info")
+    + ("claimed_at", "outcome_status", "outcome_value", "outcome_error", "outcome_source")
+    + ("outcome_at",),
 )
 OUTCOME = Columns(
     "outcomes", "oc", ("status", "value", "error", "source"), unread=("attempt_id", "at")

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 
 SCHEMA_VERSION = 6
 
-# Every table's columns, in the table's own order (the order of ``PRAGMA
+# Every table's columns (and, since v6, the columns of the views `claims` and
+# `outcomes`), in the table's own order (the order of ``PRAGMA
 # table_info`` once migrated: tests/unit/test_store_columns.py holds them to
 # it, so a migration that adds a column fails that test until the column is
 # named here). The store names a column only through these: the loaders'
@@ -80,6 +81,17 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
         "state",
         "reason",
         "evidence",
+        "claim_generation",
+        "claim_digest",
+        "claim_worker",
+        "claim_boot",
+        "claim_info",
+        "claimed_at",
+        "outcome_status",
+        "outcome_value",
+        "outcome_error",
+        "outcome_source",
+        "outcome_at",
     ),
     "claims": (
         "attempt_id",
@@ -429,8 +441,80 @@ INSERT INTO prune_stats(id, pruned_ops, last_pruned_at) VALUES (1, 0, NULL);
 # `history` and pruning read them so, and the index on events(op_id, seq),
 # one more page written by every commit that appends a record, goes.
 # `migrate` first checks that every op's records are on its chain.
+# - An attempt's claim and outcome are columns of its own row (each set once,
+#   then immutable, as the rows of their own tables were): the claim unit and
+#   the outcome unit write the attempt's row anyway (its state), and the rows
+#   of `claims` and `outcomes` were one more table page each. `claims` and
+#   `outcomes` stay, as views of those columns, for the reads (and for
+#   inserts, through INSTEAD OF triggers: a second claim of an attempt is
+#   still refused as a constraint, the claim's CAS; a delete is refused: they
+#   go with their attempt, whose delete the v5 guard allows only once pruned). An attempt is claimed
+#   when `claimed_at` is set, has an outcome when `outcome_at` is.
 _V6 = """
 DROP INDEX events_op;
+ALTER TABLE attempts ADD COLUMN claim_generation INTEGER;
+ALTER TABLE attempts ADD COLUMN claim_digest TEXT;
+ALTER TABLE attempts ADD COLUMN claim_worker TEXT;
+ALTER TABLE attempts ADD COLUMN claim_boot TEXT;
+ALTER TABLE attempts ADD COLUMN claim_info BLOB;
+ALTER TABLE attempts ADD COLUMN claimed_at TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_status TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_value BLOB;
+ALTER TABLE attempts ADD COLUMN outcome_error TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_source TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_at TEXT;
+UPDATE attempts SET claim_generation = c.placement_generation, claim_digest = c.digest,
+    claim_worker = c.worker, claim_boot = c.boot, claim_info = c.claim_info, claimed_at = c.at
+    FROM claims c WHERE c.attempt_id = attempts.id;
+UPDATE attempts SET outcome_status = oc.status, outcome_value = oc.value,
+    outcome_error = oc.error, outcome_source = oc.source, outcome_at = oc.at
+    FROM outcomes oc WHERE oc.attempt_id = attempts.id;
+DROP TRIGGER claims_no_delete;
+DROP TRIGGER outcomes_no_delete;
+DROP TABLE claims;
+DROP TABLE outcomes;
+CREATE VIEW claims(attempt_id, placement_generation, digest, worker, boot, claim_info, at) AS
+    SELECT id, claim_generation, claim_digest, claim_worker, claim_boot, claim_info, claimed_at
+    FROM attempts WHERE claimed_at IS NOT NULL;
+CREATE VIEW outcomes(attempt_id, status, value, error, source, at) AS
+    SELECT id, outcome_status, outcome_value, outcome_error, outcome_source, outcome_at
+    FROM attempts WHERE outcome_at IS NOT NULL;
+CREATE TRIGGER attempts_claim_once BEFORE UPDATE OF claim_generation, claim_digest,
+    claim_worker, claim_boot, claim_info, claimed_at ON attempts
+WHEN OLD.claimed_at IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'the attempt is already claimed');
+END;
+CREATE TRIGGER attempts_outcome_once BEFORE UPDATE OF outcome_status, outcome_value,
+    outcome_error, outcome_source, outcome_at ON attempts
+WHEN OLD.outcome_at IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'the attempt already has an outcome');
+END;
+CREATE TRIGGER claims_insert INSTEAD OF INSERT ON claims
+BEGIN
+    SELECT RAISE(ABORT, 'no such attempt')
+        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE id = NEW.attempt_id);
+    UPDATE attempts SET claim_generation = NEW.placement_generation, claim_digest = NEW.digest,
+        claim_worker = NEW.worker, claim_boot = NEW.boot, claim_info = NEW.claim_info,
+        claimed_at = NEW.at WHERE id = NEW.attempt_id;
+END;
+CREATE TRIGGER claims_no_delete INSTEAD OF DELETE ON claims
+BEGIN
+    SELECT RAISE(ABORT, 'a claim goes only with its attempt');
+END;
+CREATE TRIGGER outcomes_no_delete INSTEAD OF DELETE ON outcomes
+BEGIN
+    SELECT RAISE(ABORT, 'an outcome goes only with its attempt');
+END;
+CREATE TRIGGER outcomes_insert INSTEAD OF INSERT ON outcomes
+BEGIN
+    SELECT RAISE(ABORT, 'no such attempt')
+        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE id = NEW.attempt_id);
+    UPDATE attempts SET outcome_status = NEW.status, outcome_value = NEW.value,
+        outcome_error = NEW.error, outcome_source = NEW.source, outcome_at = NEW.at
+        WHERE id = NEW.attempt_id;
+END;
 """
 
 # An op's event records, newest first, from its last record back along
