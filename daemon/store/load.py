@@ -25,7 +25,7 @@ from ..core.records import (
     Reservation,
     Tombstone,
 )
-from .schema import COLUMNS
+from .schema import COLUMNS, attempts_in
 
 __all__ = [
     "LOADED",
@@ -542,7 +542,7 @@ def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Atte
         _OP_ATTEMPT + ", n.neuron, EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
         " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
         " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
-        " WHERE a.state IN ('prepared', 'running') AND a.boot != ? ORDER BY a.id",
+        f" WHERE {attempts_in(('prepared', 'running'))} AND a.boot != ? ORDER BY a.id",
         (boot,),
     ).fetchall()
     out = []

@@ -12,7 +12,7 @@ the append-only ``events`` log, kept beside it for reads.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 SCHEMA_VERSION = 6
 
@@ -450,6 +450,16 @@ INSERT INTO prune_stats(id, pruned_ops, last_pruned_at) VALUES (1, 0, NULL);
 #   still refused as a constraint, the claim's CAS; a delete is refused: they
 #   go with their attempt, whose delete the v5 guard allows only once pruned). An attempt is claimed
 #   when `claimed_at` is set, has an outcome when `outcome_at` is.
+# - The index on every attempt's state goes: a dispatch's two commits each
+#   rewrote it (an attempt inserted running, then moved to its outcome). The
+#   reads by state only ever ask for open attempts (prepared, running,
+#   unknown), and an open attempt is always its op's latest (a new attempt is
+#   refused while one is open): an unknown or a prepared one is found in a
+#   partial index of its own (neither is written by `invoke`'s commits); a
+#   running one is the latest attempt of a running op (`operations_state`,
+#   already written by those commits) or of a cancelled op that has not ended
+#   (a partial index that only a cancel while an attempt is open writes).
+#   `attempts_in` spells that for the reads.
 _V6 = """
 DROP INDEX events_op;
 ALTER TABLE attempts ADD COLUMN claim_generation INTEGER;
@@ -479,6 +489,11 @@ CREATE VIEW claims(attempt_id, placement_generation, digest, worker, boot, claim
 CREATE VIEW outcomes(attempt_id, status, value, error, source, at) AS
     SELECT id, outcome_status, outcome_value, outcome_error, outcome_source, outcome_at
     FROM attempts WHERE outcome_at IS NOT NULL;
+DROP INDEX attempts_state;
+CREATE INDEX attempts_unknown ON attempts(id) WHERE state = 'unknown';
+CREATE INDEX attempts_prepared ON attempts(id) WHERE state = 'prepared';
+CREATE INDEX operations_cancelled_open ON operations(id)
+    WHERE state = 'cancelled' AND ended_at IS NULL;
 CREATE TRIGGER attempts_claim_once BEFORE UPDATE OF claim_generation, claim_digest,
     claim_worker, claim_boot, claim_info, claimed_at ON attempts
 WHEN OLD.claimed_at IS NOT NULL
@@ -525,6 +540,34 @@ OP_RECORDS = (
     "WITH RECURSIVE chain(seq) AS (SELECT ? UNION ALL SELECT e.follows FROM events e"
     " JOIN chain c ON e.seq = c.seq WHERE e.follows > ?)"
 )
+
+# The ids of the attempts in a state that reads ask for (see _V6): each
+# state through its own index, never a scan.
+_ATTEMPTS_IN = {
+    "unknown": "SELECT id FROM attempts WHERE state = 'unknown'",
+    "prepared": "SELECT id FROM attempts WHERE state = 'prepared'",
+    "running": (
+        "SELECT r.id FROM operations ro JOIN attempts r"
+        " ON r.op_id = ro.id AND r.attempt = ro.attempts"
+        " WHERE ro.neuron_id IN (SELECT id FROM neurons) AND ro.state = 'running'"
+        " AND r.state = 'running'"
+        " UNION ALL SELECT r.id FROM operations ro JOIN attempts r"
+        " ON r.op_id = ro.id AND r.attempt = ro.attempts"
+        " WHERE ro.state = 'cancelled' AND ro.ended_at IS NULL AND r.state = 'running'"
+    ),
+}
+
+
+def attempts_in(states: Iterable[str]) -> str:
+    """A WHERE term: the attempt ``a`` is in one of ``states`` (each of
+    ``unknown``, ``prepared``, ``running``: the open ones, the only ones a
+    read asks for by state), its id among those each state's index finds
+    (one list of ids: an OR of the states would scan every attempt)."""
+    unknown = set(states) - set(_ATTEMPTS_IN)
+    if unknown:
+        raise ValueError(f"attempts are not read by state {sorted(unknown)}")
+    return "a.id IN (" + " UNION ALL ".join(_ATTEMPTS_IN[s] for s in states) + ")"
+
 
 # version -> the script that brings a database at version-1 to version.
 # A released version's script never changes: tests/data keeps a database

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from wardd.daemon.core import ops
+from wardd.daemon.store import load
+from wardd.daemon.store.apply import apply
 from wardd.daemon.store.prune import prune_ops
 from wardd.daemon.store.reads import Reads
-from wardd.daemon.store.schema import OP_RECORDS, SCHEMA_VERSION, migrate
+from wardd.daemon.store.schema import OP_RECORDS, SCHEMA_VERSION, attempts_in, migrate
 from wardd.daemon.store.writer import connect
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -135,3 +138,71 @@ class TestPlans:
         delete = next(s for s in statements if s.startswith("DELETE FROM events"))
         plan = _plan(conn, delete, ())
         assert "SCAN events" not in plan and "SCAN e " not in plan + " ", plan
+
+
+class TestOpenAttempts:
+    """Schema 6 keeps no index of every attempt's state: an open attempt
+    (prepared, running, unknown) is found through its own partial index or,
+    running, through its op, whose latest attempt it is."""
+
+    @pytest.mark.parametrize("version", VERSIONS)
+    def test_each_open_state_finds_exactly_its_attempts(self, tmp_path, version):
+        """attempts_in(state) finds what a scan of every attempt finds."""
+        conn = connect(_copy(tmp_path, version))
+        migrate(conn)
+        for state in ("unknown", "prepared", "running"):
+            got = {
+                i
+                for (i,) in conn.execute(
+                    f"SELECT a.id FROM attempts a WHERE {attempts_in((state,))}"
+                )
+            }
+            want = {
+                i
+                for (i,) in conn.execute(
+                    "SELECT id FROM attempts NOT INDEXED WHERE state = ?", (state,)
+                )
+            }
+            assert got == want, state
+        assert got, "every fixture was left with an attempt running"
+        conn.close()
+
+    def test_a_running_attempt_of_a_cancelled_op_is_found(self, tmp_path):
+        """An op cancelled while its attempt runs is no longer running, but its
+        attempt is: list_attempts and recovery still find it."""
+        conn = connect(_copy(tmp_path, 5))
+        migrate(conn)
+        neuron = (DATA / "schema-v5.neuron").read_text().strip()
+        conn.execute("BEGIN IMMEDIATE")
+        view = load.op_view(conn, neuron, "running")
+        apply(conn, ops.cancel(view), view.op)
+        conn.execute("COMMIT")
+        (attempt_id,) = conn.execute(
+            "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " WHERE o.op = 'running' AND o.state = 'cancelled' AND a.state = 'running'"
+        ).fetchone()
+        listed = Reads(conn, 1 << 20).list_attempts("running", None, 10)["attempts"]
+        assert [(x["op"], x["state"]) for x in listed] == [("running", "running")]
+        left = [(op.op, a.id) for _n, op, a, _claimed in load.open_before(conn, "b-now")]
+        assert ("running", attempt_id) in left
+        conn.close()
+
+    def test_no_read_by_state_scans_attempts_or_operations(self, tmp_path):
+        """Each read that asks for attempts by state searches, never scans, the
+        attempts and operations tables (a partial index holds only its rows)."""
+        conn = connect(_copy(tmp_path, 5))
+        migrate(conn)
+        for states in (
+            ("unknown",),
+            ("prepared",),
+            ("running",),
+            ("unknown", "prepared", "running"),
+        ):
+            plan = _plan(conn, f"SELECT a.* FROM attempts a WHERE {attempts_in(states)}", ())
+            for step in plan.split(" | "):
+                assert (
+                    not step.startswith(("SCAN a", "SCAN attempts", "SCAN ro", "SCAN operations"))
+                    or "USING INDEX attempts_" in step
+                    or "operations_cancelled_open" in step
+                ), plan
+        conn.close()

@@ -235,7 +235,12 @@ class TestRecordsRoundTrip:
     ) -> None:
         write_records(conn)
         conn.execute("BEGIN")
-        apply(conn, ch.Decision((ch.SetAttempt(11, 1, state=AttemptState.RUNNING),)))
+        # a running attempt is found through its op, whose latest it is (schema 6)
+        running = (
+            ch.SetAttempt(11, 1, state=AttemptState.RUNNING),
+            ch.SetOp(11, {"attempts": 1, "state": OpState.RUNNING}),
+        )
+        apply(conn, ch.Decision(running))
         conn.execute("COMMIT")
         ((neuron, op, attempt, claimed),) = load.open_before(conn, "b-now")
         assert (neuron, op.id, attempt.id, attempt.state, claimed) == (
@@ -398,14 +403,14 @@ class TestWireForms:
 
     def test_recovery_reads_name_their_columns(self, tmp_path: Path) -> None:
         reads = reads_of(tmp_path)
-        assert reads.receipt_candidates(["echo"], ("failed",)) == [
-            Candidate(21, NEURON, "op-1", 1, "echo", True, {"pid": 42})
-        ]
         assert reads.receipt_candidates(["echo"], ("unknown",)) == []  # manual: not guarded
         c = connect(tmp_path / "r.db")
         c.execute("BEGIN")
         apply(c, ch.Decision((ch.SetAttempt(11, 1, state=AttemptState.UNKNOWN),)))
         c.execute("COMMIT")
+        assert reads.receipt_candidates(["echo"], ("unknown",)) == [
+            Candidate(21, NEURON, "op-1", 1, "echo", True, {"pid": 42})
+        ]
         assert reads.claimed_calls_of_earlier_boots("b-now") == [
             ClaimedCall(21, NEURON, "op-1", 1, "b0")
         ]
