@@ -229,6 +229,16 @@ def _set_op(conn: sqlite3.Connection, c: ch.SetOp, p: _Pending) -> None:
 
 
 def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, p: _Pending) -> None:
+    """A new attempt, written at the end of the decision (:class:`_Pending`);
+    its descriptor is kept once per digest (schema 6), named by the binding's
+    ``digest``."""
+    descriptor = enc(c.descriptor)
+    if descriptor is not None and c.digest is not None:
+        conn.execute(
+            "INSERT OR IGNORE INTO descriptors(digest, descriptor) VALUES (?, ?)",
+            (c.digest, descriptor),
+        )
+        descriptor = None
     p.attempt_ids[(c.op_id, c.attempt)] = c.id
     p.attempts[c.id] = {
         "id": c.id,
@@ -238,7 +248,7 @@ def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, p: _Pending) -> Non
         "epoch": c.epoch,
         "policy_version": c.policy_version,
         "placement_generation": c.placement_generation,
-        "descriptor": enc(c.descriptor),
+        "descriptor": descriptor,
         "digest": c.digest,
         "worker": c.worker,
         "boot": c.boot,

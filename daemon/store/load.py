@@ -137,7 +137,8 @@ ATTEMPT = Columns(
     "a",
     ("id", "op_id", "attempt", "kind", "epoch", "policy_version", "placement_generation")
     + ("digest", "worker", "boot", "state", "reason", "evidence"),
-    # the descriptor is kept with the binding, for the record; created_at is the reads';
+    # the descriptor is kept with the binding, for the record (since schema 6 once
+    # per digest, in `descriptors`, and NULL in the row); created_at is the reads';
     # the claim's and the outcome's columns (schema 6) are read through their views
     unread=("descriptor", "created_at")
     + ("claim_generation", "claim_digest", "claim_worker", "claim_boot", "claim_info")

@@ -116,6 +116,7 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
         "ended_at",
         "pruned_at",
     ),
+    "descriptors": ("digest", "descriptor"),
     "prune_stats": ("id", "pruned_ops", "last_pruned_at", "attempt_hw", "seq_hw"),
 }
 
@@ -460,6 +461,11 @@ INSERT INTO prune_stats(id, pruned_ops, last_pruned_at) VALUES (1, 0, NULL);
 #   already written by those commits) or of a cancelled op that has not ended
 #   (a partial index that only a cancel while an attempt is open writes).
 #   `attempts_in` spells that for the reads.
+# - An attempt's descriptor (a third of its row) is kept once per digest, in
+#   `descriptors` (the digest is the descriptor's own: canonical_digest), and
+#   a new attempt's `descriptor` column is NULL: its binding names it by
+#   `digest`. An earlier attempt keeps its own copy (the binding is
+#   immutable); the migration copies those into `descriptors` too.
 _V6 = """
 DROP INDEX events_op;
 ALTER TABLE attempts ADD COLUMN claim_generation INTEGER;
@@ -494,6 +500,18 @@ CREATE INDEX attempts_unknown ON attempts(id) WHERE state = 'unknown';
 CREATE INDEX attempts_prepared ON attempts(id) WHERE state = 'prepared';
 CREATE INDEX operations_cancelled_open ON operations(id)
     WHERE state = 'cancelled' AND ended_at IS NULL;
+CREATE TABLE descriptors(digest TEXT PRIMARY KEY, descriptor BLOB NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO descriptors(digest, descriptor)
+    SELECT digest, descriptor FROM attempts
+    WHERE digest IS NOT NULL AND descriptor IS NOT NULL ORDER BY id;
+CREATE TRIGGER descriptors_kept BEFORE UPDATE ON descriptors
+BEGIN
+    SELECT RAISE(ABORT, 'a descriptor is kept for ever');
+END;
+CREATE TRIGGER descriptors_no_delete BEFORE DELETE ON descriptors
+BEGIN
+    SELECT RAISE(ABORT, 'a descriptor is kept for ever');
+END;
 CREATE TRIGGER attempts_claim_once BEFORE UPDATE OF claim_generation, claim_digest,
     claim_worker, claim_boot, claim_info, claimed_at ON attempts
 WHEN OLD.claimed_at IS NOT NULL

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from wardd.daemon.core import changes as ch
 from wardd.daemon.core import ops
 from wardd.daemon.store import load
 from wardd.daemon.store.apply import apply
@@ -19,6 +20,7 @@ from wardd.daemon.store.prune import prune_ops
 from wardd.daemon.store.reads import Reads
 from wardd.daemon.store.schema import OP_RECORDS, SCHEMA_VERSION, attempts_in, migrate
 from wardd.daemon.store.writer import connect
+from wardd.protocol import AttemptState
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VERSIONS = [1, 2, 3, 4, 5]
@@ -205,4 +207,58 @@ class TestOpenAttempts:
                     or "USING INDEX attempts_" in step
                     or "operations_cancelled_open" in step
                 ), plan
+        conn.close()
+
+
+class TestDescriptors:
+    def test_a_descriptor_is_kept_once_per_digest_and_for_ever(self, tmp_path):
+        """A new attempt's binding names its descriptor by digest: the
+        descriptor is stored once in `descriptors` (earlier attempts' copies
+        too), never changed nor deleted; the attempt's own column is NULL."""
+        conn = connect(_copy(tmp_path, 5))
+        migrate(conn)
+        old = dict(
+            conn.execute(
+                "SELECT digest, descriptor FROM attempts WHERE descriptor IS NOT NULL"
+            ).fetchall()
+        )
+        assert old and dict(conn.execute("SELECT digest, descriptor FROM descriptors")) == old
+        neuron = (DATA / "schema-v5.neuron").read_text().strip()
+        conn.execute("BEGIN IMMEDIATE")
+        view = load.op_view(conn, neuron, "done", next_attempt=True)
+        n = view.neuron
+        assert n is not None and view.op is not None
+        attempt_id = view.next_attempt_id
+        decision = ch.Decision(
+            (
+                ch.NewAttempt(
+                    attempt_id,
+                    view.op.id,
+                    2,
+                    "guarded",
+                    n.epoch,
+                    n.policy_version,
+                    n.placement_generation,
+                    {"v": 1, "new": True},
+                    "d-new",
+                    "w0",
+                    "b-now",
+                    AttemptState.PREPARED,
+                    None,
+                ),  # fmt: skip
+                ch.SetOp(view.op.id, {"attempts": 2}),
+            )
+        )
+        apply(conn, decision, view.op)
+        conn.execute("COMMIT")
+        row = conn.execute(
+            "SELECT a.descriptor, d.descriptor FROM attempts a"
+            " JOIN descriptors d ON d.digest = a.digest WHERE a.id = ?",
+            (attempt_id,),
+        ).fetchone()
+        assert row[0] is None and row[1] is not None
+        with pytest.raises(sqlite3.IntegrityError, match="kept for ever"):
+            conn.execute("DELETE FROM descriptors")
+        with pytest.raises(sqlite3.IntegrityError, match="kept for ever"):
+            conn.execute("UPDATE descriptors SET descriptor = x'00'")
         conn.close()
