@@ -79,6 +79,7 @@ import _dispatch  # noqa: E402
 import _engine  # noqa: E402
 import _hostile  # noqa: E402
 import _metrics  # noqa: E402
+import _pages  # noqa: E402
 import _prune  # noqa: E402
 import _raw  # noqa: E402
 import _recovery  # noqa: E402
@@ -116,6 +117,7 @@ MODES: dict[str, dict[str, Any]] = {
 WORKER_COUNTS = (2, 4)
 CLIENTS, NEURONS = 16, 4
 PROBE_INTERVAL = 0.005
+WAL_INVOKES = 40  # invokes per WAL-pages sample (under the 1,000-frame autocheckpoint)
 RAW_CYCLE_COMMITS = 4  # the targets' reference loop: 4 FULL WAL commits per cycle
 
 # The targets table, in its order: key, figure, comparison, target, unit. How each value
@@ -123,6 +125,7 @@ RAW_CYCLE_COMMITS = 4  # the targets' reference loop: 4 FULL WAL commits per cyc
 TARGETS: list[tuple[str, str, str, float, str]] = [
     ("cpu", "daemon CPU per sequential invoke", "<=", 0.6, " ms"),
     ("engine", "engine floor ÷ raw dispatch bound (1-row commits/s ÷ 2)", ">=", 0.7, "×"),
+    ("wal_pages", "WAL pages per dispatch commit", "<=", 5.0, " pages"),
     ("seq_raw4", "sequential submit+invoke ÷ raw 4-commit loop", ">=", 0.5, "×"),
     ("seq_dbos", "sequential submit+invoke ÷ DBOS one-step workflows/s", ">=", 1.5, "×"),
     ("conc_raw4", f"{CLIENTS} clients over {NEURONS} neurons, submit+invoke ÷ raw 4-commit loop",
@@ -309,6 +312,11 @@ def bench_sequential(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
             R.value("dbos.paired", dbos_reps)
         idle = _dispatch.status_latencies(c, 300)
         R.value("sequential.rss_kib", C.rss_kib(d.pid))
+        wal = []
+        for rep in range(cfg["reps"]):
+            x = _pages.daemon_frames(d, actor, c, WAL_INVOKES, tag=f"wal{rep}")
+            if x is not None:
+                wal.append(x)
         c.close()
     finally:
         d.stop()
@@ -346,6 +354,19 @@ def bench_sequential(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     R.value("status.idle_p99_ms", percentile(idle, 99) * 1000)
     print(f"   status, idle daemon          p50 {fmt_ms(percentile(idle, 50))}"
           f" p99 {fmt_ms(percentile(idle, 99))}  ({len(idle)} calls)")
+    if wal:
+        s = R.stat("seq.wal_pages", wal, " pages")
+        print(f"   WAL pages per dispatch commit {s}   (frames appended over {WAL_INVOKES}"
+              " sequential invokes ÷ 2 commits each)")
+    try:
+        units = _pages.by_unit(tmp / "pages")
+    except Exception as exc:  # noqa: BLE001 - private interfaces may have moved
+        R.note(f"pages per unit unavailable ({type(exc).__name__}: {exc})")
+        return
+    R.value("seq.wal_pages_by_unit", units)
+    print("   pages each unit's commit writes, by table or index (the units in a plain loop):")
+    for line in _pages.describe(units).splitlines():
+        print(f"      {line}")
 
 
 def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
@@ -791,6 +812,11 @@ def _num(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
+def _btrees(unit: dict[str, Any]) -> str:
+    """A unit's pages per commit by table or index, the ones of 0.1 page or more."""
+    return ", ".join(f"{b} {x:.1f}" for b, x in unit["by_btree"].items() if x >= 0.1)
+
+
 def summary(R: Results) -> dict[str, dict[str, Any]]:
     """The performance targets' table from this run's figures: one row per target, with its
     value, the target and the verdict, printed and kept for ``--json``.
@@ -813,6 +839,13 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
       docs/performance.md's reference run) was computed. The page-matched
       bound (raw commits as many pages long as a dispatch commit, ÷ 2) is
       printed beside it: it tells how much of the gap is page writes.
+    - wal_pages: on the sequential section's daemon, after its repetitions:
+      the WAL checkpointed and truncated from the bench's own connection,
+      then 40 pre-submitted ops invoked one after the other; the frames the
+      WAL grew by (its size − 32 ÷ 4,120) ÷ 80 commits, one sample per
+      repetition (``_pages.daemon_frames``). The detail names the pages each
+      unit writes, from the daemon's units in a plain loop, each commit's
+      frames read from the WAL and named by ``dbstat`` (``_pages.by_unit``).
     - seq_raw4: sequential submit+invoke cycles/s (one client, requests
       signed beforehand, each op submitted then invoked) ÷ cycles/s of a raw
       loop of 4 FULL WAL commits of one row each (``_raw.cycle_loop``).
@@ -885,6 +918,13 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
                f" {f(div(eng, bound))}×); ÷ the page-matched bound ({f(pages)} pages per"
                f" commit, {f(pm / 2 if pm else None)}/s in section 1):"
                f" {f(med('engine.ratio_page_matched'))}× paired" if eng else "")
+    # WAL pages per dispatch commit (real daemon), with each unit's pages
+    units = v.get("seq.wal_pages_by_unit") or {}
+    rows["wal_pages"] = dict(
+        value=med("seq.wal_pages"), paired=None,
+        compared=f"WAL frames appended over {WAL_INVOKES} sequential invokes ÷ 2 commits each",
+        detail="; ".join(f"{k} unit {u['frames_per_commit']:.1f} ({_btrees(u)})"
+                         for k, u in units.items()))
     # sequential submit+invoke
     x, paired = pick(med("seq.raw4_ratio"), div(seq_cyc, raw4))
     rows["seq_raw4"] = dict(

@@ -115,19 +115,61 @@ def _set(
     )
 
 
+# a new attempt's row, in this order (its INSERT's columns)
+_ATTEMPT_ROW = (
+    "id",
+    "op_id",
+    "attempt",
+    "kind",
+    "epoch",
+    "policy_version",
+    "placement_generation",
+    "descriptor",
+    "digest",
+    "worker",
+    "boot",
+    "created_at",
+    "state",
+    "reason",
+    "evidence",
+    "claim_generation",
+    "claim_digest",
+    "claim_worker",
+    "claim_boot",
+    "claim_info",
+    "claimed_at",
+    "outcome_status",
+    "outcome_value",
+    "outcome_error",
+    "outcome_source",
+    "outcome_at",
+)
+_settable("attempts", frozenset(_ATTEMPT_ROW))
+_INSERT_ATTEMPT = (
+    f"INSERT INTO attempts({', '.join(_ATTEMPT_ROW)}) VALUES ({', '.join('?' * len(_ATTEMPT_ROW))})"
+)
+
+
 class _Pending:
-    """What one apply defers to its end: each op's own row is written once
-    (its fields and the seq of its last record), after its attempts and
-    records, so that a decision that moves an op twice (prepared, then
-    running) costs one UPDATE and the op's triggers see only its final
-    state (contract §3.3: the projection follows the records)."""
+    """What one apply defers to its end. A new attempt's row is inserted
+    once, as the decision leaves it (``invoke``'s attempt, claim and move
+    to running are one INSERT: its state's index never sees it prepared).
+    Each op's own row is written once (its fields and the seq of its last
+    record), after its attempts and records, so that a decision that moves
+    an op twice (prepared, then running) costs one UPDATE and the op's
+    triggers see only its final state (contract §3.3: the projection
+    follows the records)."""
 
     def __init__(self, at: str) -> None:
         self.at = at
         self.ops: dict[int, dict[str, Any]] = {}
         self.last_seq: dict[int, int | None] = {}
+        self.attempts: dict[int, dict[str, Any]] = {}  # new ones, by attempt id
+        self.attempt_ids: dict[tuple[int, int], int] = {}  # (op id, number) -> id
 
     def flush(self, conn: sqlite3.Connection) -> None:
+        for row in self.attempts.values():
+            conn.execute(_INSERT_ATTEMPT, tuple(row.get(k) for k in _ATTEMPT_ROW))
         for op_id, fields in self.ops.items():
             _set(conn, "SetOp", "operations", _OP_COLUMNS, op_id, fields, unstored=_OP_UNSTORED)
 
@@ -189,74 +231,108 @@ def _set_op(conn: sqlite3.Connection, c: ch.SetOp, p: _Pending) -> None:
 
 
 def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, p: _Pending) -> None:
-    conn.execute(
-        "INSERT INTO attempts(id, op_id, attempt, kind, epoch, policy_version,"
-        " placement_generation, descriptor, digest, worker, boot, created_at, state, evidence)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            c.id,
-            c.op_id,
-            c.attempt,
-            c.kind,
-            c.epoch,
-            c.policy_version,
-            c.placement_generation,
-            enc(c.descriptor),
-            c.digest,
-            c.worker,
-            c.boot,
-            p.at,
-            c.state.value,
-            enc(c.evidence),
-        ),
-    )
+    """A new attempt, written at the end of the decision (:class:`_Pending`);
+    its descriptor is kept once per digest (schema 6), named by the binding's
+    ``digest``."""
+    descriptor = enc(c.descriptor)
+    if descriptor is not None and c.digest is not None:
+        conn.execute(
+            "INSERT OR IGNORE INTO descriptors(digest, descriptor) VALUES (?, ?)",
+            (c.digest, descriptor),
+        )
+        descriptor = None
+    p.attempt_ids[(c.op_id, c.attempt)] = c.id
+    p.attempts[c.id] = {
+        "id": c.id,
+        "op_id": c.op_id,
+        "attempt": c.attempt,
+        "kind": c.kind,
+        "epoch": c.epoch,
+        "policy_version": c.policy_version,
+        "placement_generation": c.placement_generation,
+        "descriptor": descriptor,
+        "digest": c.digest,
+        "worker": c.worker,
+        "boot": c.boot,
+        "created_at": p.at,
+        "state": c.state.value,
+        "evidence": enc(c.evidence),
+    }
 
 
 def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> None:
-    sets: list[str] = []
-    params: list[Any] = []
+    fields: dict[str, Any] = {}
     if c.state is not None:
-        sets.append("state = ?")
-        params.append(c.state.value)
+        fields["state"] = c.state.value
         moves = MOVES.log
         if moves is not None and c.act is not None:
             moves.append((c.act, c.state.value))
     if c.reason is not None:
-        sets.append("reason = ?")
-        params.append(c.reason)
+        fields["reason"] = c.reason
     if c.evidence is not None:
-        sets.append("evidence = ?")
-        params.append(enc(c.evidence))
+        fields["evidence"] = enc(c.evidence)
+    new = p.attempt_ids.get((c.op_id, c.attempt))
+    if new is not None:  # created by this decision: its row is not written yet
+        p.attempts[new].update(fields)
+        return
     conn.execute(
-        f"UPDATE attempts SET {', '.join(sets)} WHERE op_id = ? AND attempt = ?",
-        (*params, c.op_id, c.attempt),
+        f"UPDATE attempts SET {', '.join(f'{k} = ?' for k in fields)}"
+        " WHERE op_id = ? AND attempt = ?",
+        (*fields.values(), c.op_id, c.attempt),
     )
 
 
 def _new_claim(conn: sqlite3.Connection, c: ch.NewClaim, p: _Pending) -> None:
-    try:
-        conn.execute(
-            "INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot,"
-            " claim_info, at) VALUES (?,?,?,?,?,?,?)",
-            (
-                c.attempt_id,
-                c.placement_generation,
-                c.digest,
-                c.worker,
-                c.boot,
-                enc(c.claim_info),
-                p.at,
-            ),
+    """The claim's columns of the attempt's row (schema 6), set once: an
+    attempt already claimed matches no row (the claim's CAS)."""
+    new = p.attempts.get(c.attempt_id)
+    if new is not None:  # created by this decision (invoke): claimed as it is written
+        new.update(
+            claim_generation=c.placement_generation,
+            claim_digest=c.digest,
+            claim_worker=c.worker,
+            claim_boot=c.boot,
+            claim_info=enc(c.claim_info),
+            claimed_at=p.at,
         )
-    except sqlite3.IntegrityError:  # the one claim of an attempt (unique: CAS)
-        raise ClaimConflict("the attempt is already claimed") from None
+        return
+    cur = conn.execute(
+        "UPDATE attempts SET claim_generation = ?, claim_digest = ?, claim_worker = ?,"
+        " claim_boot = ?, claim_info = ?, claimed_at = ? WHERE id = ? AND claimed_at IS NULL",
+        (
+            c.placement_generation,
+            c.digest,
+            c.worker,
+            c.boot,
+            enc(c.claim_info),
+            p.at,
+            c.attempt_id,
+        ),
+    )
+    if cur.rowcount != 1:  # the one claim of an attempt
+        raise ClaimConflict("the attempt is already claimed")
 
 
 def _new_outcome(conn: sqlite3.Connection, c: ch.NewOutcome, p: _Pending) -> None:
-    conn.execute(
-        "INSERT INTO outcomes(attempt_id, status, value, error, source, at) VALUES (?,?,?,?,?,?)",
-        (c.attempt_id, c.status.value, enc_value(c.value), c.error, c.source, p.at),
+    """The outcome's columns of the attempt's row (schema 6); a trigger
+    refuses a second outcome of an attempt."""
+    new = p.attempts.get(c.attempt_id)
+    if new is not None:  # created by this decision: its row is not written yet
+        new.update(
+            outcome_status=c.status.value,
+            outcome_value=enc_value(c.value),
+            outcome_error=c.error,
+            outcome_source=c.source,
+            outcome_at=p.at,
+        )
+        return
+    cur = conn.execute(
+        "UPDATE attempts SET outcome_status = ?, outcome_value = ?, outcome_error = ?,"
+        " outcome_source = ?, outcome_at = ? WHERE id = ?",
+        (c.status.value, enc_value(c.value), c.error, c.source, p.at, c.attempt_id),
     )
+    if cur.rowcount != 1:
+        raise Internal(f"no attempt {c.attempt_id} for its outcome")
 
 
 def _new_reservation(conn: sqlite3.Connection, c: ch.NewReservation, p: _Pending) -> None:

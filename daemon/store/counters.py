@@ -16,8 +16,8 @@ How the figures stay exact:
   (:meth:`Counters.seed`), from what the database keeps exact in the same
   transactions as the changes themselves: ``op_counts`` (kept by triggers,
   a pruned op still counted under its final state), ``prune_stats``, and
-  one count of the unknown attempts, a range of the ``attempts_state``
-  index (as long as the unknown attempts, not the attempts). A SIGKILL
+  one count of the unknown attempts, over the partial index
+  ``attempts_unknown`` (as long as the unknown attempts, not the attempts). A SIGKILL
   loses nothing the next start does not read back.
 - **Noted as applied**: :func:`note` sees each decision's changes once
   they are written (a new op is ``pending``; a :class:`~..core.changes.SetOp`

@@ -25,7 +25,7 @@ from ..core.records import (
     Reservation,
     Tombstone,
 )
-from .schema import COLUMNS
+from .schema import COLUMNS, attempts_in
 
 __all__ = [
     "LOADED",
@@ -137,8 +137,13 @@ ATTEMPT = Columns(
     "a",
     ("id", "op_id", "attempt", "kind", "epoch", "policy_version", "placement_generation")
     + ("digest", "worker", "boot", "state", "reason", "evidence"),
-    # the descriptor is kept with the binding, for the record; created_at is the reads'
-    unread=("descriptor", "created_at"),
+    # the descriptor is kept with the binding, for the record (since schema 6 once
+    # per digest, in `descriptors`, and NULL in the row); created_at is the reads';
+    # the claim's and the outcome's columns (schema 6) are read through their views
+    unread=("descriptor", "created_at")
+    + ("claim_generation", "claim_digest", "claim_worker", "claim_boot", "claim_info")
+    + ("claimed_at", "outcome_status", "outcome_value", "outcome_error", "outcome_source")
+    + ("outcome_at",),
 )
 OUTCOME = Columns(
     "outcomes", "oc", ("status", "value", "error", "source"), unread=("attempt_id", "at")
@@ -538,7 +543,7 @@ def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Atte
         _OP_ATTEMPT + ", n.neuron, EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
         " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
         " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
-        " WHERE a.state IN ('prepared', 'running') AND a.boot != ? ORDER BY a.id",
+        f" WHERE {attempts_in(('prepared', 'running'))} AND a.boot != ? ORDER BY a.id",
         (boot,),
     ).fetchall()
     out = []

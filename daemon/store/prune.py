@@ -8,7 +8,8 @@ attempt is open), so finding them is one range scan of a partial index.
 
 Pruning an op, in one writer unit with every other op of its batch:
 insert its tombstone ``{neuron, op, prog, act, args digest, final state,
-ended_at, pruned_at}``, then delete its outcomes, claims, attempts, event
+ended_at, pruned_at}``, then delete its attempts (their claims and
+outcomes with them: columns of their rows since schema 6), its event
 records and the op row. The schema's triggers allow those deletes only for
 an op that has a tombstone, and a tombstone only for an op that has ended,
 so no other write can delete a record and no unknown attempt is ever
@@ -281,20 +282,22 @@ def prune_ops(conn: sqlite3.Connection, op_ids: list[int], pruned_at_ms: int) ->
 
 def _delete_records(conn: sqlite3.Connection, done: str) -> None:
     """Delete every record of the ops ``done`` (their tombstones are in):
-    their attempts are looked up once, then each table is reached by its key."""
+    its attempts by their (op_id, attempt) index, its records along their chain."""
     # before anything is deleted: no attempt id or seq is ever handed out again
     conn.execute(
         "UPDATE prune_stats SET"
         " attempt_hw = max(attempt_hw, coalesce((SELECT max(id) FROM attempts), 0)),"
         " seq_hw = max(seq_hw, coalesce((SELECT max(seq) FROM events), 0)) WHERE id = 1"
     )
-    attempts = conn.execute(f"SELECT id FROM attempts WHERE op_id IN ({done})").fetchall()
-    if attempts:
-        ids = _id_list([a for (a,) in attempts])
-        conn.execute(f"DELETE FROM outcomes WHERE attempt_id IN ({ids})")
-        conn.execute(f"DELETE FROM claims WHERE attempt_id IN ({ids})")
-        conn.execute(f"DELETE FROM attempts WHERE id IN ({ids})")
-    conn.execute(f"DELETE FROM events WHERE op_id IN ({done})")
+    # an attempt's claim and outcome are columns of its row (schema 6)
+    conn.execute(f"DELETE FROM attempts WHERE op_id IN ({done})")
+    # each op's records along their chain (schema v6: no index on op_id)
+    conn.execute(
+        "DELETE FROM events WHERE seq IN (WITH RECURSIVE chain(seq) AS ("
+        f"SELECT last_seq FROM operations WHERE id IN ({done}) UNION ALL SELECT e.follows"
+        " FROM events e JOIN chain c ON e.seq = c.seq WHERE e.follows IS NOT NULL)"
+        " SELECT seq FROM chain)"
+    )
     conn.execute(f"DELETE FROM operations WHERE id IN ({done})")
 
 

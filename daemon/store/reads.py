@@ -21,6 +21,7 @@ from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_
 
 from .._records import dec
 from .prune import tombstone_row, tombstone_view
+from .schema import OP_RECORDS, attempts_in
 
 __all__ = ["Candidate", "ClaimedCall", "Reads"]
 
@@ -370,9 +371,11 @@ class Reads:
         _n, o, pruned = self._op(neuron, op)
         if pruned:  # contract §3.9: its records were pruned with it
             return {"records": [], "pruned": True}
+        # the op's records along their chain (schema v6), back to ``after``
         rows = self._q(
-            "SELECT * FROM events WHERE op_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (o["id"], after or 0, limit + 1),
+            OP_RECORDS + " SELECT e.* FROM chain c JOIN events e ON e.seq = c.seq"
+            " WHERE e.seq > ? ORDER BY e.seq LIMIT ?",
+            (o["last_seq"], after or 0, after or 0, limit + 1),
         )
         return self._paged("records", rows, lambda r: record_wire(r, op), limit, "seq")
 
@@ -382,8 +385,8 @@ class Reads:
             " FROM attempts a JOIN operations o ON o.id = a.op_id"
             " JOIN progs p ON p.id = o.prog_id JOIN neurons n ON n.id = o.neuron_id"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
-            " WHERE a.state = ? AND a.id > ? ORDER BY a.id LIMIT ?",
-            (state, after or 0, limit + 1),
+            f" WHERE {attempts_in((state,))} AND a.id > ? ORDER BY a.id LIMIT ?",
+            (after or 0, limit + 1),
         )
 
         return self._paged("attempts", rows, lambda r: attempt_wire(r, LISTED_ATTEMPT_WIRE), limit)
@@ -401,15 +404,14 @@ class Reads:
         if not acts or not states:
             return []
         amarks = ",".join("?" * len(acts))
-        smarks = ",".join("?" * len(states))
         sql = (
             "SELECT a.id, n.neuron, o.op, a.attempt, o.act, c.attempt_id AS claimed,"
             " c.claim_info FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
             " LEFT JOIN claims c ON c.attempt_id = a.id"
-            f" WHERE a.state IN ({smarks}) AND a.kind = 'guarded' AND o.act IN ({amarks})"
+            f" WHERE {attempts_in(states)} AND a.kind = 'guarded' AND o.act IN ({amarks})"
         )
-        params: list[Any] = [*states, *acts]
+        params: list[Any] = [*acts]
         if neuron is not None:
             sql += " AND n.neuron = ?"
             params.append(neuron)
@@ -422,7 +424,8 @@ class Reads:
             "SELECT a.id, n.neuron, o.op, a.attempt, c.boot FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
             " JOIN claims c ON c.attempt_id = a.id"
-            " WHERE a.kind = 'guarded' AND a.boot != ? AND a.state IN ('running', 'unknown')",
+            " WHERE a.kind = 'guarded' AND a.boot != ?"
+            f" AND {attempts_in(('running', 'unknown'))}",
             (boot,),
         )
         return [claimed_call(r) for r in rows]

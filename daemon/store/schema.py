@@ -12,11 +12,12 @@ the append-only ``events`` log, kept beside it for reads.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
-# Every table's columns, in the table's own order (the order of ``PRAGMA
+# Every table's columns (and, since v6, the columns of the views `claims` and
+# `outcomes`), in the table's own order (the order of ``PRAGMA
 # table_info`` once migrated: tests/unit/test_store_columns.py holds them to
 # it, so a migration that adds a column fails that test until the column is
 # named here). The store names a column only through these: the loaders'
@@ -80,6 +81,17 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
         "state",
         "reason",
         "evidence",
+        "claim_generation",
+        "claim_digest",
+        "claim_worker",
+        "claim_boot",
+        "claim_info",
+        "claimed_at",
+        "outcome_status",
+        "outcome_value",
+        "outcome_error",
+        "outcome_source",
+        "outcome_at",
     ),
     "claims": (
         "attempt_id",
@@ -104,6 +116,7 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
         "ended_at",
         "pruned_at",
     ),
+    "descriptors": ("digest", "descriptor"),
     "prune_stats": ("id", "pruned_ops", "last_pruned_at", "attempt_hw", "seq_hw"),
 }
 
@@ -422,10 +435,162 @@ CREATE TABLE prune_stats(
 INSERT INTO prune_stats(id, pruned_ops, last_pruned_at) VALUES (1, 0, NULL);
 """
 
+# Version 6: smaller dispatch commits. Every event record of an op
+# names the op's previous record (`follows`, written by the one applier since
+# v1), and the op row names its last one (`last_seq`), so an op's records are
+# found by walking that chain back along the primary key (`OP_RECORDS`):
+# `history` and pruning read them so, and the index on events(op_id, seq),
+# one more page written by every commit that appends a record, goes.
+# `migrate` first checks that every op's records are on its chain.
+# - An attempt's claim and outcome are columns of its own row (each set once,
+#   then immutable, as the rows of their own tables were): the claim unit and
+#   the outcome unit write the attempt's row anyway (its state), and the rows
+#   of `claims` and `outcomes` were one more table page each. `claims` and
+#   `outcomes` stay, as views of those columns, for the reads (and for
+#   inserts, through INSTEAD OF triggers: a second claim of an attempt is
+#   still refused as a constraint, the claim's CAS; a delete is refused: they
+#   go with their attempt, whose delete the v5 guard allows only once pruned). An attempt is claimed
+#   when `claimed_at` is set, has an outcome when `outcome_at` is.
+# - The index on every attempt's state goes: a dispatch's two commits each
+#   rewrote it (an attempt inserted running, then moved to its outcome). The
+#   reads by state only ever ask for open attempts (prepared, running,
+#   unknown), and an open attempt is always its op's latest (a new attempt is
+#   refused while one is open): an unknown or a prepared one is found in a
+#   partial index of its own (neither is written by `invoke`'s commits); a
+#   running one is the latest attempt of a running op (`operations_state`,
+#   already written by those commits) or of a cancelled op that has not ended
+#   (a partial index that only a cancel while an attempt is open writes).
+#   `attempts_in` spells that for the reads.
+# - An attempt's descriptor (a third of its row) is kept once per digest, in
+#   `descriptors` (the digest is the descriptor's own: canonical_digest), and
+#   a new attempt's `descriptor` column is NULL: its binding names it by
+#   `digest`. An earlier attempt keeps its own copy (the binding is
+#   immutable); the migration copies those into `descriptors` too.
+_V6 = """
+DROP INDEX events_op;
+ALTER TABLE attempts ADD COLUMN claim_generation INTEGER;
+ALTER TABLE attempts ADD COLUMN claim_digest TEXT;
+ALTER TABLE attempts ADD COLUMN claim_worker TEXT;
+ALTER TABLE attempts ADD COLUMN claim_boot TEXT;
+ALTER TABLE attempts ADD COLUMN claim_info BLOB;
+ALTER TABLE attempts ADD COLUMN claimed_at TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_status TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_value BLOB;
+ALTER TABLE attempts ADD COLUMN outcome_error TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_source TEXT;
+ALTER TABLE attempts ADD COLUMN outcome_at TEXT;
+UPDATE attempts SET claim_generation = c.placement_generation, claim_digest = c.digest,
+    claim_worker = c.worker, claim_boot = c.boot, claim_info = c.claim_info, claimed_at = c.at
+    FROM claims c WHERE c.attempt_id = attempts.id;
+UPDATE attempts SET outcome_status = oc.status, outcome_value = oc.value,
+    outcome_error = oc.error, outcome_source = oc.source, outcome_at = oc.at
+    FROM outcomes oc WHERE oc.attempt_id = attempts.id;
+DROP TRIGGER claims_no_delete;
+DROP TRIGGER outcomes_no_delete;
+DROP TABLE claims;
+DROP TABLE outcomes;
+CREATE VIEW claims(attempt_id, placement_generation, digest, worker, boot, claim_info, at) AS
+    SELECT id, claim_generation, claim_digest, claim_worker, claim_boot, claim_info, claimed_at
+    FROM attempts WHERE claimed_at IS NOT NULL;
+CREATE VIEW outcomes(attempt_id, status, value, error, source, at) AS
+    SELECT id, outcome_status, outcome_value, outcome_error, outcome_source, outcome_at
+    FROM attempts WHERE outcome_at IS NOT NULL;
+DROP INDEX attempts_state;
+CREATE INDEX attempts_unknown ON attempts(id) WHERE state = 'unknown';
+CREATE INDEX attempts_prepared ON attempts(id) WHERE state = 'prepared';
+CREATE INDEX operations_cancelled_open ON operations(id)
+    WHERE state = 'cancelled' AND ended_at IS NULL;
+CREATE TABLE descriptors(digest TEXT PRIMARY KEY, descriptor BLOB NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO descriptors(digest, descriptor)
+    SELECT digest, descriptor FROM attempts
+    WHERE digest IS NOT NULL AND descriptor IS NOT NULL ORDER BY id;
+CREATE TRIGGER descriptors_kept BEFORE UPDATE ON descriptors
+BEGIN
+    SELECT RAISE(ABORT, 'a descriptor is kept for ever');
+END;
+CREATE TRIGGER descriptors_no_delete BEFORE DELETE ON descriptors
+BEGIN
+    SELECT RAISE(ABORT, 'a descriptor is kept for ever');
+END;
+CREATE TRIGGER attempts_claim_once BEFORE UPDATE OF claim_generation, claim_digest,
+    claim_worker, claim_boot, claim_info, claimed_at ON attempts
+WHEN OLD.claimed_at IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'the attempt is already claimed');
+END;
+CREATE TRIGGER attempts_outcome_once BEFORE UPDATE OF outcome_status, outcome_value,
+    outcome_error, outcome_source, outcome_at ON attempts
+WHEN OLD.outcome_at IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'the attempt already has an outcome');
+END;
+CREATE TRIGGER claims_insert INSTEAD OF INSERT ON claims
+BEGIN
+    SELECT RAISE(ABORT, 'no such attempt')
+        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE id = NEW.attempt_id);
+    UPDATE attempts SET claim_generation = NEW.placement_generation, claim_digest = NEW.digest,
+        claim_worker = NEW.worker, claim_boot = NEW.boot, claim_info = NEW.claim_info,
+        claimed_at = NEW.at WHERE id = NEW.attempt_id;
+END;
+CREATE TRIGGER claims_no_delete INSTEAD OF DELETE ON claims
+BEGIN
+    SELECT RAISE(ABORT, 'a claim goes only with its attempt');
+END;
+CREATE TRIGGER outcomes_no_delete INSTEAD OF DELETE ON outcomes
+BEGIN
+    SELECT RAISE(ABORT, 'an outcome goes only with its attempt');
+END;
+CREATE TRIGGER outcomes_insert INSTEAD OF INSERT ON outcomes
+BEGIN
+    SELECT RAISE(ABORT, 'no such attempt')
+        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE id = NEW.attempt_id);
+    UPDATE attempts SET outcome_status = NEW.status, outcome_value = NEW.value,
+        outcome_error = NEW.error, outcome_source = NEW.source, outcome_at = NEW.at
+        WHERE id = NEW.attempt_id;
+END;
+"""
+
+# An op's event records, newest first, from its last record back along
+# `follows` (v6): bind the op's `last_seq`, then the seq to stop at (the
+# walk ends at the first record whose `follows` is not above it; 0 for all).
+# Select `seq` from `chain` (each is an events row id).
+OP_RECORDS = (
+    "WITH RECURSIVE chain(seq) AS (SELECT ? UNION ALL SELECT e.follows FROM events e"
+    " JOIN chain c ON e.seq = c.seq WHERE e.follows > ?)"
+)
+
+# The ids of the attempts in a state that reads ask for (see _V6): each
+# state through its own index, never a scan.
+_ATTEMPTS_IN = {
+    "unknown": "SELECT id FROM attempts WHERE state = 'unknown'",
+    "prepared": "SELECT id FROM attempts WHERE state = 'prepared'",
+    "running": (
+        "SELECT r.id FROM operations ro JOIN attempts r"
+        " ON r.op_id = ro.id AND r.attempt = ro.attempts"
+        " WHERE ro.neuron_id IN (SELECT id FROM neurons) AND ro.state = 'running'"
+        " AND r.state = 'running'"
+        " UNION ALL SELECT r.id FROM operations ro JOIN attempts r"
+        " ON r.op_id = ro.id AND r.attempt = ro.attempts"
+        " WHERE ro.state = 'cancelled' AND ro.ended_at IS NULL AND r.state = 'running'"
+    ),
+}
+
+
+def attempts_in(states: Iterable[str]) -> str:
+    """A WHERE term: the attempt ``a`` is in one of ``states`` (each of
+    ``unknown``, ``prepared``, ``running``: the open ones, the only ones a
+    read asks for by state), its id among those each state's index finds
+    (one list of ids: an OR of the states would scan every attempt)."""
+    unknown = set(states) - set(_ATTEMPTS_IN)
+    if unknown:
+        raise ValueError(f"attempts are not read by state {sorted(unknown)}")
+    return "a.id IN (" + " UNION ALL ".join(_ATTEMPTS_IN[s] for s in states) + ")"
+
+
 # version -> the script that brings a database at version-1 to version.
 # A released version's script never changes: tests/data keeps a database
 # of each released version and proves it migrates.
-_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 class SchemaTooNew(Exception):
@@ -448,6 +613,8 @@ def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
         conn.execute("BEGIN IMMEDIATE")
         try:
             # executescript commits first; run statements one by one instead.
+            if target == 6:
+                _check_chained(conn)
             _run_script(conn, target)
             conn.execute(f"PRAGMA user_version = {target}")
             conn.execute("COMMIT")
@@ -474,6 +641,23 @@ def ensure_incremental_vacuum(conn: sqlite3.Connection) -> bool:
     # the VACUUM wrote the whole database into the WAL: give that back too
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return True
+
+
+def _check_chained(conn: sqlite3.Connection) -> None:
+    """Before v6 drops events(op_id, seq): every record of an op is on the
+    chain from the op's last record (the one applier has always linked
+    them; a database where that does not hold is not one wardd wrote)."""
+    (loose,) = conn.execute(
+        "WITH RECURSIVE chain(seq) AS (SELECT last_seq FROM operations WHERE last_seq IS NOT NULL"
+        " UNION ALL SELECT e.follows FROM events e JOIN chain c ON e.seq = c.seq"
+        " WHERE e.follows IS NOT NULL)"
+        " SELECT (SELECT count(*) FROM events WHERE op_id IS NOT NULL)"
+        " - (SELECT count(*) FROM chain c JOIN events e ON e.seq = c.seq)"
+    ).fetchone()
+    if loose:
+        raise sqlite3.DatabaseError(
+            f"{loose} event records are not linked to their operation's previous record"
+        )
 
 
 def _run_script(conn: sqlite3.Connection, version: int) -> None:

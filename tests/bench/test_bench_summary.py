@@ -15,14 +15,14 @@ import _raw  # noqa: E402
 import run  # noqa: E402
 from _common import Results  # noqa: E402
 
-ROWS = ["cpu", "engine", "seq_raw4", "seq_dbos", "conc_raw4", "conc_dbos", "status_w2",
-        "status_w4", "status_1m", "recovery", "rss"]
+ROWS = ["cpu", "engine", "wal_pages", "seq_raw4", "seq_dbos", "conc_raw4", "conc_dbos",
+        "status_w2", "status_w4", "status_1m", "recovery", "rss"]
 
 
 def _results(**over: float) -> Results:
     """Figures of a run whose every paired ratio and value is given by ``over``."""
     R = Results()
-    fig = {"seq.cpu_us": 600.0, "engine.ratio": 0.7, "seq.raw4_ratio": 0.5,
+    fig = {"seq.cpu_us": 600.0, "engine.ratio": 0.7, "seq.wal_pages": 5.0, "seq.raw4_ratio": 0.5,
            "seq.dbos_cycle_ratio": 1.8, "conc.w4.raw4_ratio": 1.0, "conc.w4.dbos_ratio": 1.5,
            "recovery.ready_s": 0.8, "rss.conns_mib": 50.0, "conc.w2.cycle": 100.0,
            "conc.w4.cycle": 200.0}

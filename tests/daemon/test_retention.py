@@ -303,7 +303,7 @@ def _take(op: str, a: Actor) -> dict:
 
 
 class TestMigration:
-    @pytest.mark.parametrize("version", [1, 2, 3, 4])
+    @pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
     def test_an_earlier_database_gets_incremental_vacuum_and_stays_sound(
         self, make_daemon, version
     ):
@@ -313,13 +313,13 @@ class TestMigration:
         env.database.parent.mkdir(parents=True)
         shutil.copy(DATA / f"schema-v{version}.db", env.database)
         src = sqlite3.connect(DATA / f"schema-v{version}.db")
-        assert src.execute("PRAGMA auto_vacuum").fetchone() == (0,)
+        assert src.execute("PRAGMA auto_vacuum").fetchone() == ((2,) if version == 5 else (0,))
         ops_before = src.execute("SELECT count(*) FROM operations").fetchone()
         events_before = src.execute("SELECT count(*) FROM events").fetchone()[0]
         src.close()
         d = make_daemon(env)
         with d.connect() as c:
-            assert c.call("status")["db"]["schema_version"] == SCHEMA_VERSION == 5
+            assert c.call("status")["db"]["schema_version"] == SCHEMA_VERSION == 6
         assert d.terminate() == 0
         db = sqlite3.connect(env.database)
         assert db.execute("PRAGMA auto_vacuum").fetchone() == (2,)
@@ -328,6 +328,64 @@ class TestMigration:
         # recovery appended its marks; nothing was removed
         assert db.execute("SELECT count(*) FROM events").fetchone()[0] > events_before
         db.close()
+
+    def test_v5_database_is_served_whole_by_schema_6(self, make_daemon):
+        """schema-v5.db (a retained op, three pruned ones, one attempt prepared
+        and one running when it was killed): after the v6 migration the daemon
+        answers for every op as before, its records along their chains, and
+        dispatches and prunes new ops."""
+        src = sqlite3.connect(DATA / "schema-v5.db")
+        kinds = {
+            op: [
+                k
+                for (k,) in src.execute(
+                    "SELECT e.kind FROM events e JOIN operations o ON o.id = e.op_id"
+                    " WHERE o.op = ? ORDER BY e.seq",
+                    (op,),
+                )
+            ]
+            for op in ("done", "prepared", "running")
+        }
+        src.close()
+        env = Env(**FAST)
+        env.database.parent.mkdir(parents=True)
+        shutil.copy(DATA / "schema-v5.db", env.database)
+        d = make_daemon(env)
+        neuron = Neuron.load(DATA / "schema-v5.key")
+        c = d.connect()
+        a = Actor(d, neuron=neuron, acts=("echo", "ledger", "gated"))
+
+        def op(name: str) -> dict:
+            return c.call("get_operation", {"neuron": neuron.id, "op": name})
+
+        for name in ("pruned", "cancelled", "cancelled-ran"):
+            assert op(name).get("pruned") is True, name
+            assert a.history(name) == []
+        done = op("done")
+        assert (done["state"], done["result"]["value"]) == ("retained", b"v1")
+        assert [r["kind"] for r in a.history("done")] == kinds["done"]
+        for name in ("prepared", "running"):  # recovery appended its records to theirs
+            got = [r["kind"] for r in a.history(name)]
+            assert got[: len(kinds[name])] == kinds[name] and len(got) > len(kinds[name]), name
+        assert op("running")["state"] == "unknown"
+        assert a.call("consume", {"op": "done"})["result"]["value"] == b"v1"
+        a.submit("after", args=b"new")
+        assert a.invoke("after")["status"] == "succeeded"
+        assert [r["kind"] for r in a.history("after")] == [
+            "submitted",
+            "prepared",
+            "claimed",
+            "outcome",
+        ]
+        a.call("consume", {"op": "after"})
+        wait_pruned(c, 5)
+        assert op("after").get("pruned") is True and op("done").get("pruned") is True
+        assert (
+            a.call("submit", {"prog": "prog-a", "op": "pruned", "act": "echo", "args": b"p1"})[
+                "already"
+            ]
+            is True
+        )
 
     def test_v4_ops_are_dated_from_their_records_and_pruned_after_migration(self, make_daemon):
         """schema-v4.db: an op ended with the record that ended it (a cancelled op

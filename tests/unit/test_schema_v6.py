@@ -1,0 +1,264 @@
+"""Schema 6 (smaller dispatch commits): an op's event records are
+found along their chain (``follows``, back from the op's ``last_seq``), and
+the index on events(op_id, seq) is gone. Every earlier fixture migrates with
+its records whole; the reads and the pruning that used the index still reach
+the records by their primary key, never by a scan of the table."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from wardd.daemon.core import changes as ch
+from wardd.daemon.core import ops
+from wardd.daemon.store import load
+from wardd.daemon.store.apply import apply
+from wardd.daemon.store.prune import prune_ops
+from wardd.daemon.store.reads import Reads
+from wardd.daemon.store.schema import OP_RECORDS, SCHEMA_VERSION, attempts_in, migrate
+from wardd.daemon.store.writer import connect
+from wardd.protocol import AttemptState
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+VERSIONS = [1, 2, 3, 4, 5]
+
+
+def _copy(tmp_path: Path, version: int) -> Path:
+    path = tmp_path / "wardd.db"
+    shutil.copy(DATA / f"schema-v{version}.db", path)
+    return path
+
+
+def _records_by_op(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
+    """Every op's records, read the old way (by op_id), in seq order."""
+    out: dict[str, list[tuple[object, ...]]] = {}
+    for op, *rec in conn.execute(
+        "SELECT o.op, e.seq, e.at, e.kind, e.attempt, e.follows, e.data FROM events e"
+        " JOIN operations o ON o.id = e.op_id ORDER BY e.seq"
+    ):
+        out.setdefault(op, []).append(tuple(rec))
+    return out
+
+
+def _plan(conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> str:
+    return " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+class TestMigration:
+    @pytest.mark.parametrize("version", VERSIONS)
+    def test_every_fixture_migrates_with_its_records_whole(self, tmp_path, version):
+        """Each earlier fixture reaches schema 6; every op's records, walked along
+        their chain, are exactly the records it held, and history pages them."""
+        path = _copy(tmp_path, version)
+        src = sqlite3.connect(DATA / f"schema-v{version}.db")
+        before = _records_by_op(src)
+        neuron = src.execute("SELECT neuron FROM neurons ORDER BY id LIMIT 1").fetchone()[0]
+        counts = {
+            t: src.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("operations", "attempts", "claims", "outcomes", "events")
+        }
+        src.close()
+        conn = connect(path)
+        assert migrate(conn) == (version, SCHEMA_VERSION) and SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        indexes = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert "events_op" not in indexes
+        for t, n in counts.items():
+            assert conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] == n, t
+        reads = Reads(conn, 1 << 20)
+        for op, records in before.items():
+            page = reads.history(neuron, op, None, 100)
+            assert [r["seq"] for r in page["records"]] == [r[0] for r in records], op
+            assert [r["kind"] for r in page["records"]] == [r[2] for r in records], op
+            # a page after the first record: the walk stops there
+            rest = reads.history(neuron, op, records[0][0], 100)["records"]
+            assert [r["seq"] for r in rest] == [r[0] for r in records[1:]], op
+        conn.close()
+
+    def test_a_record_off_its_ops_chain_is_refused(self, tmp_path):
+        """A record of an op that does not follow the op's previous one (never
+        written by wardd) would be lost to history and pruning: the migration
+        refuses the database, changing nothing."""
+        path = _copy(tmp_path, 5)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute(
+            "INSERT INTO events(at, kind, neuron_id, op_id, data)"
+            " SELECT '2030-01-01T00:00:00.000Z', 'stray', neuron_id, id, NULL"
+            " FROM operations LIMIT 1"
+        )
+        with pytest.raises(sqlite3.DatabaseError, match="not linked"):
+            migrate(conn)
+        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+        conn.close()
+
+
+class TestPlans:
+    """The reads that used events(op_id, seq) reach records by their key."""
+
+    @pytest.fixture
+    def conn(self, tmp_path):
+        c = connect(_copy(tmp_path, 5))
+        migrate(c)
+        yield c
+        c.close()
+
+    def test_history_walks_the_chain_by_primary_key(self, conn):
+        plan = _plan(
+            conn,
+            OP_RECORDS + " SELECT e.* FROM chain c JOIN events e ON e.seq = c.seq"
+            " WHERE e.seq > ? ORDER BY e.seq LIMIT ?",
+            (9, 0, 0, 10),
+        )
+        assert "SCAN e" not in plan and "SCAN events" not in plan, plan
+        assert "INTEGER PRIMARY KEY" in plan, plan
+
+    def test_pruning_deletes_records_by_primary_key(self, conn, tmp_path):
+        """prune_ops deletes an op's records along its chain: each one by seq."""
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        (op_id,) = conn.execute("SELECT id FROM operations WHERE op = 'done'").fetchone()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE operations SET state = 'consumed' WHERE id = ?", (op_id,))
+        conn.execute(
+            "INSERT INTO events(seq, at, kind, neuron_id, op_id, follows) SELECT"
+            " (SELECT max(seq) FROM events) + 1, '2030-01-01T00:00:00.000Z', 'consumed',"
+            " neuron_id, id, last_seq FROM operations WHERE id = ?",
+            (op_id,),
+        )
+        conn.execute(
+            "UPDATE operations SET last_seq = (SELECT max(seq) FROM events) WHERE id = ?", (op_id,)
+        )
+        assert prune_ops(conn, [op_id], 1) == 1
+        conn.execute("COMMIT")
+        conn.set_trace_callback(None)
+        assert (
+            conn.execute("SELECT count(*) FROM events WHERE op_id = ?", (op_id,)).fetchone()[0] == 0
+        )
+        delete = next(s for s in statements if s.startswith("DELETE FROM events"))
+        plan = _plan(conn, delete, ())
+        assert "SCAN events" not in plan and "SCAN e " not in plan + " ", plan
+
+
+class TestOpenAttempts:
+    """Schema 6 keeps no index of every attempt's state: an open attempt
+    (prepared, running, unknown) is found through its own partial index or,
+    running, through its op, whose latest attempt it is."""
+
+    @pytest.mark.parametrize("version", VERSIONS)
+    def test_each_open_state_finds_exactly_its_attempts(self, tmp_path, version):
+        """attempts_in(state) finds what a scan of every attempt finds."""
+        conn = connect(_copy(tmp_path, version))
+        migrate(conn)
+        for state in ("unknown", "prepared", "running"):
+            got = {
+                i
+                for (i,) in conn.execute(
+                    f"SELECT a.id FROM attempts a WHERE {attempts_in((state,))}"
+                )
+            }
+            want = {
+                i
+                for (i,) in conn.execute(
+                    "SELECT id FROM attempts NOT INDEXED WHERE state = ?", (state,)
+                )
+            }
+            assert got == want, state
+        assert got, "every fixture was left with an attempt running"
+        conn.close()
+
+    def test_a_running_attempt_of_a_cancelled_op_is_found(self, tmp_path):
+        """An op cancelled while its attempt runs is no longer running, but its
+        attempt is: list_attempts and recovery still find it."""
+        conn = connect(_copy(tmp_path, 5))
+        migrate(conn)
+        neuron = (DATA / "schema-v5.neuron").read_text().strip()
+        conn.execute("BEGIN IMMEDIATE")
+        view = load.op_view(conn, neuron, "running")
+        apply(conn, ops.cancel(view), view.op)
+        conn.execute("COMMIT")
+        (attempt_id,) = conn.execute(
+            "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " WHERE o.op = 'running' AND o.state = 'cancelled' AND a.state = 'running'"
+        ).fetchone()
+        listed = Reads(conn, 1 << 20).list_attempts("running", None, 10)["attempts"]
+        assert [(x["op"], x["state"]) for x in listed] == [("running", "running")]
+        left = [(op.op, a.id) for _n, op, a, _claimed in load.open_before(conn, "b-now")]
+        assert ("running", attempt_id) in left
+        conn.close()
+
+    def test_no_read_by_state_scans_attempts_or_operations(self, tmp_path):
+        """Each read that asks for attempts by state searches, never scans, the
+        attempts and operations tables (a partial index holds only its rows)."""
+        conn = connect(_copy(tmp_path, 5))
+        migrate(conn)
+        for states in (
+            ("unknown",),
+            ("prepared",),
+            ("running",),
+            ("unknown", "prepared", "running"),
+        ):
+            plan = _plan(conn, f"SELECT a.* FROM attempts a WHERE {attempts_in(states)}", ())
+            for step in plan.split(" | "):
+                assert (
+                    not step.startswith(("SCAN a", "SCAN attempts", "SCAN ro", "SCAN operations"))
+                    or "USING INDEX attempts_" in step
+                    or "operations_cancelled_open" in step
+                ), plan
+        conn.close()
+
+
+class TestDescriptors:
+    def test_a_descriptor_is_kept_once_per_digest_and_for_ever(self, tmp_path):
+        """A new attempt's binding names its descriptor by digest: the
+        descriptor is stored once in `descriptors` (earlier attempts' copies
+        too), never changed nor deleted; the attempt's own column is NULL."""
+        conn = connect(_copy(tmp_path, 5))
+        migrate(conn)
+        old = dict(
+            conn.execute(
+                "SELECT digest, descriptor FROM attempts WHERE descriptor IS NOT NULL"
+            ).fetchall()
+        )
+        assert old and dict(conn.execute("SELECT digest, descriptor FROM descriptors")) == old
+        neuron = (DATA / "schema-v5.neuron").read_text().strip()
+        conn.execute("BEGIN IMMEDIATE")
+        view = load.op_view(conn, neuron, "done", next_attempt=True)
+        n = view.neuron
+        assert n is not None and view.op is not None
+        attempt_id = view.next_attempt_id
+        decision = ch.Decision(
+            (
+                ch.NewAttempt(
+                    attempt_id,
+                    view.op.id,
+                    2,
+                    "guarded",
+                    n.epoch,
+                    n.policy_version,
+                    n.placement_generation,
+                    {"v": 1, "new": True},
+                    "d-new",
+                    "w0",
+                    "b-now",
+                    AttemptState.PREPARED,
+                    None,
+                ),  # fmt: skip
+                ch.SetOp(view.op.id, {"attempts": 2}),
+            )
+        )
+        apply(conn, decision, view.op)
+        conn.execute("COMMIT")
+        row = conn.execute(
+            "SELECT a.descriptor, d.descriptor FROM attempts a"
+            " JOIN descriptors d ON d.digest = a.digest WHERE a.id = ?",
+            (attempt_id,),
+        ).fetchone()
+        assert row[0] is None and row[1] is not None
+        with pytest.raises(sqlite3.IntegrityError, match="kept for ever"):
+            conn.execute("DELETE FROM descriptors")
+        with pytest.raises(sqlite3.IntegrityError, match="kept for ever"):
+            conn.execute("UPDATE descriptors SET descriptor = x'00'")
+        conn.close()
