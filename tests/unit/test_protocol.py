@@ -102,7 +102,7 @@ class TestPublicApi:
             "AttemptState", "OpState", "ProgState", "ATTEMPT_LIST_STATES", "OUTCOME_STATUSES",
             "ID_PATTERN", "NEURON_ID_PATTERN", "MAX_UINT", "is_id", "is_neuron_id", "is_uint",
             "default_socket_path", "RECEIPT_ANSWERS", "ReceiptAnswer",
-            "MAX_PAGE_LIMIT", "Pager", "PagingError",
+            "DEFAULT_PAGE_LIMIT", "MAX_PAGE_LIMIT", "Pager", "PagingError",
         }  # fmt: skip
         assert sorted(wp.__all__) == sorted(errors | others)
         assert len(wp.__all__) == len(set(wp.__all__))
