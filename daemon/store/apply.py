@@ -115,36 +115,8 @@ def _set(
     )
 
 
-# a new attempt's row, in this order (its INSERT's columns)
-_ATTEMPT_ROW = (
-    "id",
-    "op_id",
-    "attempt",
-    "kind",
-    "epoch",
-    "policy_version",
-    "placement_generation",
-    "descriptor",
-    "digest",
-    "worker",
-    "boot",
-    "created_at",
-    "state",
-    "reason",
-    "evidence",
-    "claim_generation",
-    "claim_digest",
-    "claim_worker",
-    "claim_boot",
-    "claim_info",
-    "claimed_at",
-    "outcome_status",
-    "outcome_value",
-    "outcome_error",
-    "outcome_source",
-    "outcome_at",
-)
-_settable("attempts", frozenset(_ATTEMPT_ROW))
+# a new attempt's row: every column of the table, in its order (its INSERT's columns)
+_ATTEMPT_ROW = COLUMNS["attempts"]
 _INSERT_ATTEMPT = (
     f"INSERT INTO attempts({', '.join(_ATTEMPT_ROW)}) VALUES ({', '.join('?' * len(_ATTEMPT_ROW))})"
 )
