@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit._refs import attempt_ref
 from wardd.daemon._calls import (
     CALL_MOVES,
     CallEnd,
@@ -19,21 +20,7 @@ P, E = CallPhase, CallEvent
 
 
 def ref(attempt_id: int = 7) -> AttemptRef:
-    return AttemptRef(
-        neuron="n" * 64,
-        neuron_id=1,
-        op="op",
-        attempt=1,
-        op_id=3,
-        attempt_id=attempt_id,
-        act="echo",
-        args=b"",
-        epoch=1,
-        policy_version=1,
-        placement_generation=1,
-        digest="d" * 64,
-        worker="w0",
-    )
+    return attempt_ref(attempt_id, op_id=3, digest="d" * 64)
 
 
 class TestCallMoves:

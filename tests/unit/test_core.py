@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 import wardd.daemon
+from tests.unit._refs import attempt_ref
 from wardd.daemon import app, cli, config
 from wardd.daemon._units import AttemptRef
 from wardd.daemon.guard import GuardTable
@@ -22,21 +23,7 @@ from wardd.daemon.store.writer import Writer, connect
 from wardd.daemon.tokens import DeadHandle, DispatchToken, TokenRegistry
 from wardd.protocol import BadRequest, Internal, TokenInvalid, TokenVoid
 
-REF = AttemptRef(
-    attempt_id=1,
-    neuron="n" * 64,
-    neuron_id=1,
-    op="op",
-    op_id=1,
-    attempt=1,
-    act="echo",
-    args=b"",
-    epoch=1,
-    policy_version=1,
-    placement_generation=1,
-    digest="d",
-    worker="w0",
-)
+REF = attempt_ref(1)
 
 
 class TestPublicApi:
@@ -122,7 +109,6 @@ class TestTokens:
         with pytest.raises(TokenInvalid):
             take(reg, h1, 1)
         assert len(reg) == 1
-
 
     def test_dead_tokens_leave_nothing_behind(self):
         """Used, expired and dropped tokens hold no memory; a dead handle is

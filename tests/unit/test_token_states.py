@@ -14,7 +14,7 @@ import itertools
 import attrs
 import pytest
 
-from wardd.daemon._units import AttemptRef
+from tests.unit._refs import attempt_ref
 from wardd.daemon.tokens import (
     TOKEN_MOVES,
     DeadHandle,
@@ -26,21 +26,7 @@ from wardd.daemon.tokens import (
 from wardd.protocol import Internal, TokenInvalid, TokenVoid
 
 T = TokenState
-REF = AttemptRef(
-    attempt_id=41,
-    neuron="n" * 64,
-    neuron_id=1,
-    op="op",
-    op_id=1,
-    attempt=1,
-    act="echo",
-    args=b"",
-    epoch=1,
-    policy_version=1,
-    placement_generation=1,
-    digest="d",
-    worker="w0",
-)
+REF = attempt_ref()
 
 LEGAL = {
     (T.LIVE, T.USED),

@@ -14,27 +14,13 @@ import pytest
 import trio
 import trio.testing
 
-from wardd.daemon._units import AttemptRef
+from tests.unit._refs import attempt_ref
 from wardd.daemon.tokens import AttemptRecord, Tokens
 from wardd.protocol import Internal, TokenInvalid, TokenVoid
 
 TTL = 30.0
 CONN = 7
-REF = AttemptRef(
-    attempt_id=41,
-    neuron="n" * 64,
-    neuron_id=1,
-    op="op",
-    op_id=1,
-    attempt=1,
-    act="echo",
-    args=b"",
-    epoch=1,
-    policy_version=1,
-    placement_generation=1,
-    digest="d",
-    worker="w0",
-)
+REF = attempt_ref()
 
 
 @attrs.define
