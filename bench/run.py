@@ -1020,7 +1020,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
                            compared="one invoke's metrics calls, counted loop − bare loop",
                            detail="")
 
-    def show(table: list[tuple[str, str, str, float, str]], in_issue: bool) -> None:
+    def show(table: list[tuple[str, str, str, float, str]], in_targets: bool) -> None:
         for key, figure, cmp, thr, unit in table:
             row = rows[key]
             x = row["value"]
@@ -1035,7 +1035,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
             if row["detail"]:
                 print(f"            {row['detail']}")
             row.update(figure=figure, cmp=cmp, target=thr, unit=unit.strip(), verdict=verdict,
-                       in_issue_15=in_issue)
+                       in_targets=in_targets)
 
     show(TARGETS, True)
     print("   not part of the performance targets' table:")
