@@ -29,14 +29,17 @@ the backlog, polled every 50 ms.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import _retention
+import attrs
 from _dispatch import _parallel, timed_calls
 from _wardd import Actor, Daemon
 
@@ -94,6 +97,49 @@ def _prune_logs(d: Daemon) -> list[dict[str, Any]]:
     return [x for x in d.log_lines() if x.get("event") == "pruned"]
 
 
+@attrs.define
+class _Spawned:
+    """A daemon spawned on an aged backlog: ``t0`` is its spawn, ``client``
+    one connection to it, ``logs`` its ``pruned`` lines (once it stopped)."""
+
+    d: Daemon
+    t0: float = 0.0
+    client: Client | None = None
+    logs: list[dict[str, Any]] = attrs.field(factory=list)
+
+    @property
+    def c(self) -> Client:
+        assert self.client is not None
+        return self.client
+
+    def stop(self) -> None:
+        """Stop the daemon (again, harmlessly, on the way out) and read its logs."""
+        self.d.stop()
+        self.logs = _prune_logs(self.d)
+
+
+@contextlib.contextmanager
+def _spawn(root: Path) -> Iterator[_Spawned]:
+    """A daemon with :data:`RETENTION` on ``root``'s database, spawned once the
+    backlog has aged; stopped, its logs read and ``root`` removed on the way
+    out, whatever happened inside."""
+    _age(time.monotonic())
+    run = _Spawned(Daemon(root, workers=2, **RETENTION))
+    try:
+        run.t0 = time.monotonic()
+        run.d.start()
+        run.client = run.d.connect()
+        try:
+            yield run
+        finally:
+            run.c.close()
+        run.stop()
+    finally:
+        run.d.stop()
+        run.d.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # -- 1. large ops after a restart ------------------------------------------------------
 
 
@@ -103,37 +149,25 @@ def large_after_restart(tmp: Path, n: int, size: int = 16384) -> dict[str, Any]:
     db, _ = _retention.build(root, n, [0], args=b"x" * size)
     built_s = time.monotonic() - t
     before = os.path.getsize(db)
-    _age(time.monotonic())
-    d = Daemon(root, workers=2, **RETENTION)
-    try:
-        t0 = time.monotonic()
-        d.start()
-        c = d.connect()
-        try:
-            took = _wait_pruned(c, n, t0)
-            pages, free = _free_pages(db)
-            back = _wait_given_back(db, t0)
-        finally:
-            c.close()
-        d.stop()
+    with _spawn(root) as run:
+        took = _wait_pruned(run.c, n, run.t0)
+        pages, free = _free_pages(db)
+        back = _wait_given_back(db, run.t0)
+        run.c.close()
+        run.stop()
         after = _retention.settled_size(db)
-        logs = _prune_logs(d)
-    finally:
-        d.stop()
-        d.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
     return {
         "n": n,
         "size": size,
         "built_s": built_s,
         "prune_s": took,
         "back_s": back,
-        "ready_s": d.ready_s,
+        "ready_s": run.d.ready_s,
         "file_before": before,
         "file_after": after["file"],
         "pages_at_end": pages,
         "free_at_end": free,
-        "logs": logs,
+        "logs": run.logs,
     }
 
 
@@ -161,61 +195,32 @@ def warm_up(per_client: int) -> int:
 def _copy(db: Path, root: Path) -> Path:
     root.mkdir(parents=True)
     shutil.copyfile(db, root / "wardd.db")
-    return root / "wardd.db"
+    return root
 
 
 def small_idle(tmp: Path, src: Path, n: int) -> dict[str, Any]:
     """The same backlog pruned with no client at all."""
-    db = _copy(src, tmp / "prune-idle")
-    _age(time.monotonic())
-    d = Daemon(db.parent, workers=2, **RETENTION)
-    try:
-        t0 = time.monotonic()
-        d.start()
-        c = d.connect()
-        try:
-            took = _wait_pruned(c, n, t0)
-        finally:
-            c.close()
-        d.stop()
-        logs = _prune_logs(d)
-    finally:
-        d.stop()
-        d.cleanup()
-        shutil.rmtree(db.parent, ignore_errors=True)
-    return {"n": n, "prune_s": took, "logs": logs}
+    with _spawn(_copy(src, tmp / "prune-idle")) as run:
+        took = _wait_pruned(run.c, n, run.t0)
+    return {"n": n, "prune_s": took, "logs": run.logs}
 
 
 def small_sequential(tmp: Path, src: Path, actor: Actor, n: int, invokes: int) -> dict[str, Any]:
     """Row 2: ``n`` small ops pruned while one client invokes back to back."""
-    db = _copy(src, tmp / "prune-seq")
-    _age(time.monotonic())
-    d = Daemon(db.parent, workers=2, **RETENTION)
     lat: list[float] = []
-    try:
-        t0 = time.monotonic()
-        d.start()
-        c = d.connect()
-        try:
-            actor.bind(c)
-            for i in range(invokes):
-                t = time.perf_counter()
-                r = c.call("invoke", actor.invoke_params(f"lat{i}"))
-                lat.append(time.perf_counter() - t)
-                if r["status"] != "succeeded":
-                    raise RuntimeError(f"invoke did not succeed: {r}")
-                if i % 50 == 49 and _pruned(c) >= n:
-                    break
-            took = _wait_pruned(c, n, t0)
-        finally:
-            c.close()
-        d.stop()
-        logs = _prune_logs(d)
-    finally:
-        d.stop()
-        d.cleanup()
-        shutil.rmtree(db.parent, ignore_errors=True)
-    return {"n": n, "prune_s": took, "calls": len(lat), "lat": lat, "logs": logs}
+    with _spawn(_copy(src, tmp / "prune-seq")) as run:
+        c = run.c
+        actor.bind(c)
+        for i in range(invokes):
+            t = time.perf_counter()
+            r = c.call("invoke", actor.invoke_params(f"lat{i}"))
+            lat.append(time.perf_counter() - t)
+            if r["status"] != "succeeded":
+                raise RuntimeError(f"invoke did not succeed: {r}")
+            if i % 50 == 49 and _pruned(c) >= n:
+                break
+        took = _wait_pruned(c, n, run.t0)
+    return {"n": n, "prune_s": took, "calls": len(lat), "lat": lat, "logs": run.logs}
 
 
 def small_concurrent(
@@ -223,51 +228,40 @@ def small_concurrent(
 ) -> dict[str, Any]:
     """Row 3: 16 clients while the backlog is pruned, then as many calls on
     the same daemon with nothing left to prune."""
-    db = _copy(src, tmp / "prune-conc")
-    _age(time.monotonic())
-    d = Daemon(db.parent, workers=2, **RETENTION)
-    conns: list[Client] = []
-    try:
-        t0 = time.monotonic()
-        d.start()
-        admin = d.connect()
-        conns.append(admin)
+    with _spawn(_copy(src, tmp / "prune-conc")) as run:
+        admin = run.c
         for a in actors:
             a.bind(admin)
-        cl = [d.connect() for _ in range(CLIENTS)]
-        conns.extend(cl)
+        cl: list[Client] = []
+        try:
+            cl.extend(run.d.connect() for _ in range(CLIENTS))
+            taken = [0]  # of each neuron's pending ops
 
-        taken = [0]  # of each neuron's pending ops
-
-        def phase(count: int) -> tuple[list[float], float]:
-            # client j: neuron j % 4, its own slice of that neuron's pending ops
-            base, taken[0] = taken[0], taken[0] + CLIENTS // NEURONS * count
-            invs = [
-                [
-                    actors[j % NEURONS].invoke_params(f"lat{base + j // NEURONS * count + i}")
-                    for i in range(count)
+            def phase(count: int) -> tuple[list[float], float]:
+                # client j: neuron j % 4, its own slice of that neuron's pending ops
+                base, taken[0] = taken[0], taken[0] + CLIENTS // NEURONS * count
+                invs = [
+                    [
+                        actors[j % NEURONS].invoke_params(f"lat{base + j // NEURONS * count + i}")
+                        for i in range(count)
+                    ]
+                    for j in range(CLIENTS)
                 ]
-                for j in range(CLIENTS)
-            ]
-            t = time.perf_counter()
-            out = _parallel(
-                [lambda j=j: timed_calls(cl[j], "invoke", invs[j]) for j in range(CLIENTS)]
-            )
-            return [x for _, ls in out for x in ls], time.perf_counter() - t
+                t = time.perf_counter()
+                out = _parallel(
+                    [lambda j=j: timed_calls(cl[j], "invoke", invs[j]) for j in range(CLIENTS)]
+                )
+                return [x for _, ls in out for x in ls], time.perf_counter() - t
 
-        phase(warm_up(per_client))  # the daemon's caches, while pruning too: not counted
-        start_pruned = _pruned(admin)
-        during, during_s = phase(per_client)
-        end_pruned = _pruned(admin)
-        took = _wait_pruned(admin, n, t0)
-        after, after_s = phase(per_client)
-    finally:
-        for c in conns:
-            c.close()
-        d.stop()
-        d.cleanup()
-    logs = _prune_logs(d)
-    shutil.rmtree(db.parent, ignore_errors=True)
+            phase(warm_up(per_client))  # the daemon's caches, while pruning too: not counted
+            start_pruned = _pruned(admin)
+            during, during_s = phase(per_client)
+            end_pruned = _pruned(admin)
+            took = _wait_pruned(admin, n, run.t0)
+            after, after_s = phase(per_client)
+        finally:
+            for c in cl:
+                c.close()
     return {
         "n": n,
         "during": during,
@@ -277,5 +271,5 @@ def small_concurrent(
         "pruned_at_start": start_pruned,
         "pruned_at_end": end_pruned,
         "prune_s": took,
-        "logs": logs,
+        "logs": run.logs,
     }
