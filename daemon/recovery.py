@@ -66,6 +66,7 @@ from ._records import now, wire_safe
 from .core import attempts as core
 from .store import load
 from .store.apply import apply
+from .store.apply_batch import apply_batch
 from .store.reads import Candidate, Reads
 from .store.writer import Writer
 
@@ -94,12 +95,13 @@ def mark_unknown(
 
     def unit(conn: sqlite3.Connection) -> list[int]:
         marked = []
+        decided = []
         for neuron, op, attempt, claimed in load.open_before(conn, boot):
             decision, evidence = core.mark_unknown(
                 op, attempt, claimed=claimed, orphan_killed=attempt.id in orphans
             )
-            # each op has one open attempt: no earlier mark of this unit moved it
-            apply(conn, decision, op)
+            # each op has one open attempt: no earlier mark of this unit moves it
+            decided.append((decision, op))
             marked.append(attempt.id)
             if marks is not None:
                 marks.append(
@@ -111,6 +113,8 @@ def mark_unknown(
                         **evidence,
                     }
                 )
+        # thousands after a crash: written set-wise, as apply would one by one
+        apply_batch(conn, decided)
         return marked
 
     return unit
