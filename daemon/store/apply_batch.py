@@ -47,27 +47,21 @@ _INSERT_EVENTS = (
 )
 
 
-class _Seq:
-    """The seq of a record of this run, known once the run is flushed."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
 class _Run:
-    """The changes of a run of commuting decisions, by statement."""
+    """The changes of a run of commuting decisions, by statement. A
+    record's seq is known as it is added: nothing is written between the
+    run's first record and its flush (the seq apply would give it then)."""
 
-    def __init__(self, at: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, at: str) -> None:
+        self.conn = conn
         self.at = at
         # attempt UPDATEs by the columns they set: rows of (values..., op id, number)
         self.attempts: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-        # records in seq order: [seq placeholder, at, kind, neuron, op, attempt, follows, data]
-        self.events: list[list[Any]] = []
+        self.events: list[tuple[Any, ...]] = []  # INSERT rows, in seq order
         self.ops: dict[int, dict[str, Any]] = {}  # each op's columns, written once
-        self.last_seq: dict[int, int | _Seq | None] = {}  # loaded, or appended here
+        self.last_seq: dict[int, int | None] = {}  # each op's last record: loaded, or added
         self.touched: set[int] = set()  # ops of the run's decisions
+        self._seq = 0  # the next record's seq, once the run has a record
         self._last: tuple[Any, bytes | None] = (None, None)  # the last value encoded
 
     def takes(self, decision: ch.Decision) -> bool:
@@ -85,17 +79,19 @@ class _Run:
     def add(self, decision: ch.Decision, loaded: Op | None) -> None:
         if loaded is not None:
             self.last_seq[loaded.id] = loaded.last_seq
+        ops = []
         for c in decision.changes:
             if isinstance(c, ch.SetAttempt):
                 self._set_attempt(c)
+                ops.append(c.op_id)
             elif isinstance(c, ch.AppendEvent):
                 self._append_event(c)
+                if c.op_id is not None:
+                    ops.append(c.op_id)
             elif isinstance(c, ch.SetOp):
                 self._set_op(c)
-        for c in decision.changes:  # after: a decision may change its own op twice
-            op_id = getattr(c, "op_id", None)
-            if op_id is not None:
-                self.touched.add(op_id)
+                ops.append(c.op_id)
+        self.touched.update(ops)  # after: a decision may change its own op twice
         note(decision.changes)
 
     def _set_attempt(self, c: ch.SetAttempt) -> None:
@@ -113,17 +109,22 @@ class _Run:
         rows.append((*fields.values(), c.op_id, c.attempt))
 
     def _append_event(self, c: ch.AppendEvent) -> None:
-        seq = _Seq(len(self.events))
-        follows: Any = None
+        if not self.events:
+            (self._seq,) = self.conn.execute(f"SELECT {NEXT_SEQ}").fetchone()
+        seq = self._seq
+        self._seq += 1
+        follows = None
         if c.op_id is not None:
-            # not loaded: read when the run is flushed (no decision of it
-            # changes this op before: the same value apply would read now)
-            follows = self.last_seq.get(c.op_id, _UNREAD)
+            if c.op_id in self.last_seq:
+                follows = self.last_seq[c.op_id]
+            else:  # not loaded: no decision of the run changed it, its row is current
+                (follows,) = self.conn.execute(
+                    "SELECT last_seq FROM operations WHERE id = ?", (c.op_id,)
+                ).fetchone()
             self.last_seq[c.op_id] = seq
             self.ops.setdefault(c.op_id, {})["last_seq"] = seq
-        self.events.append(
-            [seq, self.at, c.kind, c.neuron_id, c.op_id, c.attempt, follows, self._enc(c.data)]
-        )
+        data = self._enc(c.data)
+        self.events.append((seq, self.at, c.kind, c.neuron_id, c.op_id, c.attempt, follows, data))
 
     def _enc(self, value: Any) -> bytes | None:
         """``enc(value)``; a move's record usually carries the very mapping
@@ -138,50 +139,27 @@ class _Run:
                 raise Internal(f"the store has no field {name!r} of a SetOp (operations)")
         self.ops.setdefault(c.op_id, {}).update(c.fields)
 
-    def flush(self, conn: sqlite3.Connection) -> None:
+    def flush(self) -> None:
         """Write the run: attempts, then records, then ops (as apply orders
         one decision's changes: an op's triggers see its attempt and record)."""
+        conn = self.conn
         for cols, rows in self.attempts.items():
             conn.executemany(
                 f"UPDATE attempts SET {', '.join(f'{k} = ?' for k in cols)}"
                 " WHERE op_id = ? AND attempt = ?",
                 rows,
             )
-        if self.events:
-            self._insert_events(conn)
+        conn.executemany(_INSERT_EVENTS, self.events)
         by_shape: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         for op_id, fields in self.ops.items():
             cols = tuple(k for k in fields if k not in _OP_UNSTORED)
             if cols:
-                values = (_sql_value(k, _seq_of(fields[k], self.events)) for k in cols)
-                by_shape.setdefault(cols, []).append((*values, op_id))
+                row = (*(_sql_value(k, fields[k]) for k in cols), op_id)
+                by_shape.setdefault(cols, []).append(row)
         for cols, rows in by_shape.items():
             conn.executemany(
                 f"UPDATE operations SET {', '.join(f'{k} = ?' for k in cols)} WHERE id = ?", rows
             )
-
-    def _insert_events(self, conn: sqlite3.Connection) -> None:
-        """The run's records, numbered from the next seq in the order
-        apply would have appended them, each linked to its op's previous."""
-        (first,) = conn.execute(f"SELECT {NEXT_SEQ}").fetchone()
-        for i, row in enumerate(self.events):
-            row[0] = first + i
-        for row in self.events:
-            follows = row[6]
-            if follows is _UNREAD:
-                (follows,) = conn.execute(
-                    "SELECT last_seq FROM operations WHERE id = ?", (row[4],)
-                ).fetchone()
-            row[6] = _seq_of(follows, self.events)
-        conn.executemany(_INSERT_EVENTS, self.events)
-
-
-_UNREAD = object()  # an op's last record, to be read from its row
-
-
-def _seq_of(value: Any, events: list[list[Any]]) -> Any:
-    """A column's value, a record of the run given by its seq."""
-    return events[value.index][0] if isinstance(value, _Seq) else value
 
 
 def apply_batch(
@@ -191,16 +169,16 @@ def apply_batch(
     after the other (``(decision, loaded)``: ``loaded`` as apply takes it);
     return their replies, in order."""
     at = now()
-    run = _Run(at)
+    run = _Run(conn, at)
     replies: list[Any] = []
     for decision, loaded in decisions:
         if not run.takes(decision):
-            run.flush(conn)
-            run = _Run(at)
+            run.flush()
+            run = _Run(conn, at)
             if not run.takes(decision):
                 replies.append(apply(conn, decision, loaded))
                 continue
         run.add(decision, loaded)
         replies.append(decision.reply)
-    run.flush(conn)
+    run.flush()
     return replies
