@@ -61,7 +61,7 @@ from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
 from ._logging import log_lines
-from ._orphans import find_orphans, kill_groups, wait_gone
+from ._orphans import any_marked, find_orphans, kill_groups, wait_gone
 from ._records import now, wire_safe
 from .core import attempts as core
 from .store import load
@@ -239,6 +239,9 @@ class Recovery:
     async def _kill_orphans(self) -> set[int]:
         """Kill what an earlier boot's claimed calls left running (``_orphans``);
         the attempt ids that had an orphan."""
+        # no process carries the marks (the usual start): no claimed call to list
+        if not await trio.to_thread.run_sync(any_marked):
+            return set()
         by_key = {c.key: c for c in self._reads.claimed_calls_of_earlier_boots(self._boot)}
         if not by_key:
             return set()
