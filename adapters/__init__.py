@@ -12,6 +12,8 @@ other exception is unknown.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._base import (
     DEFAULT_MAX_ARG_BYTES,
     RECEIPT_ANSWERS,
@@ -27,12 +29,32 @@ from ._base import (
     has_receipt,
     idempotency_key,
 )
-from ._cli import CliAdapter, SecretFile
 from ._echo import EchoAdapter, echo_adapter
-from ._file_append import FileAppendAdapter
-from ._http import HttpAdapter
-from ._python import PythonAdapter
-from ._registry import ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter
+from ._registry import ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter, built_in
+
+if TYPE_CHECKING:
+    from ._cli import CliAdapter, SecretFile
+    from ._file_append import FileAppendAdapter
+    from ._http import HttpAdapter
+    from ._python import PythonAdapter
+
+# the built-in adapters' classes, imported on first use (see ``_registry``)
+_LAZY = {
+    "CliAdapter": "cli",
+    "FileAppendAdapter": "file.append",
+    "HttpAdapter": "http",
+    "PythonAdapter": "python",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return built_in(_LAZY[name])
+    if name == "SecretFile":
+        from ._cli import SecretFile
+
+        return SecretFile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_MAX_ARG_BYTES",

@@ -33,19 +33,24 @@ from ._base import (
     Receipt,
     as_receipt,
 )
-from ._cli import CliAdapter
-from ._file_append import FileAppendAdapter
-from ._http import HttpAdapter
-from ._python import PythonAdapter
 
 ENTRY_POINT_GROUP = "wardd.adapters"
 
-_BUILT_IN: dict[str, Callable[..., Adapter]] = {
-    "cli": CliAdapter.from_table,
-    "file.append": FileAppendAdapter.from_table,
-    "python": PythonAdapter.from_table,
-    "http": HttpAdapter.from_table,
+# adapter name -> (its module, its class): a built-in adapter's module is
+# imported when an act uses it, not with the package (``http`` brings urllib3,
+# ``cli`` its process handling: a daemon without such an act starts without them)
+_BUILT_IN: dict[str, tuple[str, str]] = {
+    "cli": ("_cli", "CliAdapter"),
+    "file.append": ("_file_append", "FileAppendAdapter"),
+    "python": ("_python", "PythonAdapter"),
+    "http": ("_http", "HttpAdapter"),
 }
+
+
+def built_in(name: str) -> Any:
+    """The class of the built-in adapter ``name`` (its module imported now)."""
+    module, cls = _BUILT_IN[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 
 def build_adapter(tag: str, table: Mapping[str, Any], *, max_frame: int) -> Adapter:
@@ -62,8 +67,8 @@ def build_adapter(tag: str, table: Mapping[str, Any], *, max_frame: int) -> Adap
     name = table["adapter"]
     if not isinstance(name, str):
         raise AdapterConfigError("adapter", "must be a string")
-    build = _BUILT_IN.get(name)
-    if build is not None:
+    if name in _BUILT_IN:
+        build: Callable[..., Adapter] = built_in(name).from_table
         return build(tag, table, max_frame=max_frame)
     return _from_entry_point(tag, name, table, max_frame=max_frame)
 

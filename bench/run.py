@@ -504,6 +504,8 @@ def bench_recovery(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     src.parent.mkdir()
     counts, t = _recovery.timed(lambda: _recovery.build(src, records=records, in_flight=inflight))
     R.value("recovery.db", counts)
+    compiled = _recovery.compile_package()  # as installed: the daemon starts from bytecode
+    print(f"   wardd's {len(compiled)} packages byte-compiled first (as an install does)")
     print(f"   built in {t:.1f} s: {counts['events']:,} events, {counts['operations']:,} ops,"
           f" {counts['in_flight']:,} in flight, {counts['bytes'] / 2**20:.0f} MiB")
     ready, empty, marked, slat, rss = [], [], [], [], []

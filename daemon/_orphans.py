@@ -31,7 +31,7 @@ import signal
 import time
 from collections.abc import Iterable, Mapping
 
-__all__ = ["BOOT_VAR", "KEY_VAR", "find_orphans", "kill_groups", "wait_gone"]
+__all__ = ["BOOT_VAR", "KEY_VAR", "any_marked", "find_orphans", "kill_groups", "wait_gone"]
 
 KEY_VAR = b"WARDD_IDEMPOTENCY_KEY="
 BOOT_VAR = b"WARDD_BOOT="
@@ -59,6 +59,23 @@ def find_orphans(wanted: Mapping[str, str], proc: str = "/proc") -> dict[str, li
     for pids in found.values():
         pids.sort()
     return found
+
+
+def any_marked(proc: str = "/proc") -> bool:
+    """Whether a live process (but this one) holds both marks: without one,
+    no orphan can be found, and the daemon need not list the claimed calls
+    it would look for (a crash after thousands of claims)."""
+    me = os.getpid()
+    try:
+        entries = list(os.scandir(proc))
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.name.isdigit() and int(entry.name) != me:
+            key, boot = _marks_of(os.path.join(entry.path, "environ"))
+            if key is not None and boot is not None:
+                return True
+    return False
 
 
 def _marks_of(path: str) -> tuple[bytes | None, bytes | None]:

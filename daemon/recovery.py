@@ -61,11 +61,12 @@ from wardd.protocol import Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
 from ._logging import log_lines
-from ._orphans import find_orphans, kill_groups, wait_gone
+from ._orphans import any_marked, find_orphans, kill_groups, wait_gone
 from ._records import now, wire_safe
 from .core import attempts as core
 from .store import load
 from .store.apply import apply
+from .store.apply_batch import apply_batch
 from .store.reads import Candidate, Reads
 from .store.writer import Writer
 
@@ -81,36 +82,33 @@ ORPHAN_EXIT_WAIT_S = 5.0  # a SIGKILLed group is gone well within this
 
 def mark_unknown(
     boot: str,
-    marks: list[dict[str, Any]] | None = None,
+    marks: list[tuple[dict[str, Any], dict[str, Any]]] | None = None,
     orphans: set[int] | frozenset[int] = frozenset(),
 ) -> Any:
     """The start-time unit: earlier boots' open attempts become unknown.
 
-    Each marked attempt is also appended to ``marks`` (neuron, op, attempt,
-    claimed, boot), for the log once the unit is committed. An attempt in
+    Each marked attempt is also appended to ``marks``, where it is (neuron,
+    op, attempt, act) and its evidence, for the log and the notify hook
+    once the unit is committed. An attempt in
     ``orphans`` had a program that outlived its boot, killed just before
     (``_orphans``): its evidence says ``orphan_killed: true``.
     """
 
     def unit(conn: sqlite3.Connection) -> list[int]:
         marked = []
+        decided = []
         for neuron, op, attempt, claimed in load.open_before(conn, boot):
             decision, evidence = core.mark_unknown(
                 op, attempt, claimed=claimed, orphan_killed=attempt.id in orphans
             )
-            # each op has one open attempt: no earlier mark of this unit moved it
-            apply(conn, decision, op)
+            # each op has one open attempt: no earlier mark of this unit moves it
+            decided.append((decision, op))
             marked.append(attempt.id)
             if marks is not None:
-                marks.append(
-                    {
-                        "neuron": neuron,
-                        "op": op.op,
-                        "attempt": attempt.attempt,
-                        "act": op.act,
-                        **evidence,
-                    }
-                )
+                where = {"neuron": neuron, "op": op.op, "attempt": attempt.attempt, "act": op.act}
+                marks.append((where, evidence))
+        # thousands after a crash: written set-wise, as apply would one by one
+        apply_batch(conn, decided)
         return marked
 
     return unit
@@ -204,14 +202,12 @@ class Recovery:
         for c in self._candidates(states=("unknown", "prepared", "running")):
             self._pending[c.attempt_id] = trio.Event()
         orphans = await self._kill_orphans()
-        marks: list[dict[str, Any]] = []
+        marks: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self._marked_ids = set(await self._writer.run(mark_unknown(self._boot, marks, orphans)))
         self.marked = len(self._marked_ids)
         # one line per attempt: an operator reconciles each (docs/recovery.md)
-        log_lines(log, "warning", "marked_unknown", marks)
-        for mark in marks:
-            where = {k: mark[k] for k in ("neuron", "op", "attempt", "act")}
-            evidence = {k: v for k, v in mark.items() if k not in where}
+        log_lines(log, "warning", "marked_unknown", ({**w, **e} for w, e in marks))
+        for where, evidence in marks:
             self.notify("attempt_unknown", **where, evidence=evidence)
         cands = self._candidates()
         ids = {c.attempt_id for c in cands}
@@ -243,6 +239,9 @@ class Recovery:
     async def _kill_orphans(self) -> set[int]:
         """Kill what an earlier boot's claimed calls left running (``_orphans``);
         the attempt ids that had an orphan."""
+        # no process carries the marks (the usual start): no claimed call to list
+        if not await trio.to_thread.run_sync(any_marked):
+            return set()
         by_key = {c.key: c for c in self._reads.claimed_calls_of_earlier_boots(self._boot)}
         if not by_key:
             return set()

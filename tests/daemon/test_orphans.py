@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.daemon.harness import Actor, Background, Daemon, Env, wait_for
 from wardd.client import Neuron
-from wardd.daemon._orphans import find_orphans, kill_groups, wait_gone
+from wardd.daemon._orphans import any_marked, find_orphans, kill_groups, wait_gone
 
 
 def alive(pid: int) -> bool:
@@ -150,6 +150,23 @@ class TestFindOrphans:
         assert find_orphans({"n/a/1": "other"}, str(tmp_path)) == {"n/a/1": [106]}
         assert find_orphans({}, str(tmp_path)) == {}
         assert find_orphans({"x": "b1"}, str(tmp_path / "missing")) == {}
+
+    def test_any_marked_is_whether_a_process_carries_both_marks(self, tmp_path):
+        """The start skips listing its claimed calls only when no process
+        carries a key and a boot: one with both (whatever their values) is
+        enough to look, one with a key alone or none is not."""
+        for pid, environ in {
+            "104": b"PATH=/bin\0",
+            "107": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0",
+            "109": b"WARDD_BOOT=b1\0",
+        }.items():
+            (tmp_path / pid).mkdir()
+            (tmp_path / pid / "environ").write_bytes(environ)
+        assert not any_marked(str(tmp_path))
+        (tmp_path / "110").mkdir()
+        (tmp_path / "110" / "environ").write_bytes(b"WARDD_BOOT=zz\0WARDD_IDEMPOTENCY_KEY=q/r/9\0")
+        assert any_marked(str(tmp_path))
+        assert not any_marked(str(tmp_path / "missing"))
 
     def test_never_kills_the_daemons_own_group(self):
         """kill_groups skips the caller's own process group."""

@@ -1,0 +1,41 @@
+"""A daemon imports a built-in adapter's module only when an act uses it:
+a start without an ``http`` act does not load urllib3 (its import is part of
+every start's time to ``READY=1``, docs/performance.md)."""
+
+from __future__ import annotations
+
+from tests.daemon.harness import Env
+
+
+def imported(log: str) -> set[str]:
+    """The modules a process imported by an import statement, from its
+    ``PYTHONPROFILEIMPORTTIME`` lines (``importlib.import_module`` writes none)."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in log.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+class TestBuiltInAdaptersLoadWhenUsed:
+    def test_a_start_without_an_http_act_never_imports_urllib3(self, make_daemon):
+        """With the default test acts (file.append, cli) nothing of http's
+        loads, up to READY=1 and through a request and a stop."""
+        d = make_daemon(start=False)
+        d.start({"PYTHONPROFILEIMPORTTIME": "1"})
+        with d.connect() as c:
+            c.call("status")
+        assert d.terminate() == 0
+        modules = imported(d.log_text())
+        assert "wardd.daemon.app" in modules  # the lines are there
+        assert not {m for m in modules if m.split(".")[0] == "urllib3"}
+
+    def test_an_http_act_imports_it(self, make_daemon):
+        """The same check is not blind: with an ``http`` act configured,
+        urllib3 is loaded at start, where the act is built."""
+        env = Env(acts={"pay": {"adapter": "http", "url": "http://127.0.0.1:9/pay"}})
+        d = make_daemon(env, start=False)
+        d.start({"PYTHONPROFILEIMPORTTIME": "1"})
+        assert d.terminate() == 0
+        modules = imported(d.log_text())
+        assert "urllib3" in modules
