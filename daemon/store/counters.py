@@ -62,6 +62,7 @@ __all__ = [
     "count_afresh",
     "note",
     "note_pruned",
+    "snapshot_afresh",
 ]
 
 # how often, at most, the writer persists the counts (one page) while ops
@@ -177,17 +178,30 @@ class Counters:
         last = self._persisted
         if not prunes and last is not None and t - last < self.persist_every_s:
             return
-        ops = {state: n for state, n in sorted(_after(self.figures, notes).operations.items()) if n}
-        conn.execute(
-            f"UPDATE counts SET seq = {LAST_SEQ}, ops = ? WHERE id = 1",
-            (json.dumps(ops, separators=(",", ":")),),
-        )
+        _write_snapshot(conn, _after(self.figures, notes).operations)
         self._persisted = t
 
     def add(self, notes: list[Note]) -> None:
         """A batch with these notes has committed (on the writer's thread)."""
         if notes:
             self.figures = _after(self.figures, notes)
+
+
+def _write_snapshot(conn: sqlite3.Connection, operations: Mapping[str, int]) -> None:
+    """The snapshot: ``operations`` as of the last record handed out."""
+    ops = {state: n for state, n in sorted(operations.items()) if n}
+    conn.execute(
+        f"UPDATE counts SET seq = {LAST_SEQ}, ops = ? WHERE id = 1",
+        (json.dumps(ops, separators=(",", ":")),),
+    )
+
+
+def snapshot_afresh(conn: sqlite3.Connection) -> None:
+    """Write the snapshot from a fresh count of every op and tombstone: for
+    a database written outside the writer (a benchmark's, built by SQL or by
+    units in a plain loop), what the writer would have left. Never on the
+    daemon's path (it reads every op)."""
+    _write_snapshot(conn, count_afresh(conn).operations)
 
 
 def _after(f: Figures, notes: list[Note]) -> Figures:
