@@ -34,6 +34,7 @@ from typing import Any
 
 import cbor2
 
+from wardd.daemon.store.counters import snapshot_afresh
 from wardd.daemon.store.schema import migrate
 
 OLD_BOOT = "0" * 31 + "1"
@@ -152,6 +153,7 @@ def build(path: Path, *, records: int = 1_000_000, in_flight: int = 10_000,
             flush()
     flush()
     conn.execute("UPDATE neurons SET last_seq = NULL")
+    snapshot_afresh(conn)  # the counts' snapshot the writer would have left (schema 7)
     conn.execute("COMMIT")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("ANALYZE") if os.environ.get("WARDD_BENCH_ANALYZE") else None
@@ -228,6 +230,7 @@ def build_ops(path: Path, *, ops: int = 1_000_000, in_flight: int = 10_000,
         " CASE k WHEN 1 THEN ? WHEN 2 THEN ? WHEN 3 THEN ? ELSE ? END"
         " FROM n, (SELECT 1 AS k UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4)"
         f" WHERE k < 4 OR {fin} ORDER BY x, k", (AT, neurons, *data))
+    snapshot_afresh(conn)  # the counts' snapshot the writer would have left (schema 7)
     conn.execute("COMMIT")
     conn.execute("PRAGMA journal_mode=WAL")
     counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]

@@ -140,6 +140,7 @@ def build(
     from wardd.daemon import _units
     from wardd.daemon import _units_mgmt as mgmt
     from wardd.daemon._records import dec
+    from wardd.daemon.store.counters import snapshot_afresh
     from wardd.daemon.store.writer import connect
 
     d = Daemon(root, workers=2, retention_s=0)
@@ -193,6 +194,7 @@ def build(
         for a, count in zip(actors, pending, strict=True):
             for i in range(count):
                 mgmt.submit(a.id, a.prog, f"lat{i}", "echo", ARGS, bounds)(conn)
+        snapshot_afresh(conn)  # the counts' snapshot the writer would have left (schema 7)
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

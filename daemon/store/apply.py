@@ -19,7 +19,7 @@ from .._records import enc, enc_value, now
 from ..core import changes as ch
 from ..core.records import Op
 from .counters import note
-from .schema import COLUMNS
+from .schema import COLUMNS, LAST_SEQ
 
 __all__ = ["MOVES", "apply"]
 
@@ -36,10 +36,7 @@ class _Moves(threading.local):
 
 MOVES = _Moves()
 
-NEXT_SEQ = (
-    "1 + max(coalesce((SELECT max(seq) FROM events), 0),"
-    " coalesce((SELECT seq_hw FROM prune_stats WHERE id = 1), 0))"
-)
+NEXT_SEQ = "1 + " + LAST_SEQ
 
 
 def _settable(table: str, names: frozenset[str]) -> frozenset[str]:

@@ -124,7 +124,8 @@ OP = Columns(
     "o",
     ("id", "neuron_id", "op", "prog_id", "act", "args", "state", "attempts", "cancelled")
     + ("result_epoch", "last_seq"),
-    unread=("ended_at",),  # retention's: no decision reads it
+    # retention's and the counts' (schema 7): no decision reads them
+    unread=("ended_at", "counted_state"),
 )
 PROG = Columns(
     "progs",

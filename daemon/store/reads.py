@@ -21,7 +21,7 @@ from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_
 
 from .._records import dec
 from .prune import tombstone_row, tombstone_view
-from .schema import OP_RECORDS, attempts_in
+from .schema import OP_LIFE, OP_RECORDS, attempts_in
 
 __all__ = ["Candidate", "ClaimedCall", "Reads"]
 
@@ -345,8 +345,9 @@ class Reads:
             )
             twhere.append("0")  # a pruned op never held an unknown attempt
         elif state is not None:
-            where.append("o.state = ?")
-            params.append(state)
+            # operations_state orders ops by `life` (schema 7), not by state
+            where.append("o.life = ? AND o.state = ?")
+            params += [OP_LIFE.get(state, -1), state]
             twhere.append("+t.state = ?")
             tparams.append(state)
         if prog is not None:

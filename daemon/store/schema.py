@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Mapping
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Every table's columns (and, since v6, the columns of the views `claims` and
 # `outcomes`), in the table's own order (the order of ``PRAGMA
@@ -64,6 +64,7 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
         "result_epoch",
         "last_seq",
         "ended_at",
+        "counted_state",
     ),
     "attempts": (
         "id",
@@ -104,7 +105,7 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
     ),
     "outcomes": ("attempt_id", "status", "value", "error", "source", "at"),
     "events": ("seq", "at", "kind", "neuron_id", "op_id", "attempt", "follows", "data"),
-    "op_counts": ("state", "n"),
+    "counts": ("id", "seq", "ops"),
     "tombstones": (
         "id",
         "neuron_id",
@@ -118,6 +119,30 @@ COLUMNS: Mapping[str, tuple[str, ...]] = {
     ),
     "descriptors": ("digest", "descriptor"),
     "prune_stats": ("id", "pruned_ops", "last_pruned_at", "attempt_hw", "seq_hw"),
+}
+
+# The highest event seq handed out so far: the last record's, or a pruned
+# record's above it (prune_stats.seq_hw); the next record gets 1 + this.
+LAST_SEQ = (
+    "max(coalesce((SELECT max(seq) FROM events), 0),"
+    " coalesce((SELECT seq_hw FROM prune_stats WHERE id = 1), 0))"
+)
+
+# The order of the op states in `operations_state` (schema 7): an op's life
+# backwards (each state's ops in id order), so that the oldest op of a state,
+# moving on to the next state of its life, lands at the end of the adjacent
+# range: pending -> prepared -> running -> retained -> consumed each rewrite
+# one leaf of the index, not two (a claim moved an op across every retained
+# one). The generated column `life` holds it; a read by state names both
+# (`o.life = ? AND o.state = ?`: OP_LIFE[state], state).
+OP_LIFE: Mapping[str, int] = {
+    "cancelled": 0,
+    "consumed": 1,
+    "retained": 2,
+    "unknown": 3,
+    "running": 4,
+    "prepared": 5,
+    "pending": 6,
 }
 
 _V1 = """
@@ -549,6 +574,47 @@ BEGIN
         WHERE id = NEW.attempt_id;
 END;
 """
+# Version 7: smaller dispatch commits, again (at most 5 WAL pages a commit,
+# docs/performance.md).
+# - `op_counts` was kept by triggers, one page more in every commit that
+#   moved an op. It becomes `counts`: a snapshot of the ops by state, as of
+#   the record `seq`, written by the writer at most about once a second (in
+#   a batch it commits anyway) and in every pruning batch (store/counters.py).
+#   `status` is seeded from it plus a bounded catch-up over the ops whose
+#   records came after it: each such op counts under its state now instead of
+#   `counted_state`, the state it had at the snapshot (NULL: it did not
+#   exist then). A trigger keeps `counted_state`: the first write of an op
+#   after a snapshot (a new `last_seq`, the old one not past the snapshot)
+#   saves the state the snapshot counted it under, whatever path writes it.
+#   A SIGKILL between snapshots loses nothing: the catch-up reads it back.
+# - `operations_state` orders the states by `OP_LIFE` (a generated column,
+#   `life`, computed from `state`, stored only in the index), so that a
+#   claim and an outcome each rewrite one leaf of it.
+_V7 = """
+ALTER TABLE operations ADD COLUMN counted_state TEXT;
+ALTER TABLE operations ADD COLUMN life INTEGER GENERATED ALWAYS AS (CASE state
+    WHEN 'cancelled' THEN 0 WHEN 'consumed' THEN 1 WHEN 'retained' THEN 2
+    WHEN 'unknown' THEN 3 WHEN 'running' THEN 4 WHEN 'prepared' THEN 5
+    WHEN 'pending' THEN 6 END) VIRTUAL;
+DROP INDEX operations_state;
+CREATE INDEX operations_state ON operations(neuron_id, life, id);
+CREATE TABLE counts(id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, ops TEXT NOT NULL);
+INSERT INTO counts(id, seq, ops) SELECT 1,
+    max(coalesce((SELECT max(seq) FROM events), 0),
+        coalesce((SELECT seq_hw FROM prune_stats WHERE id = 1), 0)),
+    (SELECT json_group_object(state, n) FROM op_counts WHERE n != 0);
+DROP TRIGGER op_counts_insert;
+DROP TRIGGER op_counts_update;
+DROP TRIGGER op_counts_delete;
+DROP TRIGGER tombstones_count;
+DROP TABLE op_counts;
+CREATE TRIGGER operations_counted AFTER UPDATE OF last_seq ON operations
+WHEN OLD.last_seq <= (SELECT seq FROM counts WHERE id = 1)
+BEGIN
+    UPDATE operations SET counted_state = OLD.state WHERE id = NEW.id;
+END;
+"""
+
 
 # An op's event records, newest first, from its last record back along
 # `follows` (v6): bind the op's `last_seq`, then the seq to stop at (the
@@ -567,7 +633,8 @@ _ATTEMPTS_IN = {
     "running": (
         "SELECT r.id FROM operations ro JOIN attempts r"
         " ON r.op_id = ro.id AND r.attempt = ro.attempts"
-        " WHERE ro.neuron_id IN (SELECT id FROM neurons) AND ro.state = 'running'"
+        " WHERE ro.neuron_id IN (SELECT id FROM neurons)"
+        f" AND ro.life = {OP_LIFE['running']} AND ro.state = 'running'"
         " AND r.state = 'running'"
         " UNION ALL SELECT r.id FROM operations ro JOIN attempts r"
         " ON r.op_id = ro.id AND r.attempt = ro.attempts"
@@ -590,7 +657,7 @@ def attempts_in(states: Iterable[str]) -> str:
 # version -> the script that brings a database at version-1 to version.
 # A released version's script never changes: tests/data keeps a database
 # of each released version and proves it migrates.
-_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+_SCRIPTS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
 
 
 class SchemaTooNew(Exception):

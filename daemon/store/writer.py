@@ -285,6 +285,7 @@ class Writer:
             results.append((True, value))
         if conn.in_transaction:  # not when the only unit was undone with it
             try:
+                self.counters.persist(conn, notes)  # the counts' snapshot, when due
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._fail_batch(batch, exc)

@@ -102,3 +102,42 @@ class TestStatusCounts:
         a.call("consume", {"op": "kept"})
         ops, unknown, _, _ = settled(d, a, 5)
         assert unknown == 0 and "unknown" not in ops
+
+    def test_moves_after_the_last_snapshot_are_read_back_after_a_sigkill(self, make_daemon):
+        """Schema 7 persists the counts about once a second: the moves made
+        after the last snapshot (new ops, ops the snapshot counted moving on)
+        are read back at the next start from their records, so after a
+        SIGKILL status still equals a fresh count."""
+        d = make_daemon()
+        a = Actor(d, acts=("echo",))
+        db = d.env.database
+        for op in ("kept", "left"):
+            a.submit(op)
+            assert a.invoke(op)["status"] == "succeeded"
+        a.submit("waiting")
+
+        def behind() -> bool:
+            """The snapshot is older than the last record (no sleep: a query)."""
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                (lag,) = conn.execute(
+                    "SELECT (SELECT seq FROM counts) < (SELECT max(seq) FROM events)"
+                ).fetchone()
+            finally:
+                conn.close()
+            return bool(lag)
+
+        a.call("consume", {"op": "kept"})
+        a.call("cancel", {"op": "waiting"})
+        finished(a, "after-1")
+        n = 1
+        while not behind():  # a write that happened to carry a snapshot: one more
+            n += 1
+            assert n < 50, "every write carried a snapshot"
+            a.submit(f"after-{n}")
+        before = shown(a.client.call("status"))
+        assert before == counted(db)
+        d.kill()
+        d.start()
+        a.client = d.connect()
+        assert shown(a.client.call("status")) == before == counted(db)

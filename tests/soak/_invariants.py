@@ -19,6 +19,8 @@ from typing import Any
 import attrs
 import cbor2
 
+from wardd.daemon.store.counters import Counters, count_afresh
+
 #: Acts whose every run leaves exactly one ledger line keyed by its attempt.
 EFFECT_ACTS = frozenset({"ledger", "quick", "slow", "flaky"})
 #: Acts whose success always left one: the above, and the http act ``pay``
@@ -427,10 +429,18 @@ def check_fences(conn: sqlite3.Connection) -> list[str]:
 
 
 def check_counts(conn: sqlite3.Connection) -> list[str]:
-    """The op counts ``status.operations`` reads (kept by triggers since schema
-    v3) equal the ops' states, after any crash."""
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'op_counts'").fetchone():
+    """The op counts ``status.operations`` starts from (schema 7: the counts'
+    snapshot plus the catch-up over the ops written after it, as the next
+    start seeds them) equal the ops' states, after any crash."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'counts'").fetchone():
         return []
+    seeded = Counters()
+    seeded.seed(conn)
+    kept = {s: n for s, n in seeded.figures.operations.items() if n}
+    actual = {s: n for s, n in count_afresh(conn).operations.items() if n}
+    if kept != actual:
+        return [f"the seeded counts {kept} but the ops are {actual} (status.operations)"]
+    return []
     kept = {s: n for s, n in conn.execute("SELECT state, n FROM op_counts") if n}
     actual = dict(conn.execute("SELECT state, count(*) FROM operations GROUP BY state"))
     if kept != actual:

@@ -12,10 +12,10 @@ import pytest
 
 from wardd.daemon.core import changes as ch
 from wardd.daemon.store.apply import apply
-from wardd.daemon.store.counters import Counters, count_afresh
+from wardd.daemon.store.counters import Counters, count_afresh, note_pruned
 from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import Unit, Writer, connect
-from wardd.protocol import AttemptState, Conflict
+from wardd.protocol import AttemptState, Conflict, OpState
 
 
 @pytest.fixture
@@ -54,7 +54,8 @@ def new_op(op_id: int, *, then: ch.Change | None = None, fail: bool = False) -> 
     end if ``fail``: its writes and its counts must both be undone."""
 
     def unit(conn: sqlite3.Connection) -> None:
-        apply(conn, ch.Decision((ch.NewOp(op_id, 1, f"op-{op_id}", 1, "echo", b""),)))
+        new = ch.NewOp(op_id, 1, f"op-{op_id}", 1, "echo", b"")
+        apply(conn, ch.Decision((new, ch.AppendEvent("submitted", 1, op_id=op_id))))
         if then is not None:
             apply(conn, ch.Decision((then,)))
         if fail:
@@ -68,6 +69,36 @@ def manual(op_id: int) -> ch.Change:
     return ch.NewAttempt(
         op_id, op_id, 1, "manual", 1, 1, None, None, None, None, "b", AttemptState.UNKNOWN, None
     )
+
+
+def move(op_id: int, was: OpState, to: OpState) -> Unit:
+    """A unit that moves an op from ``was`` to ``to`` with its record (as
+    the core's every move of an op does)."""
+
+    def unit(conn: sqlite3.Connection) -> None:
+        changes = (ch.AppendEvent("moved", 1, op_id=op_id), ch.SetOp(op_id, {"state": to}, was=was))
+        apply(conn, ch.Decision(changes))
+
+    return unit
+
+
+def seeded(path: Path) -> tuple[object, ...]:
+    """The figures a new start seeds from ``path``."""
+    again = Counters()
+    conn = sqlite3.connect(path)
+    try:
+        again.seed(conn)
+    finally:
+        conn.close()
+    return again.figures.wire()
+
+
+def snapshot_seq(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("SELECT seq FROM counts").fetchone()[0])
+    finally:
+        conn.close()
 
 
 def fresh(path: Path) -> tuple[object, ...]:
@@ -110,11 +141,70 @@ class TestCounters:
         writer.call(new_op(1, then=manual(1)))
         writer.call(new_op(2))
         writer.stop()
-        again = Counters()
-        conn = sqlite3.connect(path)
-        try:
-            again.seed(conn)
-        finally:
-            conn.close()
-        assert again.figures.wire() == writer.counters.figures.wire() == fresh(path)
-        assert again.figures.wire()[:2] == ({"pending": 2}, 1)
+        again = seeded(path)
+        assert again == writer.counters.figures.wire() == fresh(path)
+        assert again[:2] == ({"pending": 2}, 1)
+
+
+P, R, C = OpState.PENDING, OpState.RUNNING, OpState.CANCELLED
+
+
+class TestSnapshot:
+    """Schema 7: the counts are persisted rarely, and a start reads them back
+    exactly from the snapshot and the ops written after it."""
+
+    def test_the_snapshot_is_written_at_most_once_per_interval(
+        self, writer: Writer, path: Path
+    ) -> None:
+        """The first batch that counts writes the snapshot; the next ones,
+        within the interval, do not (no page of theirs), yet a start reads
+        their counts back from their records."""
+        writer.counters.persist_every_s = 3600.0
+        writer.start()
+        writer.call(new_op(1))
+        first = snapshot_seq(path)
+        assert first > 0
+        writer.call(new_op(2))
+        writer.call(move(1, P, R))
+        assert snapshot_seq(path) == first
+        writer.stop()
+        assert seeded(path) == writer.counters.figures.wire() == fresh(path)
+        assert fresh(path)[0] == {"pending": 1, "running": 1}
+
+    def test_every_move_after_the_snapshot_is_caught_up(self, writer: Writer, path: Path) -> None:
+        """Ops the snapshot counted, moved once or twice after it; ops made
+        after it, moved or not: the seed equals a fresh count."""
+        writer.counters.persist_every_s = 0.0
+        writer.start()
+        for op_id in (1, 2, 3):
+            writer.call(new_op(op_id))
+        writer.call(move(3, P, R))
+        writer.counters.persist_every_s = 3600.0
+        at = snapshot_seq(path)
+        writer.call(move(1, P, R))
+        writer.call(move(2, P, R))
+        writer.call(move(2, R, C))
+        writer.call(move(3, R, P))
+        writer.call(new_op(4))
+        writer.call(new_op(5))
+        writer.call(move(5, P, C))
+        assert snapshot_seq(path) == at
+        writer.stop()
+        assert fresh(path)[0] == {"pending": 2, "running": 1, "cancelled": 2}
+        assert seeded(path) == writer.counters.figures.wire() == fresh(path)
+
+    def test_a_pruning_batch_writes_the_snapshot(self, writer: Writer, path: Path) -> None:
+        """Pruning deletes ops the catch-up could not see again: a batch that
+        prunes writes the snapshot, whatever the interval."""
+        writer.counters.persist_every_s = 3600.0
+        writer.start()
+        writer.call(new_op(1))
+        at = snapshot_seq(path)
+        writer.call(new_op(2))
+        assert snapshot_seq(path) == at
+
+        def prunes(conn: sqlite3.Connection) -> None:
+            note_pruned(1, "t")
+
+        writer.call(prunes)
+        assert snapshot_seq(path) > at
