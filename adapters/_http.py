@@ -312,6 +312,13 @@ class _Flight:
     timed_out: bool = False
     done: bool = False
 
+    @property
+    def overdue(self) -> bool:
+        """The deadline has passed, whether or not the watchdog has shut the
+        connection yet: on a loaded machine the socket's own timeout (the same
+        ``timeout_s``, counted from a little later) can fire first."""
+        return self.timed_out or time.monotonic() >= self.deadline
+
 
 def _handle(sock: socket.socket) -> socket.socket:
     """A plain socket on a duplicate of ``sock``'s descriptor, closed only by `Flights`.
@@ -726,7 +733,7 @@ class HttpAdapter:
         reason = _redact.redact_text(why, secrets)
         if flight.aborted:
             return CallAborted(f"{self.tag}: connection closed by the abort ({reason})")
-        if flight.timed_out:
+        if flight.overdue:
             return OutcomeUnknown(
                 f"{self.tag}: timed out after {self.timeout_s:g} s; connection closed ({reason})"
             )

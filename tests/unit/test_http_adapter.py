@@ -27,7 +27,7 @@ from wardd.adapters import (
     OutcomeUnknown,
     build_adapter,
 )
-from wardd.adapters._http import KEY_NAMESPACE, key_value, secret_forms
+from wardd.adapters._http import KEY_NAMESPACE, _Flight, key_value, secret_forms
 
 MAX_FRAME = 1 << 20
 
@@ -399,3 +399,18 @@ def test_the_configuration_doc_shows_every_http_key():
     section = doc[doc.index("### `http`") : doc.index("### Plug-in adapters")]
     for k in set(_KEYS) - {"adapter", "max_arg_bytes"}:  # those two: every act's
         assert f"`{k}`" in section, k
+
+
+def test_a_call_cut_past_its_deadline_reads_as_timed_out_before_the_watchdog_runs():
+    """Under load the socket's own timeout can end a read before the watchdog
+    thread marks the flight timed out; past the deadline the error still says
+    timed out after timeout_s, and the outcome is unknown."""
+    a = adapter(url="http://127.0.0.1:9/", timeout_s=0.5)
+    late = _Flight("k", deadline=time.monotonic() - 0.01)
+    assert late.overdue and not late.timed_out
+    err = a._cut_short(late, "timed out", [])
+    assert type(err) is OutcomeUnknown
+    assert "timed out after 0.5 s; connection closed" in str(err)
+    early = _Flight("k", deadline=time.monotonic() + 60)
+    err = a._cut_short(early, "connection reset", [])
+    assert "the exchange failed after the request began" in str(err)
