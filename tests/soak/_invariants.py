@@ -133,18 +133,23 @@ def view_from_reads(get_operation: Any, history: Any, neuron: str, op: str) -> O
     return Op(neuron, op, info["act"], info["state"], attempts, follows_ok)
 
 
+# The claimed and marked_unknown records of each (op, attempt), counted in one
+# pass over the records: since schema 6 `events` has no index on op_id, and a
+# correlated count per attempt made each look quadratic in the soak's length.
 _ATTEMPTS_SQL = """
+WITH marks AS (
+    SELECT op_id, attempt, sum(kind = 'claimed') AS claimed_events,
+           sum(kind = 'marked_unknown') AS marked_events
+    FROM events WHERE kind IN ('claimed', 'marked_unknown') GROUP BY op_id, attempt
+)
 SELECT n.neuron, o.op, o.act, o.state AS op_state, a.attempt, a.kind, a.state, a.boot,
        a.evidence, a.reason, c.attempt_id IS NOT NULL AS claimed, oc.status, oc.source,
-       (SELECT count(*) FROM events e WHERE e.op_id = o.id AND e.attempt = a.attempt
-            AND e.kind = 'claimed') AS claimed_events,
-       (SELECT count(*) FROM events e WHERE e.op_id = o.id AND e.attempt = a.attempt
-            AND e.kind = 'marked_unknown') AS marked_events
+       coalesce(m.claimed_events, 0), coalesce(m.marked_events, 0)
 FROM attempts a JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id
 LEFT JOIN claims c ON c.attempt_id = a.id LEFT JOIN outcomes oc ON oc.attempt_id = a.id
+LEFT JOIN marks m ON m.op_id = o.id AND m.attempt = a.attempt
 ORDER BY o.id, a.attempt
 """
-
 
 @attrs.define
 class DbView:
