@@ -25,7 +25,12 @@ Sections (docs/performance.md, "Where the time goes"):
 - ``registration``: a signed request's registration check: a ``SELECT`` on
   the reader against the daemon's set of neurons known to be registered;
 - ``log``: structlog as the daemon configures it: a disabled ``debug``, an
-  ``info`` line (written to /dev/null).
+  ``info`` line (written to /dev/null);
+- ``floor``: one sequential ``invoke``'s irreducible parts, per thread
+  (``_floor.py``): two FULL WAL commits of a dispatch's pages, the
+  daemon's two units with their commits, one Ed25519 check (libsodium and
+  OpenSSL), a request answered on a socket under trio (bare, from a task,
+  from a task woken by another thread), two threads' wake-ups.
 
 Figures are CPU time of the calling thread (wall time where it says so), the
 median of 5 repetitions [min–max]; the machine is shared, so compare figures
@@ -266,7 +271,12 @@ def bench_verify() -> None:
          per_call(lambda: signing_input("bench", "invoke", params), 20000))
     show("  Ed25519PublicKey.from_public_bytes(bytes.fromhex(id))",
          per_call(lambda: Ed25519PublicKey.from_public_bytes(bytes.fromhex(neuron)), 20000))
-    show("  key.verify (the check itself)", per_call(lambda: pub.verify(sig, msg), 2000))
+    show("  key.verify (the check itself, OpenSSL)", per_call(lambda: pub.verify(sig, msg), 2000))
+    from wardd.protocol._signing import check_signature
+
+    raw = bytes.fromhex(neuron)
+    show("  check_signature (the daemon's: libsodium when PyNaCl is there)",
+         per_call(lambda: check_signature(raw, sig, msg), 2000))
 
     # GIL: the same number of checks on one thread, then split over two
     n = 4000
@@ -467,6 +477,12 @@ def bench_trio() -> None:
     a.detach()
 
 
+def bench_floor() -> None:
+    from _floor import bench_floor as floor
+
+    floor()
+
+
 SECTIONS = {
     "trio": bench_trio,
     "decode": bench_decode,
@@ -475,6 +491,7 @@ SECTIONS = {
     "verify": bench_verify,
     "registration": bench_registration,
     "log": bench_log,
+    "floor": bench_floor,
 }
 
 

@@ -823,6 +823,26 @@ class TestSigning:
         identity = "01" + "00" * 31
         assert not verify(identity, bytes(64), "n", "m", {})
 
+    @pytest.mark.parametrize("backend", ["libsodium", "openssl"])
+    def test_both_ed25519_backends_agree(
+        self, backend: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """libsodium checks signatures when PyNaCl is there, OpenSSL otherwise:
+        each accepts the signer's own signature and refuses a tampered one, a
+        foreign key and the identity point."""
+        import wardd.protocol._signing as signing
+
+        if backend == "openssl":
+            monkeypatch.setattr(signing, "_sodium_open", None)
+        else:
+            assert signing._sodium_open is not None, "PyNaCl is a dependency"
+        signed = sign(self.key, "n", "m", {"a": 1})
+        assert verify(signed["neuron"], signed["sig"], "n", "m", signed)
+        assert not verify(signed["neuron"], signed["sig"], "n", "m", {**signed, "a": 2})
+        other = wp.neuron_id(Ed25519PrivateKey.generate())
+        assert not verify(other, signed["sig"], "n", "m", signed)
+        assert not verify("01" + "00" * 31, bytes(64), "n", "m", {})
+
 
 class TestVocabulary:
     def test_state_enums_carry_the_wire_words(self) -> None:
