@@ -275,7 +275,7 @@ def bench_verify() -> None:
     from wardd.protocol._signing import check_signature
 
     raw = bytes.fromhex(neuron)
-    show("  check_signature (the daemon's: libsodium when PyNaCl is there)",
+    show("  check_signature (the daemon's: libsodium)",
          per_call(lambda: check_signature(raw, sig, msg), 2000))
 
     # GIL: the same number of checks on one thread, then split over two
