@@ -151,13 +151,18 @@ def run(cfg: object) -> int:
     from wardd.daemon._signals import EarlySignals
     from wardd.daemon.app import Daemon
     from wardd.daemon.config import Config
-    from wardd.daemon.store.schema import SchemaTooNew
+    from wardd.daemon.store.schema import SchemaTooNew, SQLiteTooOld, check_sqlite
 
     assert isinstance(cfg, Config)
     log = structlog.get_logger("wardd")
     refused = _preflight(cfg, log)
     if refused is not None:
         return refused
+    try:
+        check_sqlite()
+    except SQLiteTooOld as exc:  # before the database is opened (or created)
+        print(f"wardd: {exc}", file=sys.stderr)
+        return EXIT_START
     # from here on no caught signal ends the process by its default action: one
     # that comes before the event loop is handed to the daemon, which stops
     early = EarlySignals()

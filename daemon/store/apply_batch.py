@@ -67,13 +67,20 @@ class _Run:
     def takes(self, decision: ch.Decision) -> bool:
         """Whether ``decision`` commutes with the run (module docstring)."""
         touched = self.touched
+        attempts: set[tuple[int, int]] = set()
         for c in decision.changes:
             if not isinstance(c, _BATCHED):
                 return False
-            if isinstance(c, ch.SetAttempt) and (c.state, c.reason, c.evidence) == (None,) * 3:
-                return False  # nothing to set: left to apply (which refuses it)
             if c.op_id in touched:
                 return False
+            if isinstance(c, ch.SetAttempt):
+                if (c.state, c.reason, c.evidence) == (None,) * 3:
+                    return False  # nothing to set: left to apply (which refuses it)
+                if (c.op_id, c.attempt) in attempts:
+                    # a second update of one attempt: grouped by the columns they set, the two
+                    # could be written in the other order; apply writes them as they come
+                    return False
+                attempts.add((c.op_id, c.attempt))
         return True
 
     def add(self, decision: ch.Decision, loaded: Op | None) -> None:

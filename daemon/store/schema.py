@@ -664,11 +664,34 @@ class SchemaTooNew(Exception):
     pass
 
 
+# The oldest SQLite that can hold this schema: 3.31, for schema 7's generated
+# column (`operations.life`, the key of `operations_state`). An older one could
+# neither migrate a database to it nor read one migrated.
+SQLITE_MIN = (3, 31, 0)
+
+
+class SQLiteTooOld(Exception):
+    pass
+
+
+def check_sqlite() -> None:
+    """Raise `SQLiteTooOld` when the SQLite this Python links is older than
+    :data:`SQLITE_MIN`: a start refused before any database is opened."""
+    if sqlite3.sqlite_version_info < SQLITE_MIN:
+        need = ".".join(map(str, SQLITE_MIN))
+        raise SQLiteTooOld(
+            f"SQLite {sqlite3.sqlite_version} is older than {need}, which wardd's database"
+            f" (schema {SCHEMA_VERSION}) needs; run wardd on a Python linked with SQLite {need}"
+            " or newer"
+        )
+
+
 def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
     """Bring the database to :data:`SCHEMA_VERSION`; returns (from, to).
 
     Runs under the owner lock, before recovery (contract §3.6). Each step runs in
     its own transaction together with the ``user_version`` bump."""
+    check_sqlite()
     (current,) = conn.execute("PRAGMA user_version").fetchone()
     if current > SCHEMA_VERSION:
         raise SchemaTooNew(

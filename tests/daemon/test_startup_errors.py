@@ -105,3 +105,24 @@ class TestActivationDescriptors:
             assert proc.wait(30) == 0
         finally:
             reap(proc)
+
+
+class TestSQLiteTooOld:
+    def test_a_python_linked_with_an_older_sqlite_is_refused_before_the_database(
+        self, make_daemon, tmp_path
+    ):
+        """Schema 7 needs SQLite 3.31 (a generated column): on an older one the
+        start is one line naming both versions, exit 1, and no database made."""
+        shim = tmp_path / "old-sqlite"
+        shim.mkdir()
+        (shim / "sitecustomize.py").write_text(
+            "import sqlite3\n"
+            "sqlite3.sqlite_version_info = (3, 30, 1)\n"
+            "sqlite3.sqlite_version = '3.30.1'\n"
+        )
+        env = Env()
+        d = make_daemon(env, start=False)
+        assert d.spawn({"PYTHONPATH": str(shim)}).wait(30) == 1
+        line = one_line(d.log_text())
+        assert "SQLite 3.30.1 is older than 3.31.0" in line
+        assert not env.database.exists()

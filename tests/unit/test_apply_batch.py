@@ -226,6 +226,44 @@ class TestSameDatabase:
         assert by_batch == by_apply
         assert "hinted" in by_batch["replies"] and "new" in by_batch["replies"]
 
+    def test_a_decision_that_updates_one_attempt_twice_keeps_their_order(
+        self, both_ways: Callable[..., Any]
+    ) -> None:
+        """An attempt set twice by one decision (state and evidence, then
+        evidence alone) after a decision that set evidence alone: grouped by
+        shape, the second update would run before the first and leave the
+        first evidence; the run refuses it and the result is apply's."""
+
+        def decide(conn: sqlite3.Connection) -> Decided:
+            marks = _marks(conn)
+            one, two = (m[0].changes[0] for m in marks[:2])
+            assert isinstance(one, ch.SetAttempt) and isinstance(two, ch.SetAttempt)
+            hint = ch.Decision(
+                (
+                    ch.SetAttempt(one.op_id, one.attempt, evidence={"hint": 1}),
+                    ch.AppendEvent("receipt", 1, op_id=one.op_id, attempt=one.attempt),
+                )
+            )
+            twice = ch.Decision(
+                (
+                    ch.SetAttempt(
+                        two.op_id,
+                        two.attempt,
+                        state=A.UNKNOWN,
+                        evidence={"v": "first"},
+                        act="echo",
+                        was=A.RUNNING,
+                    ),
+                    ch.AppendEvent("marked_unknown", 1, op_id=two.op_id, attempt=two.attempt),
+                    ch.SetAttempt(two.op_id, two.attempt, evidence={"v": "second"}),
+                    ch.SetOp(two.op_id, {"state": S.UNKNOWN}, was=S.RUNNING),
+                )
+            )
+            return [(hint, None), (twice, None)]
+
+        by_apply, by_batch = both_ways(decide)
+        assert by_batch == by_apply
+
     def test_a_field_the_store_does_not_know_is_refused(self, crashed: Path) -> None:
         """As apply does: a SetOp naming no column of operations is an
         internal error, not a field silently dropped."""

@@ -17,7 +17,7 @@ from wardd.daemon.core import changes as ch
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.counters import Counters, count_afresh
 from wardd.daemon.store.reads import Reads
-from wardd.daemon.store.schema import OP_LIFE, SCHEMA_VERSION, migrate
+from wardd.daemon.store.schema import OP_LIFE, SCHEMA_VERSION, SQLiteTooOld, migrate
 from wardd.daemon.store.writer import connect
 from wardd.protocol import OpState
 
@@ -134,4 +134,18 @@ class TestCountedState:
         assert after == _afresh(conn)
         assert after.get("retained", 0) == before["retained"] - 1
         assert after["cancelled"] == before.get("cancelled", 0) + 1
+        conn.close()
+
+
+def test_an_older_sqlite_refuses_the_migration_before_it_begins(tmp_path, monkeypatch):
+    """On SQLite older than 3.31 migrate raises SQLiteTooOld and writes nothing."""
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    try:
+        monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 30, 1))
+        with pytest.raises(SQLiteTooOld, match="older than 3.31.0"):
+            migrate(conn)
+        assert conn.execute("PRAGMA user_version").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM sqlite_schema").fetchone() == (0,)
+    finally:
         conn.close()
