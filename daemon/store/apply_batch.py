@@ -29,18 +29,24 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from wardd.protocol import AttemptState, Internal
-
 from .._records import enc, now
 from ..core import changes as ch
 from ..core.records import Op
-from .apply import _OP_COLUMNS, _OP_UNSTORED, MOVES, NEXT_SEQ, _sql_value, apply
+from .apply import (
+    _OP_COLUMNS,
+    _OP_UNSTORED,
+    NEXT_SEQ,
+    _sql_value,
+    apply,
+    attempt_fields,
+    last_record,
+    stored_columns,
+)
 from .counters import note
 
 __all__ = ["apply_batch"]
 
 _BATCHED = (ch.SetAttempt, ch.AppendEvent, ch.SetOp)
-_STATE = {s: s.value for s in AttemptState}
 _INSERT_EVENTS = (
     "INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows, data)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -102,16 +108,7 @@ class _Run:
         note(decision.changes)
 
     def _set_attempt(self, c: ch.SetAttempt) -> None:
-        fields: dict[str, Any] = {}
-        if c.state is not None:
-            state = fields["state"] = _STATE[c.state]
-            moves = MOVES.log
-            if moves is not None and c.act is not None:
-                moves.append((c.act, state))
-        if c.reason is not None:
-            fields["reason"] = c.reason
-        if c.evidence is not None:
-            fields["evidence"] = self._enc(c.evidence)
+        fields = attempt_fields(c, self._enc)
         rows = self.attempts.setdefault(tuple(fields), [])
         rows.append((*fields.values(), c.op_id, c.attempt))
 
@@ -122,12 +119,8 @@ class _Run:
         self._seq += 1
         follows = None
         if c.op_id is not None:
-            if c.op_id in self.last_seq:
-                follows = self.last_seq[c.op_id]
-            else:  # not loaded: no decision of the run changed it, its row is current
-                (follows,) = self.conn.execute(
-                    "SELECT last_seq FROM operations WHERE id = ?", (c.op_id,)
-                ).fetchone()
+            # not loaded nor appended to: no decision of the run changed it, its row is current
+            follows = last_record(self.conn, c.op_id, self.last_seq)
             self.last_seq[c.op_id] = seq
             self.ops.setdefault(c.op_id, {})["last_seq"] = seq
         data = self._enc(c.data)
@@ -141,9 +134,7 @@ class _Run:
         return self._last[1]
 
     def _set_op(self, c: ch.SetOp) -> None:
-        for name in c.fields:
-            if name not in _OP_COLUMNS and name not in _OP_UNSTORED:
-                raise Internal(f"the store has no field {name!r} of a SetOp (operations)")
+        stored_columns("SetOp", "operations", _OP_COLUMNS, c.fields, _OP_UNSTORED)  # refuses
         self.ops.setdefault(c.op_id, {}).update(c.fields)
 
     def flush(self) -> None:
