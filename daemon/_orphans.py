@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 __all__ = ["BOOT_VAR", "KEY_VAR", "any_marked", "find_orphans", "kill_groups", "wait_gone"]
 
@@ -45,17 +45,9 @@ def find_orphans(wanted: Mapping[str, str], proc: str = "/proc") -> dict[str, li
     found: dict[str, list[int]] = {}
     if not want:
         return found
-    me = os.getpid()
-    try:
-        entries = sorted(os.scandir(proc), key=lambda e: e.name)
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        key, boot = _marks_of(os.path.join(entry.path, "environ"))
-        if key is not None and boot is not None and want.get(key) == boot:
-            found.setdefault(key.decode(), []).append(int(entry.name))
+    for pid, key, boot in _marked(proc):
+        if want.get(key) == boot:
+            found.setdefault(key.decode(), []).append(pid)
     for pids in found.values():
         pids.sort()
     return found
@@ -65,17 +57,21 @@ def any_marked(proc: str = "/proc") -> bool:
     """Whether a live process (but this one) holds both marks: without one,
     no orphan can be found, and the daemon need not list the claimed calls
     it would look for (a crash after thousands of claims)."""
+    return next(_marked(proc), None) is not None
+
+
+def _marked(proc: str) -> Iterator[tuple[int, bytes, bytes]]:
+    """(pid, key, boot) of each live process but this one that holds both marks."""
     me = os.getpid()
     try:
         entries = list(os.scandir(proc))
     except OSError:
-        return False
+        return
     for entry in entries:
         if entry.name.isdigit() and int(entry.name) != me:
             key, boot = _marks_of(os.path.join(entry.path, "environ"))
             if key is not None and boot is not None:
-                return True
-    return False
+                yield int(entry.name), key, boot
 
 
 def _marks_of(path: str) -> tuple[bytes | None, bytes | None]:
