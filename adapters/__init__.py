@@ -30,7 +30,7 @@ from ._base import (
     idempotency_key,
 )
 from ._echo import EchoAdapter, echo_adapter
-from ._registry import ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter, built_in
+from ._registry import _BUILT_IN, ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter, built_in
 
 if TYPE_CHECKING:
     from ._cli import CliAdapter, SecretFile
@@ -38,13 +38,9 @@ if TYPE_CHECKING:
     from ._http import HttpAdapter
     from ._python import PythonAdapter
 
-# the built-in adapters' classes, imported on first use (see ``_registry``)
-_LAZY = {
-    "CliAdapter": "cli",
-    "FileAppendAdapter": "file.append",
-    "HttpAdapter": "http",
-    "PythonAdapter": "python",
-}
+# the built-in adapters' classes, imported on first use: class name -> adapter
+# name, from ``_registry``'s one table of them
+_LAZY = {cls: name for name, (_module, cls) in _BUILT_IN.items()}
 
 
 def __getattr__(name: str) -> Any:
