@@ -158,6 +158,17 @@ def _marks(conn: sqlite3.Connection) -> Decided:
     ]
 
 
+def _hint(mark: ch.SetAttempt, evidence: dict[str, Any], reply: Any = None) -> ch.Decision:
+    """A receipt's hint on the attempt ``mark`` set: evidence alone, and its record."""
+    return ch.Decision(
+        (
+            ch.SetAttempt(mark.op_id, mark.attempt, evidence=evidence),
+            ch.AppendEvent("receipt", 1, op_id=mark.op_id, attempt=mark.attempt),
+        ),
+        reply=reply,
+    )
+
+
 class TestSameDatabase:
     def test_recovery_marks_leave_the_same_tables(self, both_ways: Callable[..., Any]) -> None:
         """Marking every open attempt set-wise writes the rows, records
@@ -180,13 +191,7 @@ class TestSameDatabase:
             marks = _marks(conn)
             first = marks[0][0].changes[0]
             assert isinstance(first, ch.SetAttempt)
-            hint = ch.Decision(
-                (
-                    ch.SetAttempt(first.op_id, first.attempt, evidence={"receipt_hint": "x"}),
-                    ch.AppendEvent("receipt", 1, op_id=first.op_id, attempt=first.attempt),
-                ),
-                reply="hinted",
-            )
+            hint = _hint(first, {"receipt_hint": "x"}, reply="hinted")
             resolve = ch.Decision(
                 (
                     ch.SetAttempt(
@@ -238,12 +243,7 @@ class TestSameDatabase:
             marks = _marks(conn)
             one, two = (m[0].changes[0] for m in marks[:2])
             assert isinstance(one, ch.SetAttempt) and isinstance(two, ch.SetAttempt)
-            hint = ch.Decision(
-                (
-                    ch.SetAttempt(one.op_id, one.attempt, evidence={"hint": 1}),
-                    ch.AppendEvent("receipt", 1, op_id=one.op_id, attempt=one.attempt),
-                )
-            )
+            hint = _hint(one, {"hint": 1})
             twice = ch.Decision(
                 (
                     ch.SetAttempt(
