@@ -71,7 +71,7 @@ def raw_commits(root: Path, pages: tuple[int, ...] = (7, 5), n: int = 300) -> No
 
     path = _raw.fresh_db(root, "floor.db")
     conn = _raw._connect(path)  # the WAL grown and reused, as the daemon's
-    rows = [b"x" * (4000 * (p - 1)) for p in pages]
+    rows = [_raw.row_of(p) for p in pages]
 
     def pair() -> None:
         for row in rows:

@@ -55,11 +55,16 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def row_of(pages: int) -> bytes:
+    """A row whose one-row commit writes about ``pages`` WAL pages (overflow pages)."""
+    return ROW if pages <= 1 else b"x" * (4000 * (pages - 1))
+
+
 def commit_loop(path: Path, seconds: float, *, pages: int = 1) -> tuple[float, list[float]]:
     """FULL WAL commits of one row each for ``seconds``: (commits/s, latencies).
     ``pages`` > 1 makes the row that many pages long (overflow pages), so
     that each commit writes about as many WAL frames as a dispatch commit."""
-    row = ROW if pages <= 1 else b"x" * (4000 * (pages - 1))
+    row = row_of(pages)
     conn = _connect(path)
     try:
         lat: list[float] = []
