@@ -497,6 +497,14 @@ SECTIONS = {
 
 def main(argv: list[str]) -> int:
     names = argv or list(SECTIONS)
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:  # --help included: the usage is the module's docstring
+        print(__doc__, file=sys.stderr)
+        if set(unknown) - {"--help", "-h"}:
+            print(f"micro.py: no section {', '.join(unknown)}; sections: {', '.join(SECTIONS)}",
+                  file=sys.stderr)
+            return 2
+        return 0
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; cbor2 "
           f"{_version('cbor2')}, cryptography {_version('cryptography')}, structlog "
