@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -302,6 +303,14 @@ def _until_pruned_more_than(c: Client, before: int, timeout: float = 30.0) -> No
         assert time.monotonic() < deadline, "no prune batch committed"
 
 
+def _on_fixture(make_daemon: Any, version: int, **config: Any) -> tuple[Env, Any]:
+    """A daemon started on a copy of tests/data/schema-v<version>.db."""
+    env = Env(**config)
+    env.database.parent.mkdir(parents=True)
+    shutil.copy(DATA / f"schema-v{version}.db", env.database)
+    return env, make_daemon(env)
+
+
 def _take(op: str, a: Actor) -> dict:
     return {"op": op, "expected_attempt": 1, "expected_epoch": a.root()["epoch"]}
 
@@ -313,15 +322,12 @@ class TestMigration:
     ):
         """Each fixture of an earlier schema migrates to this one, with
         auto_vacuum = INCREMENTAL (a VACUUM under the lock) and nothing lost."""
-        env = Env()
-        env.database.parent.mkdir(parents=True)
-        shutil.copy(DATA / f"schema-v{version}.db", env.database)
         src = sqlite3.connect(DATA / f"schema-v{version}.db")
         assert src.execute("PRAGMA auto_vacuum").fetchone() == ((2,) if version >= 5 else (0,))
         ops_before = src.execute("SELECT count(*) FROM operations").fetchone()
         events_before = src.execute("SELECT count(*) FROM events").fetchone()[0]
         src.close()
-        d = make_daemon(env)
+        env, d = _on_fixture(make_daemon, version)
         with d.connect() as c:
             assert c.call("status")["db"]["schema_version"] == SCHEMA_VERSION == 7
         assert d.terminate() == 0
@@ -351,10 +357,7 @@ class TestMigration:
             for op in ("done", "prepared", "running")
         }
         src.close()
-        env = Env(**FAST)
-        env.database.parent.mkdir(parents=True)
-        shutil.copy(DATA / "schema-v5.db", env.database)
-        d = make_daemon(env)
+        _env, d = _on_fixture(make_daemon, 5, **FAST)
         neuron = Neuron.load(DATA / "schema-v5.key")
         c = d.connect()
         a = Actor(d, neuron=neuron, acts=("echo", "ledger", "gated"))
@@ -410,10 +413,7 @@ class TestMigration:
         ]
         src.close()
         assert kinds[-2:] == ["cancelled", "outcome"]  # the fixture is what it says
-        env = Env(**FAST)
-        env.database.parent.mkdir(parents=True)
-        shutil.copy(DATA / "schema-v4.db", env.database)
-        d = make_daemon(env)
+        _env, d = _on_fixture(make_daemon, 4, **FAST)
         neuron = Neuron.load(DATA / "schema-v4.key")
         c = d.connect()
 
