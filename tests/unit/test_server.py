@@ -47,6 +47,27 @@ async def echo(conn: Connection, req: Request) -> Any:
     return {"method": req.method}
 
 
+def _server(handle: Any, **over: Any) -> Server:
+    """A server for this uid with small limits; ``over`` replaces any of them."""
+    limits: dict[str, Any] = {
+        "hello": lambda: {"protocol": PROTOCOL_VERSION},
+        "allowed_uids": {os.getuid()},
+        "max_frame": 1 << 20,
+        "max_connections": 8,
+        "max_in_flight": 8,
+        "on_close": lambda conn: None,
+    }
+    return Server(handle=handle, **(limits | over))
+
+
+async def _greeted(path: str) -> Peer:
+    """A peer connected to ``path`` whose hello was answered."""
+    peer = Peer(await trio.open_unix_socket(path))
+    await peer.send(HELLO)
+    assert (await peer.reply())["result"] == {"protocol": PROTOCOL_VERSION}
+    return peer
+
+
 async def test_a_decode_failing_inside_the_daemon_ends_only_its_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,31 +75,17 @@ async def test_a_decode_failing_inside_the_daemon_ends_only_its_connection(
     ``internal`` and is closed, ``decode_failed`` is logged; the server keeps
     serving the connection beside it and new ones."""
     closed: list[Connection] = []
-    server = Server(
-        handle=echo,
-        hello=lambda: {"protocol": PROTOCOL_VERSION},
-        allowed_uids={os.getuid()},
-        max_frame=1 << 20,
-        max_connections=8,
-        max_in_flight=8,
-        on_close=closed.append,
-    )
+    server = _server(echo, on_close=closed.append)
     path = str(tmp_path / "s")
     listener = trio.socket.from_stdlib_socket(bind_unix(path))
 
     async def no_thread(*args: Any, **kw: Any) -> Any:
         raise RuntimeError("can't start new thread")
 
-    async def greeted() -> Peer:
-        peer = Peer(await trio.open_unix_socket(path))
-        await peer.send(HELLO)
-        assert (await peer.reply())["result"] == {"protocol": PROTOCOL_VERSION}
-        return peer
-
     with listener, trio.fail_after(20):
         async with trio.open_nursery() as requests, trio.open_nursery() as conns:
             conns.start_soon(server.serve, listener, requests, conns)
-            victim, beside = await greeted(), await greeted()
+            victim, beside = await _greeted(path), await _greeted(path)
             monkeypatch.setattr(trio.to_thread, "run_sync", no_thread)
             big = {"id": 2, "method": "ping", "params": {"blob": b"x" * INLINE_DECODE_BYTES}}
             with structlog.testing.capture_logs() as logs:
@@ -98,7 +105,7 @@ async def test_a_decode_failing_inside_the_daemon_ends_only_its_connection(
             # the daemon goes on: the connection beside it and a new one are served
             await beside.send({"id": 3, "method": "ping", "params": {}})
             assert await beside.reply() == {"id": 3, "result": {"method": "ping"}}
-            fresh = await greeted()
+            fresh = await _greeted(path)
             for peer in (victim, beside, fresh):
                 await peer.stream.aclose()
             conns.cancel_scope.cancel()
@@ -117,24 +124,13 @@ async def test_an_inline_method_is_answered_in_the_read_loop_in_order(tmp_path: 
             await go.wait()
         return {"method": req.method}
 
-    server = Server(
-        handle=handle,
-        hello=lambda: {"protocol": PROTOCOL_VERSION},
-        allowed_uids={os.getuid()},
-        max_frame=1 << 20,
-        max_connections=8,
-        max_in_flight=4,
-        on_close=lambda conn: None,
-        inline=frozenset({"status"}),
-    )
+    server = _server(handle, max_in_flight=4, inline=frozenset({"status"}))
     path = str(tmp_path / "s")
     listener = trio.socket.from_stdlib_socket(bind_unix(path))
     with listener, trio.fail_after(20):
         async with trio.open_nursery() as requests, trio.open_nursery() as conns:
             conns.start_soon(server.serve, listener, requests, conns)
-            peer = Peer(await trio.open_unix_socket(path))
-            await peer.send(HELLO)
-            assert (await peer.reply())["result"] == {"protocol": PROTOCOL_VERSION}
+            peer = await _greeted(path)
             burst = [{"id": 2, "method": "slow", "params": {}}]
             burst += [{"id": i, "method": "status", "params": {}} for i in range(3, 23)]
             await peer.stream.send_all(b"".join(encode_frame(x) for x in burst))
