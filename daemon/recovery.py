@@ -57,7 +57,7 @@ import structlog
 import trio
 
 from wardd.adapters import Adapter, Receipt, as_receipt, has_receipt
-from wardd.protocol import Overloaded, WarddError
+from wardd.protocol import OpState, Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
 from ._logging import log_lines
@@ -66,7 +66,7 @@ from ._records import now, wire_safe
 from .core import attempts as core
 from .store import load
 from .store.apply import apply
-from .store.apply_batch import apply_batch
+from .store.marks import Mark, open_attempts, write_marks
 from .store.reads import Candidate, Reads
 from .store.writer import Writer
 
@@ -91,25 +91,28 @@ def mark_unknown(
     op, attempt, act) and its evidence, for the log and the notify hook
     once the unit is committed. An attempt in
     ``orphans`` had a program that outlived its boot, killed just before
-    (``_orphans``): its evidence says ``orphan_killed: true``.
+    (``_orphans``): its evidence says ``orphan_killed: true``. Thousands
+    after a crash: the core decides each attempt from its row's figures
+    and the marks are written set-wise (``store/marks.py``).
     """
 
     def unit(conn: sqlite3.Connection) -> list[int]:
-        marked = []
         decided = []
-        for neuron, op, attempt, claimed in load.open_before(conn, boot):
-            decision, evidence = core.mark_unknown(
-                op, attempt, claimed=claimed, orphan_killed=attempt.id in orphans
+        for o in open_attempts(conn, boot):
+            op_to = core.unknown_mark(
+                o.state,
+                o.attempt == o.op_attempts,
+                o.op_state,
+                o.cancelled,
+                o.op_state == OpState.CONSUMED,
             )
-            # each op has one open attempt: no earlier mark of this unit moves it
-            decided.append((decision, op))
-            marked.append(attempt.id)
+            evidence = core.unknown_evidence(o.claimed, o.boot, o.id in orphans)
+            decided.append(Mark(o, op_to, evidence))
             if marks is not None:
-                where = {"neuron": neuron, "op": op.op, "attempt": attempt.attempt, "act": op.act}
+                where = {"neuron": o.neuron, "op": o.op, "attempt": o.attempt, "act": o.act}
                 marks.append((where, evidence))
-        # thousands after a crash: written set-wise, as apply would one by one
-        apply_batch(conn, decided)
-        return marked
+        write_marks(conn, decided)
+        return [m.open.id for m in decided]
 
     return unit
 

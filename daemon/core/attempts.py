@@ -9,6 +9,7 @@ request is refused and nothing is to be written.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -28,7 +29,9 @@ from wardd.protocol import (
     EpochMismatch,
     GenerationMismatch,
     GrantDisabled,
+    Internal,
     NotRunning,
+    OpState,
     PlacementStale,
     PlacementUnbound,
     ProgInactive,
@@ -51,7 +54,7 @@ from .records import (
     Outcome,
     Prog,
 )
-from .states import change_op, move_attempt
+from .states import ATTEMPT_MOVES, change_op, move_attempt, op_state
 
 __all__ = [
     "CONTRADICTS",
@@ -73,6 +76,8 @@ __all__ = [
     "receipt_conflict",
     "reverify",
     "shutdown_void",
+    "unknown_evidence",
+    "unknown_mark",
     "void",
     "void_prepared",
 ]
@@ -523,13 +528,40 @@ def mark_unknown(
 ) -> tuple[Decision, dict[str, Any]]:
     """An earlier boot's open attempt (its op's latest) becomes unknown
     (contract §3.6); returns the decision and the attempt's evidence."""
-    evidence: dict[str, Any] = {"claimed": claimed, "boot": attempt.boot}
-    if orphan_killed:  # its program outlived that boot and was killed now
-        evidence["orphan_killed"] = True
+    evidence = unknown_evidence(claimed, attempt.boot, orphan_killed)
     changes, _op = move_attempt(
         op, attempt, A.UNKNOWN, "marked_unknown", evidence, evidence=evidence
     )
     return Decision(tuple(changes)), evidence
+
+
+def unknown_evidence(claimed: bool, boot: str, orphan_killed: bool) -> dict[str, Any]:
+    """The evidence (and record data) of an attempt marked unknown at start:
+    whether it was claimed, the boot that left it open, and whether its
+    program outlived that boot and was killed now."""
+    evidence: dict[str, Any] = {"claimed": claimed, "boot": boot}
+    if orphan_killed:
+        evidence["orphan_killed"] = True
+    return evidence
+
+
+@functools.cache
+def unknown_mark(
+    state: AttemptState, latest: bool, op_is: OpState, cancelled: bool, consumed: bool
+) -> OpState | None:
+    """:func:`mark_unknown`'s decision told in figures, for a start that
+    marks thousands of attempts set-wise (``store/marks.py``): an attempt
+    in ``state`` (``latest``: its op's latest) of an op in ``op_is`` becomes
+    ``unknown`` with one ``marked_unknown`` record, and its op moves to the
+    state returned (None: it keeps ``op_is``). Refuses what
+    :func:`~.states.move_attempt` refuses. tests/unit/test_marks.py checks
+    it against :func:`mark_unknown` for every input."""
+    if "marked_unknown" not in ATTEMPT_MOVES.get((state, A.UNKNOWN), ()):
+        raise Internal(f"an attempt cannot move {state} -> {A.UNKNOWN} by 'marked_unknown'")
+    if not latest:
+        raise Internal("only an op's latest attempt moves")
+    to = op_state(cancelled, consumed, A.UNKNOWN)
+    return None if to == op_is else to
 
 
 #: a receipt's answer -> the recorded outcome statuses it contradicts: ``failed``

@@ -10,8 +10,9 @@
 - `prune`: retention, storage maintenance (tombstones, vacuum, checkpoint);
 - `load`: the loaders, rows in, the core's typed records out;
 - `apply`: the applier, a decision's changes in, SQL out;
-- `apply_batch`: the same for many decisions of one unit (the start's
-  recovery), one statement per shape;
+- `marks`: the start's marks of thousands of open attempts, read and
+  written set-wise (one statement per shape), as `apply` would write the
+  core's decisions one by one;
 - `counters`: the counts ``status`` shows, kept by the writer in memory
   (seeded when the store opens, added to by each committed batch).
 

@@ -61,6 +61,7 @@ __all__ = [
     "Figures",
     "count_afresh",
     "note",
+    "note_marked",
     "note_pruned",
     "snapshot_afresh",
 ]
@@ -106,6 +107,18 @@ def note(changes: Iterable[ch.Change]) -> None:
             log.append((_OP, None, "pending"))
         elif isinstance(c, ch.NewAttempt) and c.state == _UNKNOWN_STATE:
             log.append((_UNKNOWN, 1, None))
+
+
+def note_marked(ops: Iterable[tuple[str, str]], entered_unknown: int) -> None:
+    """A set-wise unit (``store/marks.py``) moved each op of ``ops`` from
+    ``was`` to ``now`` and made ``entered_unknown`` attempts unknown: the
+    counts :func:`note` would take from the same changes one by one."""
+    log = NOTES.log
+    if log is None:
+        return
+    log.extend((_OP, was, now) for was, now in ops)
+    if entered_unknown:
+        log.append((_UNKNOWN, entered_unknown, None))
 
 
 def note_pruned(ops: int, at: str) -> None:

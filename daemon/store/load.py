@@ -25,7 +25,7 @@ from ..core.records import (
     Reservation,
     Tombstone,
 )
-from .schema import COLUMNS, attempts_in
+from .schema import COLUMNS
 
 __all__ = [
     "LOADED",
@@ -37,7 +37,6 @@ __all__ = [
     "next_id",
     "op_view",
     "op_view_by_id",
-    "open_before",
     "open_ops_of_prog",
     "open_reservations",
     "prog_view",
@@ -529,27 +528,3 @@ def open_reservations(conn: sqlite3.Connection, prog_id: int) -> tuple[tuple[int
             (prog_id,),
         ).fetchall()
     )
-
-
-# open_before's row: an op, its attempt and outcome, then these two
-_OPEN_NEURON = _width(OP, ATTEMPT, OUTCOME)
-_OPEN_CLAIMED = _OPEN_NEURON + 1
-
-
-def open_before(conn: sqlite3.Connection, boot: str) -> list[tuple[str, Op, Attempt, bool]]:
-    """Every attempt an earlier boot left prepared or running (contract
-    §3.6), with its neuron's id text, its op and whether it was claimed, in
-    one statement (a start after a crash may find thousands)."""
-    rows = conn.execute(
-        _OP_ATTEMPT + ", n.neuron, EXISTS (SELECT 1 FROM claims c WHERE c.attempt_id = a.id)"
-        " FROM attempts a LEFT JOIN outcomes oc ON oc.attempt_id = a.id"
-        " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
-        f" WHERE {attempts_in(('prepared', 'running'))} AND a.boot != ? ORDER BY a.id",
-        (boot,),
-    ).fetchall()
-    out = []
-    for r in rows:
-        op, attempt = _op_attempt(r)
-        assert attempt is not None
-        out.append((str(r[_OPEN_NEURON]), op, attempt, bool(r[_OPEN_CLAIMED])))
-    return out

@@ -14,7 +14,7 @@ import pytest
 
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core import ops
-from wardd.daemon.store import load
+from wardd.daemon.store import load, marks
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.prune import prune_ops
 from wardd.daemon.store.reads import Reads
@@ -185,7 +185,7 @@ class TestOpenAttempts:
         ).fetchone()
         listed = Reads(conn, 1 << 20).list_attempts("running", None, 10)["attempts"]
         assert [(x["op"], x["state"]) for x in listed] == [("running", "running")]
-        left = [(op.op, a.id) for _n, op, a, _claimed in load.open_before(conn, "b-now")]
+        left = [(o.op, o.id) for o in marks.open_attempts(conn, "b-now")]
         assert ("running", attempt_id) in left
         conn.close()
 

@@ -23,7 +23,7 @@ from wardd.daemon.core.records import (
     Reservation,
     Tombstone,
 )
-from wardd.daemon.store import load
+from wardd.daemon.store import load, marks
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.reads import (
     ATTEMPT_WIRE,
@@ -242,14 +242,24 @@ class TestRecordsRoundTrip:
         )
         apply(conn, ch.Decision(running))
         conn.execute("COMMIT")
-        ((neuron, op, attempt, claimed),) = load.open_before(conn, "b-now")
-        assert (neuron, op.id, attempt.id, attempt.state, claimed) == (
+        (o,) = marks.open_attempts(conn, "b-now")
+        assert (o.neuron, o.op_id, o.id, o.attempt, o.state, o.claimed) == (
             NEURON,
             11,
             21,
+            1,
             AttemptState.RUNNING,
             True,
         )
+        assert (o.op, o.act, o.op_attempts, o.op_state, o.cancelled) == (
+            "op-1",
+            "echo",
+            1,
+            OpState.RUNNING,
+            False,
+        )
+        (last_seq,) = conn.execute("SELECT last_seq FROM operations WHERE id = 11").fetchone()
+        assert o.last_seq == last_seq
 
     def test_a_missing_neuron_or_op_loads_as_none(self, conn: sqlite3.Connection) -> None:
         write_records(conn)

@@ -1,0 +1,266 @@
+"""The start's set-wise marks (daemon/store/marks.py) leave the database the
+core's per-attempt decision (``core.mark_unknown``) applied by the per-change
+applier (daemon/store/apply.py) leaves: the same attempts are marked both
+ways, on two copies of one real SQLite file, and every table is compared row
+by row, with the counts noted and the moves logged. The core's rule in
+figures (``core.unknown_mark``) is checked against ``mark_unknown`` for every
+input."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wardd.daemon import recovery
+from wardd.daemon.core import attempts as core
+from wardd.daemon.core import changes as ch
+from wardd.daemon.core.records import Attempt, Op
+from wardd.daemon.store import apply as apply_mod
+from wardd.daemon.store import load
+from wardd.daemon.store import marks as marks_mod
+from wardd.daemon.store.apply import MOVES, apply
+from wardd.daemon.store.counters import NOTES, Counters
+from wardd.daemon.store.schema import migrate
+from wardd.daemon.store.writer import connect
+from wardd.protocol import AttemptState, Internal, OpState
+
+A, S = AttemptState, OpState
+OLD_BOOT, OTHER_BOOT, BOOT = "0" * 31 + "1", "0" * 31 + "2", "f" * 32
+AT = "2026-01-01T00:00:00.000Z"
+DESCRIPTOR = {"v": 1, "executor": {"worker": "w0", "boot": OLD_BOOT}}
+
+
+def _op_changes(op_id: int, neuron: int, kind: str, boot: str) -> list[ch.Change]:
+    """An op as a dispatch leaves it: ``prepared``, ``running`` (claimed),
+    ``cancelled`` while its attempt runs, or ``done`` (retained)."""
+    state = A.PREPARED if kind == "prepared" else A.RUNNING
+    out: list[ch.Change] = [
+        ch.NewOp(op_id, neuron, f"op-{op_id}", neuron, "echo", b"x" * 8),
+        ch.AppendEvent("submitted", neuron, op_id=op_id, data={"prog": "p"}),
+        ch.NewAttempt(
+            op_id, op_id, 1, "guarded", 1, 1, 1, DESCRIPTOR, "d" * 64, "w0", boot, state, None
+        ),
+        ch.AppendEvent("prepared", neuron, op_id=op_id, attempt=1, data={"boot": boot}),
+        ch.SetOp(op_id, {"state": S(state.value), "attempts": 1}, was=S.PENDING),
+    ]
+    if state == A.RUNNING:
+        out += [
+            ch.NewClaim(op_id, op_id, 1, 1, "d" * 64, "w0", boot, {"adapter": "echo"}),
+            ch.AppendEvent("claimed", neuron, op_id=op_id, attempt=1, data={"boot": boot}),
+        ]
+    if kind == "cancelled":
+        out += [
+            ch.AppendEvent("cancelled", neuron, op_id=op_id, data={"reason": "cancelled"}),
+            ch.SetOp(op_id, {"state": S.CANCELLED, "cancelled": True}, was=S.RUNNING),
+        ]
+    if kind == "done":
+        out += [
+            ch.SetAttempt(op_id, 1, state=A.SUCCEEDED, act="echo", was=A.RUNNING),
+            ch.NewOutcome(op_id, op_id, 1, A.SUCCEEDED, b"v", None, "adapter"),
+            ch.AppendEvent("outcome", neuron, op_id=op_id, attempt=1, data={"status": "ok"}),
+            ch.SetOp(op_id, {"state": S.RETAINED, "result_epoch": 1}, was=S.RUNNING),
+        ]
+    return out
+
+
+KINDS = ("running", "prepared", "done", "cancelled", "running", "current", "prepared")
+
+
+@pytest.fixture
+def crashed(tmp_path: Path) -> Path:
+    """A database two earlier boots left with open attempts of every kind,
+    written by the real applier: 3 neurons, 42 ops."""
+    path = tmp_path / "crashed.db"
+    conn = connect(path)
+    migrate(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    for n in (1, 2, 3):
+        apply(conn, ch.Decision((ch.NewNeuron(n, f"neuron-{n}"),)))
+        apply(conn, ch.Decision((ch.NewProg(n, n, "p", 1000),)))
+    for op_id in range(1, 43):
+        kind = KINDS[op_id % len(KINDS)]
+        boot = BOOT if kind == "current" else OTHER_BOOT if op_id % 5 == 0 else OLD_BOOT
+        kind = "running" if kind == "current" else kind
+        apply(conn, ch.Decision(tuple(_op_changes(op_id, op_id % 3 + 1, kind, boot))))
+    conn.execute("COMMIT")
+    conn.close()
+    return path
+
+
+@pytest.fixture
+def fixed_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways stamp the same time (the one thing they may differ in)."""
+    monkeypatch.setattr(apply_mod, "now", lambda: AT)
+    monkeypatch.setattr(marks_mod, "now", lambda: AT)
+
+
+def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    names = [
+        r[0]
+        for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+    ]
+    return {
+        name: sorted(conn.execute(f"SELECT * FROM {name}").fetchall(), key=repr) for name in names
+    }
+
+
+def _orphans(conn: sqlite3.Connection) -> set[int]:
+    """Every third open attempt had a program that outlived its boot."""
+    return {r[0] for r in conn.execute("SELECT id FROM attempts WHERE id % 3 = 0")}
+
+
+def _by_core(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The reference: each open attempt of an earlier boot (found here by a
+    plain query) loaded as the core's records, decided by ``mark_unknown``
+    and applied by ``apply``, one after the other."""
+    orphans = _orphans(conn)
+    marks = []
+    for attempt_id, op_id, claimed in conn.execute(
+        "SELECT id, op_id, claimed_at IS NOT NULL FROM attempts"
+        " WHERE state IN ('prepared', 'running') AND boot != ? ORDER BY id",
+        (BOOT,),
+    ).fetchall():
+        view = load.op_attempts(conn, op_id)
+        assert view.op is not None and view.latest is not None
+        decision, evidence = core.mark_unknown(
+            view.op, view.latest, claimed=bool(claimed), orphan_killed=attempt_id in orphans
+        )
+        apply(conn, decision, view.op)
+        (neuron,) = conn.execute(
+            "SELECT neuron FROM neurons WHERE id = ?", (view.op.neuron_id,)
+        ).fetchone()
+        where = {"neuron": neuron, "op": view.op.op, "attempt": view.latest.attempt, "act": "echo"}
+        marks.append((where, evidence))
+    return marks
+
+
+def _set_wise(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The start's unit, as recovery runs it."""
+    marks: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    recovery.mark_unknown(BOOT, marks, _orphans(conn))(conn)
+    return marks
+
+
+@pytest.fixture
+def both_ways(crashed: Path, fixed_time: None) -> Iterator[Callable[..., Any]]:
+    """``run()``: the marks made both ways on two copies of the crashed
+    database, each in one transaction; returns both copies' tables, the
+    figures their notes move, the moves logged and the marks listed."""
+    conns: list[sqlite3.Connection] = []
+
+    def run() -> list[dict[str, Any]]:
+        out = []
+        for way, mark in (("core", _by_core), ("set-wise", _set_wise)):
+            path = crashed.with_name(f"{way}.db")
+            shutil.copyfile(crashed, path)
+            conn = connect(path)
+            conns.append(conn)
+            MOVES.log, NOTES.log = [], []
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                marks = mark(conn)
+                conn.execute("COMMIT")
+                assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+                counters = Counters()
+                counters.add(NOTES.log)
+                out.append(
+                    {
+                        "tables": _tables(conn),
+                        "figures": counters.figures,
+                        "moves": list(MOVES.log),
+                        "marks": marks,
+                    }
+                )
+            finally:
+                MOVES.log = NOTES.log = None
+        return out
+
+    try:
+        yield run
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+class TestSameDatabase:
+    def test_the_marks_leave_the_tables_the_core_and_apply_leave(
+        self, both_ways: Callable[..., Any]
+    ) -> None:
+        """Marking every open attempt set-wise writes the rows, records
+        (seqs, follows links, data), op states and last records, the
+        counts' catch-up column and the unknown-attempt index the core's
+        decisions applied one by one write, notes the same counts and logs
+        the same moves and marks."""
+        by_core, set_wise = both_ways()
+        assert set_wise == by_core
+        tables = set_wise["tables"]
+        marked = [r for r in tables["events"] if r[2] == "marked_unknown"]
+        # running, prepared and cancelled-while-running ops of both earlier boots
+        assert len(marked) == 30
+        assert set_wise["moves"] == [("echo", "unknown")] * 30
+        assert set_wise["figures"].unknown_attempts == 30
+        boots = {e["boot"] for _w, e in set_wise["marks"]}
+        assert boots == {OLD_BOOT, OTHER_BOOT}
+        assert any(e.get("orphan_killed") for _w, e in set_wise["marks"])
+
+    def test_a_second_mark_on_one_op_is_refused(self, crashed: Path) -> None:
+        """Each record follows its op's last one: two marks on one op in
+        one statement would link both to the same record."""
+        conn = connect(crashed)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            (o, *_rest) = marks_mod.open_attempts(conn, BOOT)
+            mark = marks_mod.Mark(o, S.UNKNOWN, {"claimed": False, "boot": OLD_BOOT})
+            with pytest.raises(AssertionError, match="one mark per op"):
+                marks_mod.write_marks(conn, [mark, mark])
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+
+
+def _op(state: OpState, cancelled: bool, consumed: bool, attempts: int) -> Op:
+    return Op(7, 1, "op", 1, "echo", b"", state, attempts, cancelled, consumed, None, 3)
+
+
+def _attempt(state: AttemptState) -> Attempt:
+    return Attempt(9, 7, 2, "guarded", 1, 1, 1, "d", "w0", OLD_BOOT, state, None, None, False)
+
+
+@pytest.mark.parametrize("state", list(AttemptState))
+def test_the_rule_in_figures_is_mark_unknowns_decision(state: AttemptState) -> None:
+    """For every attempt state, op state, cancelled, consumed and whether
+    the attempt is its op's latest: ``unknown_mark`` refuses exactly what
+    ``mark_unknown`` refuses, and otherwise names the op state its decision
+    sets (None when it sets none)."""
+    for op_is, cancelled, consumed, latest in itertools.product(
+        OpState, (False, True), (False, True), (False, True)
+    ):
+        op = _op(op_is, cancelled, consumed, 2 if latest else 3)
+        try:
+            decision, _evidence = core.mark_unknown(
+                op, _attempt(state), claimed=True, orphan_killed=False
+            )
+        except Internal as e:
+            with pytest.raises(Internal) as refused:
+                core.unknown_mark(state, latest, op_is, cancelled, consumed)
+            assert str(refused.value) == str(e)
+            continue
+        set_ops = [c for c in decision.changes if isinstance(c, ch.SetOp)]
+        to = set_ops[0].fields.get("state") if set_ops else None
+        assert core.unknown_mark(state, latest, op_is, cancelled, consumed) == to
+
+
+def test_the_evidence_is_mark_unknowns() -> None:
+    """The set-wise marks' evidence is the evidence ``mark_unknown`` records."""
+    for claimed, orphan in itertools.product((False, True), (False, True)):
+        op = _op(S.RUNNING, False, False, 2)
+        _d, evidence = core.mark_unknown(
+            op, _attempt(A.RUNNING), claimed=claimed, orphan_killed=orphan
+        )
+        assert core.unknown_evidence(claimed, OLD_BOOT, orphan) == evidence
