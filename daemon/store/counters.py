@@ -32,7 +32,9 @@ How the figures stay exact:
 - **Noted as applied**: :func:`note` sees each decision's changes once
   they are written (a new op is ``pending``; a :class:`~..core.changes.SetOp`
   or :class:`~..core.changes.SetAttempt` says the state it leaves,
-  ``was``), and a pruning unit notes what it pruned (:func:`note_pruned`).
+  ``was``), the start's set-wise marks note the ops they move and, in one
+  note, the attempts they make unknown (:func:`note_marked`), and a
+  pruning unit notes what it pruned (:func:`note_pruned`).
   Notes go to the batch's list (:data:`NOTES`), which the writer cuts back
   when a unit rolls back.
 - **Added once committed** (:meth:`Counters.add`), by the writer, before

@@ -34,6 +34,7 @@ from wardd.daemon.core.attempts import (
     outcome,
     prepare,
     receipt,
+    unknown_mark,
     void,
 )
 from wardd.daemon.core.budget import exhaust, reserve_steps, set_step_limit, settle_steps
@@ -128,6 +129,19 @@ def _descriptor(boot: str) -> dict[str, Any]:
 
 def _digest(boot: str) -> str:
     return f"digest-of-{boot}"
+
+
+def _marked(view: Any, attempt: Any, claimed: bool) -> ch.Decision:
+    """The start's mark of ``attempt``, and the same told in figures
+    (``unknown_mark``, what the start's set-wise unit asks): they agree."""
+    op = view.op
+    decision = mark_unknown(op, attempt, claimed=claimed, orphan_killed=False)[0]
+    to = unknown_mark(
+        attempt.state, attempt.attempt == op.attempts, op.state, op.cancelled, op.consumed
+    )
+    set_ops = [c for c in decision.changes if isinstance(c, ch.SetOp)]
+    assert (set_ops[0].fields.get("state") if set_ops else None) == to
+    return decision
 
 
 class Records:
@@ -546,12 +560,7 @@ class CoreMachine(RuleBasedStateMachine):
             if a is not None and a.state in (A.PREPARED, A.RUNNING):
                 claimed = a.state == A.RUNNING
                 view = r.op_view(op.op)
-                self.decide(
-                    "mark_unknown",
-                    lambda v=view, a=a, c=claimed: mark_unknown(
-                        v.op, a, claimed=c, orphan_killed=False
-                    )[0],
-                )
+                self.decide("mark_unknown", lambda v=view, a=a, c=claimed: _marked(v, a, c))
 
     def release(self) -> None:
         """release_placement: prepare is placement_unbound until a bind."""

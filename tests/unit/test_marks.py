@@ -25,7 +25,7 @@ from wardd.daemon.store import apply as apply_mod
 from wardd.daemon.store import load
 from wardd.daemon.store import marks as marks_mod
 from wardd.daemon.store.apply import MOVES, apply
-from wardd.daemon.store.counters import NOTES, Counters
+from wardd.daemon.store.counters import NOTES, Counters, count_afresh, snapshot_afresh
 from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import connect
 from wardd.protocol import AttemptState, Internal, OpState
@@ -88,9 +88,40 @@ def crashed(tmp_path: Path) -> Path:
         boot = BOOT if kind == "current" else OTHER_BOOT if op_id % 5 == 0 else OLD_BOOT
         kind = "running" if kind == "current" else kind
         apply(conn, ch.Decision(tuple(_op_changes(op_id, op_id % 3 + 1, kind, boot))))
+        if op_id == 20:
+            # the counts' snapshot, as the writer persists one now and then: the ops
+            # written before it get their `counted_state` at their next write (a mark)
+            snapshot_afresh(conn)
     conn.execute("COMMIT")
     conn.close()
     return path
+
+
+@pytest.fixture
+def not_latest(crashed: Path) -> Path:
+    """The crashed database, where op 1's prepared attempt is no longer its
+    op's latest (a second attempt, voided, follows it): no start may mark it."""
+    conn = connect(crashed)
+    conn.execute("BEGIN IMMEDIATE")
+    (op_id,) = conn.execute(
+        "SELECT op_id FROM attempts WHERE state = 'prepared' AND boot = ? ORDER BY id LIMIT 1",
+        (OLD_BOOT,),
+    ).fetchone()
+    apply(
+        conn,
+        ch.Decision(
+            (
+                ch.NewAttempt(
+                    100, op_id, 2, "guarded", 1, 1, 1, DESCRIPTOR, "d" * 64, "w0", OLD_BOOT,
+                    A.VOID, None,
+                ),
+                ch.SetOp(op_id, {"attempts": 2}),
+            )
+        ),
+    )  # fmt: skip
+    conn.execute("COMMIT")
+    conn.close()
+    return crashed
 
 
 @pytest.fixture
@@ -127,15 +158,16 @@ def _by_core(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], dict[str, A
         (BOOT,),
     ).fetchall():
         view = load.op_attempts(conn, op_id)
-        assert view.op is not None and view.latest is not None
+        assert view.op is not None
+        (found,) = (a for a in view.attempts if a.id == attempt_id)
         decision, evidence = core.mark_unknown(
-            view.op, view.latest, claimed=bool(claimed), orphan_killed=attempt_id in orphans
+            view.op, found, claimed=bool(claimed), orphan_killed=attempt_id in orphans
         )
         apply(conn, decision, view.op)
         (neuron,) = conn.execute(
             "SELECT neuron FROM neurons WHERE id = ?", (view.op.neuron_id,)
         ).fetchone()
-        where = {"neuron": neuron, "op": view.op.op, "attempt": view.latest.attempt, "act": "echo"}
+        where = {"neuron": neuron, "op": view.op.op, "attempt": found.attempt, "act": "echo"}
         marks.append((where, evidence))
     return marks
 
@@ -169,10 +201,18 @@ def both_ways(crashed: Path, fixed_time: None) -> Iterator[Callable[..., Any]]:
                 assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
                 counters = Counters()
                 counters.add(NOTES.log)
+                # what the next start reads back (snapshot + catch-up) is a fresh count
+                seeded = Counters()
+                seeded.seed(conn)
+                assert seeded.figures.wire() == count_afresh(conn).wire()
+                (counted,) = conn.execute(
+                    "SELECT count(*) FROM operations WHERE counted_state IS NOT NULL"
+                ).fetchone()
                 out.append(
                     {
                         "tables": _tables(conn),
                         "figures": counters.figures,
+                        "counted": counted,
                         "moves": list(MOVES.log),
                         "marks": marks,
                     }
@@ -208,6 +248,23 @@ class TestSameDatabase:
         boots = {e["boot"] for _w, e in set_wise["marks"]}
         assert boots == {OLD_BOOT, OTHER_BOOT}
         assert any(e.get("orphan_killed") for _w, e in set_wise["marks"])
+        # the snapshot was taken half-way: marks of ops written before it set the
+        # catch-up column (the trigger on last_seq), those after it do not
+        assert 0 < set_wise["counted"] < 30
+
+    def test_an_open_attempt_that_is_not_its_ops_latest_is_refused(self, not_latest: Path) -> None:
+        """As ``mark_unknown`` refuses it: the start's unit raises and, in its
+        rolled-back transaction, writes nothing."""
+        conn = connect(not_latest)
+        try:
+            before = _tables(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            with pytest.raises(Internal, match="only an op's latest attempt moves"):
+                _set_wise(conn)
+            conn.execute("ROLLBACK")
+            assert _tables(conn) == before
+        finally:
+            conn.close()
 
     def test_a_second_mark_on_one_op_is_refused(self, crashed: Path) -> None:
         """Each record follows its op's last one: two marks on one op in
@@ -251,9 +308,16 @@ def test_the_rule_in_figures_is_mark_unknowns_decision(state: AttemptState) -> N
                 core.unknown_mark(state, latest, op_is, cancelled, consumed)
             assert str(refused.value) == str(e)
             continue
-        set_ops = [c for c in decision.changes if isinstance(c, ch.SetOp)]
-        to = set_ops[0].fields.get("state") if set_ops else None
-        assert core.unknown_mark(state, latest, op_is, cancelled, consumed) == to
+        to = core.unknown_mark(state, latest, op_is, cancelled, consumed)
+        # the changes write_marks writes for it, and no other
+        evidence = {"claimed": True, "boot": OLD_BOOT}
+        expected: list[ch.Change] = [
+            ch.SetAttempt(7, 2, state=A.UNKNOWN, evidence=evidence, act="echo", was=state),
+            ch.AppendEvent("marked_unknown", 1, op_id=7, attempt=2, data=evidence),
+        ]
+        if to is not None:
+            expected.append(ch.SetOp(7, {"state": to}, was=op_is))
+        assert list(decision.changes) == expected
 
 
 def test_the_evidence_is_mark_unknowns() -> None:
