@@ -120,9 +120,9 @@ PROBE_INTERVAL = 0.005
 WAL_INVOKES = 40  # invokes per WAL-pages sample (under the 1,000-frame autocheckpoint)
 RAW_CYCLE_COMMITS = 4  # the targets' reference loop: 4 FULL WAL commits per cycle
 
-# The targets table (issue 25's rows), in its order: key, figure, comparison, target,
-# unit. How each value is computed is in ``summary`` (and printed with it); ``n/a`` when
-# its section did not run.
+# The targets table (the single-process round's rows), in its order: key, figure,
+# comparison, target, unit. How each value is computed is in ``summary`` (and printed
+# with it); ``n/a`` when its section did not run.
 TARGETS: list[tuple[str, str, str, float, str]] = [
     ("cpu", "daemon CPU per sequential invoke", "<=", 0.6, " ms"),
     ("wal_pages", "WAL pages per dispatch commit", "<=", 5.0, " pages"),
@@ -141,7 +141,7 @@ TARGETS: list[tuple[str, str, str, float, str]] = [
     ("recovery", "recovery to READY=1 (1M records, 10k in flight)", "<=", 0.8, " s"),
 ]
 # not in the performance targets' table, kept from earlier rounds' tables: the raw-bound
-# ratios (issue 15's), RSS, retention's tombstone (contract §3.9) and the metrics' cost
+# ratios (the CPU round's), RSS, retention's tombstone (contract §3.9) and the metrics' cost
 EXTRA_TARGETS: list[tuple[str, str, str, float, str]] = [
     ("engine", "engine floor ÷ raw dispatch bound (1-row commits/s ÷ 2)", ">=", 0.7, "×"),
     ("seq_raw4", "sequential submit+invoke ÷ raw 4-commit loop", ">=", 0.5, "×"),
