@@ -25,6 +25,8 @@ from typing import Any
 
 from tests import _leftovers
 from wardd.client import Client, Neuron
+from wardd.daemon.store.counters import Counters, count_afresh
+from wardd.daemon.store.schema import SCHEMA_VERSION
 
 NETWORK = "test-net"
 START_TIMEOUT = 30.0
@@ -268,6 +270,32 @@ class Daemon:
                 pass
         _leftovers.end(below)
         self.orphans.clear()
+
+
+def counts_left(database: Path) -> str | None:
+    """What differs between the counts the next start would read from the
+    database a stopped daemon left (the snapshot plus its catch-up:
+    ``status.operations`` and ``unknown_attempts``) and a fresh count of
+    its rows; None when they agree, or when there is no wardd database of
+    this version to read (a test broke or replaced it on purpose)."""
+    if not database.exists():
+        return None
+    conn = sqlite3.connect(database)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        try:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version != SCHEMA_VERSION:
+                return None
+            seeded = Counters()
+            seeded.seed(conn)
+            fresh = count_afresh(conn)
+        except sqlite3.DatabaseError:
+            return None
+    finally:
+        conn.close()
+    kept, rows = seeded.figures.wire()[:2], fresh.wire()[:2]
+    return None if kept == rows else f"{database}: a start would read {kept}, the rows say {rows}"
 
 
 class Actor:

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tests.daemon.harness import Actor, Background, Daemon, wait_for
+from tests.daemon.harness import Actor, Background, Daemon, counts_left, wait_for
 from wardd.daemon.store.counters import count_afresh
 
 FAST = {"retention_s": 1, "prune_interval_s": 1}
@@ -141,3 +141,35 @@ class TestStatusCounts:
         d.start()
         a.client = d.connect()
         assert shown(a.client.call("status")) == before == counted(db)
+
+    def test_the_suites_check_names_a_snapshot_a_counting_mistake_left(
+        self, make_daemon, tmp_path
+    ):
+        """Every test that starts a daemon through ``make_daemon`` ends by
+        comparing the counts the next start would read with the rows
+        (``harness.counts_left``): the guard against a counting mistake
+        persisted in the snapshot. It names one: a copy of a stopped
+        daemon's database whose snapshot says one more retained op and one
+        fewer pending op than the rows."""
+        d = make_daemon()
+        a = Actor(d, acts=("echo",))
+        a.submit("kept")
+        assert a.invoke("kept")["status"] == "succeeded"
+        a.submit("waiting")
+        d.terminate()  # a clean stop: nothing is caught up past the snapshot below
+        assert counts_left(d.env.database) is None
+        copy = tmp_path / "drifted.db"
+        src = sqlite3.connect(d.env.database)
+        dst = sqlite3.connect(copy)
+        try:
+            src.backup(dst)
+            dst.execute(
+                "UPDATE counts SET seq = (SELECT max(seq) FROM events),"
+                " ops = '{\"pending\":0,\"retained\":2}'"
+            )
+            dst.commit()
+        finally:
+            src.close()
+            dst.close()
+        drift = counts_left(copy)
+        assert drift is not None and "retained" in drift and "pending" in drift

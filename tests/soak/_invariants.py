@@ -446,8 +446,3 @@ def check_counts(conn: sqlite3.Connection) -> list[str]:
     if kept != actual:
         return [f"the seeded counts {kept} but the ops are {actual} (status.operations)"]
     return []
-    kept = {s: n for s, n in conn.execute("SELECT state, n FROM op_counts") if n}
-    actual = dict(conn.execute("SELECT state, count(*) FROM operations GROUP BY state"))
-    if kept != actual:
-        return [f"op_counts {kept} but the ops are {actual} (status.operations)"]
-    return []
