@@ -2,8 +2,8 @@
 
 Every ``invoke`` needs a fresh op (``submit``, its own commit): ops are
 submitted and every request is signed *before* the timed part, so the
-timed part measures ``invoke`` alone. The full submit+invoke cycle (issue
-15's figure: it is divided by a raw loop of 4 commits per cycle) is timed
+timed part measures ``invoke`` alone. The full submit+invoke cycle (the CPU
+round's figure: it is divided by a raw loop of 4 commits per cycle) is timed
 separately, its requests signed beforehand too. Clients are the project's
 blocking ``wardd.client.Client``.
 """

@@ -31,7 +31,7 @@ filesystem). Results, method and analysis: docs/performance.md.
 6. retention: bytes per op kept for ever once pruned, ``invoke``
    latency while a backlog of 100k prunable ops is pruned against the same
    database on a daemon that keeps everything, and a long run with retention
-   on (``--retention-cycles N``; the issue asks 1M, the default run does what
+   on (``--retention-cycles N``; the target is for 1M, the default run does what
    fits in a few minutes) whose database size and RSS must stay flat.
    ``--only prune`` times the pruning itself: 2,000 finished ops
    with 16 KiB args pruned after a restart, a backlog of 100k small ops
@@ -120,7 +120,7 @@ PROBE_INTERVAL = 0.005
 WAL_INVOKES = 40  # invokes per WAL-pages sample (under the 1,000-frame autocheckpoint)
 RAW_CYCLE_COMMITS = 4  # the targets' reference loop: 4 FULL WAL commits per cycle
 
-# The targets table (the single-process round's rows), in its order: key, figure,
+# The targets table (docs/performance.md, Summary), in its order: key, figure,
 # comparison, target, unit. How each value is computed is in ``summary`` (and printed
 # with it); ``n/a`` when its section did not run.
 TARGETS: list[tuple[str, str, str, float, str]] = [
@@ -839,8 +839,8 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
     - engine: the engine floor's dispatches/s (``_engine``: invoke_claim +
       echo + outcome, two FULL commits per dispatch, in a plain loop) ÷ the
       raw dispatch bound, raw 1-row FULL WAL commits/s ÷ 2. That is how the
-      issue's "now" (0.33×: 881/s against 5,296 commits/s ÷ 2 = 2,648/s, in
-      docs/performance.md's reference run) was computed. The page-matched
+      CPU round's starting figure (0.33×: 881/s against 5,296 commits/s ÷ 2 =
+      2,648/s, in docs/performance.md's reference run) was computed. The page-matched
       bound (raw commits as many pages long as a dispatch commit, ÷ 2) is
       printed beside it: it tells how much of the gap is page writes.
     - wal_pages: on the sequential section's daemon, after its repetitions:
@@ -858,8 +858,8 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
     - conc_raw4 / conc_dbos: 16 client threads over 4 neurons, each client
       running full submit+invoke cycles of fresh ops, aggregate cycles/s, for
       the worker count (2 or 4) with the higher median: ÷ the same raw
-      4-commit loop (one connection, sequential: the disk's figure, as in
-      the issue) and ÷ DBOS durable no-op steps/s (one workflow of N steps).
+      4-commit loop (one connection, sequential: the disk's figure, as the
+      CPU round defined it) and ÷ DBOS durable no-op steps/s (one workflow of N steps).
     - status_w2 / status_w4: p99 of ``status`` called every 5 ms by a
       separate process during those submit+invoke cycles.
     - status_1m: the same p99 during the same load shape, on a daemon

@@ -15,7 +15,7 @@ import _raw  # noqa: E402
 import run  # noqa: E402
 from _common import Results  # noqa: E402
 
-# the single-process round's table, in its order; then the rows kept from earlier rounds
+# the targets table, in its order; then the rows kept from earlier rounds
 ROWS = ["cpu", "wal_pages", "seq_dbos", "conc_dbos", "prune_large", "prune_backlog",
         "prune_p99", "status_w2", "status_w4", "status_1m", "recovery"]
 KEPT = ["engine", "seq_raw4", "conc_raw4", "rss", "tombstone", "metrics"]

@@ -270,31 +270,36 @@ class Daemon:
                 pass
         _leftovers.end(below)
         self.orphans.clear()
+        # the counts the next start would read are the rows' (store/counters.py:
+        # a counting mistake in memory would persist in the snapshot)
+        drift = counts_left(self.env.database)
+        assert drift is None, drift
 
 
 def counts_left(database: Path) -> str | None:
-    """What differs between the counts the next start would read from the
-    database a stopped daemon left (the snapshot plus its catch-up:
-    ``status.operations`` and ``unknown_attempts``) and a fresh count of
-    its rows; None when they agree, or when there is no wardd database of
-    this version to read (a test broke or replaced it on purpose)."""
+    """What differs between the counts the next start would read from
+    ``database`` (the snapshot and its catch-up: ops by state, and the
+    pruning figures; the unknown attempts are counted at each start) and a
+    fresh count of its rows, read in one snapshot; None when they agree, or
+    when the file is no wardd database of this version (a test broke or
+    replaced it on purpose). Opened read-only: a database a SIGKILL left
+    keeps its WAL for whoever looks at it next."""
     if not database.exists():
         return None
-    conn = sqlite3.connect(database)
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, isolation_level=None)
     try:
-        conn.execute("PRAGMA query_only = ON")
+        conn.execute("BEGIN")  # one snapshot for both counts, whoever else writes
         try:
             (version,) = conn.execute("PRAGMA user_version").fetchone()
-            if version != SCHEMA_VERSION:
-                return None
-            seeded = Counters()
-            seeded.seed(conn)
-            fresh = count_afresh(conn)
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError:  # not a database at all
             return None
+        if version != SCHEMA_VERSION:
+            return None
+        seeded = Counters()
+        seeded.seed(conn)
+        kept, rows = seeded.figures.wire(), count_afresh(conn).wire()
     finally:
         conn.close()
-    kept, rows = seeded.figures.wire()[:2], fresh.wire()[:2]
     return None if kept == rows else f"{database}: a start would read {kept}, the rows say {rows}"
 
 
