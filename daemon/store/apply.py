@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from wardd.protocol import ClaimConflict, Internal
@@ -83,24 +83,6 @@ def _sql_value(name: str, value: Any) -> Any:
     return value
 
 
-def stored_columns(
-    kind: str,
-    table: str,
-    allowed: frozenset[str],
-    fields: Mapping[str, Any],
-    unstored: frozenset[str] = frozenset(),
-) -> list[str]:
-    """The columns of ``table`` that ``fields`` sets, in its order; a field
-    neither ``allowed`` nor ``unstored`` is refused (``kind``: the change)."""
-    cols = []
-    for name in fields:
-        if name in allowed:
-            cols.append(name)
-        elif name not in unstored:
-            raise Internal(f"the store has no field {name!r} of a {kind} ({table})")
-    return cols
-
-
 def _set(
     conn: sqlite3.Connection,
     kind: str,
@@ -113,7 +95,12 @@ def _set(
 ) -> None:
     """UPDATE the columns ``fields`` names (and ``extra``, SQL) of one row
     of ``table``; ``kind`` is the change that carries them."""
-    cols = stored_columns(kind, table, allowed, fields, unstored)
+    cols = []
+    for name in fields:
+        if name in allowed:
+            cols.append(name)
+        elif name not in unstored:
+            raise Internal(f"the store has no field {name!r} of a {kind} ({table})")
     sets = [f"{k} = ?" for k in cols]
     if extra:
         sets.append(extra)
@@ -242,9 +229,7 @@ def _new_attempt(conn: sqlite3.Connection, c: ch.NewAttempt, p: _Pending) -> Non
     }
 
 
-def attempt_fields(c: ch.SetAttempt, encode: Callable[[Any], bytes | None] = enc) -> dict[str, Any]:
-    """The columns ``c`` sets (state, reason, evidence by ``encode``), its
-    move logged in :data:`MOVES`."""
+def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> None:
     fields: dict[str, Any] = {}
     if c.state is not None:
         fields["state"] = c.state.value
@@ -254,12 +239,7 @@ def attempt_fields(c: ch.SetAttempt, encode: Callable[[Any], bytes | None] = enc
     if c.reason is not None:
         fields["reason"] = c.reason
     if c.evidence is not None:
-        fields["evidence"] = encode(c.evidence)
-    return fields
-
-
-def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> None:
-    fields = attempt_fields(c)
+        fields["evidence"] = enc(c.evidence)
     new = p.attempt_ids.get((c.op_id, c.attempt))
     if new is not None:  # created by this decision: its row is not written yet
         p.attempts[new].update(fields)
@@ -348,19 +328,17 @@ def _release(conn: sqlite3.Connection, c: ch.ReleaseReservations, p: _Pending) -
     conn.execute(f"UPDATE reservations SET state = 'released' WHERE {where}", args)
 
 
-def last_record(conn: sqlite3.Connection, op_id: int, known: Mapping[int, int | None]) -> Any:
-    """The seq of op ``op_id``'s last record: as ``known`` (this unit's
-    loads and appends) has it, else as its row has it."""
-    if op_id in known:
-        return known[op_id]
-    (seq,) = conn.execute("SELECT last_seq FROM operations WHERE id = ?", (op_id,)).fetchone()
-    return seq
-
-
 def _append_event(conn: sqlite3.Connection, c: ch.AppendEvent, p: _Pending) -> None:
     """One event record; ``follows`` is the op's previous record (null for
     its first and for per-neuron records)."""
-    follows = None if c.op_id is None else last_record(conn, c.op_id, p.last_seq)
+    follows = None
+    if c.op_id is not None:
+        if c.op_id in p.last_seq:
+            follows = p.last_seq[c.op_id]
+        else:
+            (follows,) = conn.execute(
+                "SELECT last_seq FROM operations WHERE id = ?", (c.op_id,)
+            ).fetchone()
     cur = conn.execute(
         "INSERT INTO events(seq, at, kind, neuron_id, op_id, attempt, follows, data)"
         f" VALUES ({NEXT_SEQ}, ?, ?, ?, ?, ?, ?, ?)",

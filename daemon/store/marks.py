@@ -38,12 +38,10 @@ from wardd.protocol import AttemptState, OpState
 from .._records import enc, now
 from .apply import MOVES, NEXT_SEQ
 from .counters import note_marked
+from .load import _ATTEMPT_STATE, _OP_STATE
 from .schema import attempts_in
 
 __all__ = ["Mark", "Open", "open_attempts", "write_marks"]
-
-_ATTEMPT_STATE = {s.value: s for s in AttemptState}
-_OP_STATE = {s.value: s for s in OpState}
 
 
 class Open(NamedTuple):
@@ -129,6 +127,6 @@ def write_marks(conn: sqlite3.Connection, marks: Sequence[Mark]) -> None:
     conn.executemany(_INSERT_EVENT, events)
     conn.executemany(_SET_OP_SEQ, same)
     conn.executemany(_SET_OP_STATE, moved)
-    note_marked(notes, sum(1 for m in marks if m.open.state != AttemptState.UNKNOWN))
+    note_marked(notes, len(marks))  # each was prepared or running (unknown_mark refuses others)
     if MOVES.log is not None:
         MOVES.log.extend((m.open.act, AttemptState.UNKNOWN.value) for m in marks)
