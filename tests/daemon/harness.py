@@ -273,17 +273,14 @@ class Daemon:
         # the counts the next start would read are the rows' (store/counters.py:
         # a counting mistake in memory would persist in the snapshot)
         drift = counts_left(self.env.database)
-        assert drift is None, drift
+        assert drift is None, f"{self.env.database}: {drift}"
 
 
 def counts_left(database: Path) -> str | None:
-    """What differs between the counts the next start would read from
-    ``database`` (the snapshot and its catch-up: ops by state, and the
-    pruning figures; the unknown attempts are counted at each start) and a
-    fresh count of its rows, read in one snapshot; None when they agree, or
-    when the file is no wardd database of this version (a test broke or
-    replaced it on purpose). Opened read-only: a database a SIGKILL left
-    keeps its WAL for whoever looks at it next."""
+    """:func:`counts_differ` on the database file a stopped daemon left, in
+    one snapshot; None as well when the file is no wardd database of this
+    version (a test broke or replaced it on purpose). Opened read-only: a
+    database a SIGKILL left keeps its WAL for whoever looks at it next."""
     if not database.exists():
         return None
     conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, isolation_level=None)
@@ -295,12 +292,20 @@ def counts_left(database: Path) -> str | None:
             return None
         if version != SCHEMA_VERSION:
             return None
-        seeded = Counters()
-        seeded.seed(conn)
-        kept, rows = seeded.figures.wire(), count_afresh(conn).wire()
+        return counts_differ(conn)
     finally:
         conn.close()
-    return None if kept == rows else f"{database}: a start would read {kept}, the rows say {rows}"
+
+
+def counts_differ(conn: sqlite3.Connection) -> str | None:
+    """What differs between the counts the next start would read back (the
+    snapshot and its catch-up: ops by state, and the pruning figures; the
+    unknown attempts are counted at each start) and a fresh count of the
+    rows; None when they agree."""
+    seeded = Counters()
+    seeded.seed(conn)
+    kept, rows = seeded.figures.wire(), count_afresh(conn).wire()
+    return None if kept == rows else f"a start would read {kept}, the rows say {rows}"
 
 
 class Actor:

@@ -173,4 +173,4 @@ class TestStatusCounts:
             dst.close()
         kept = ({"retained": 2}, 0, {"pruned_ops": 0, "last_pruned_at": None})
         rows = ({"pending": 1, "retained": 1}, 0, {"pruned_ops": 0, "last_pruned_at": None})
-        assert counts_left(copy) == f"{copy}: a start would read {kept}, the rows say {rows}"
+        assert counts_left(copy) == f"a start would read {kept}, the rows say {rows}"
