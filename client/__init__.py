@@ -36,6 +36,7 @@ from ._paths import default_key_path, default_socket_path
 from ._results import (
     Aborted,
     Attempt,
+    Called,
     Cancelled,
     Consumed,
     Dispatched,
@@ -78,6 +79,7 @@ __all__ = [
     "AsyncClient",
     "AsyncSession",
     "Attempt",
+    "Called",
     "Cancelled",
     "Client",
     "ClientCore",

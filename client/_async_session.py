@@ -19,6 +19,7 @@ from ._errors import ConnectionClosed
 from ._neuron import Neuron
 from ._results import (
     Aborted,
+    Called,
     Cancelled,
     Consumed,
     Dispatched,
@@ -316,6 +317,40 @@ class AsyncSession(_SessionBase):
                 rebind_stale=rebind_stale,
                 boot=self.client.hello_result.boot,
                 retry=retry,
+            ),
+        )
+
+    async def call(
+        self,
+        prog: str,
+        op: str,
+        act: str,
+        args: bytes = b"",
+        *,
+        placement_generation: int | None = None,
+        expected_epoch: int | None = None,
+        rebind_stale: bool = False,
+    ) -> Called:
+        """`call`: submit the op and run it in one request (contract §3.2.6).
+
+        The same op with the same content never runs again: the answer is
+        what the op already is (``already: true``: its retained value, its
+        failure, its consumed state), ``attempt_unknown`` (raised, naming
+        the op and attempt: it may have run), or a refusal; other content is
+        ``op_conflict``. ``expected_epoch`` is sent when given or pinned on
+        the session; ``placement_generation`` when given (else the daemon
+        takes the current one). `rebind_stale`: on ``placement_stale`` (a
+        refused call writes nothing), run `ensure_placement` once and ask again.
+        """
+        params = {"prog": prog, "op": op, "act": act, "args": bytes(args)}
+        return await self._run_typed(
+            Called,
+            self._plans.call(
+                params,
+                placement_generation,
+                expected_epoch,
+                rebind_stale=rebind_stale,
+                boot=self.client.hello_result.boot,
             ),
         )
 

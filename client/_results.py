@@ -23,6 +23,7 @@ from ._errors import RemoteProtocolError
 __all__ = [
     "Aborted",
     "Attempt",
+    "Called",
     "Cancelled",
     "Consumed",
     "Dispatched",
@@ -163,6 +164,28 @@ class Dispatched(Record):
     status: AttemptState = _required(AttemptState)
     result: Any = _field()
     error: str | None = _field()
+    _wire: Mapping[str, Any] = _wire()
+
+
+@attrs.frozen
+class Called(Record):
+    """What `call` answers (contract §3.2.6).
+
+    When the call ran its act now: ``op``, ``attempt``, ``status`` and
+    ``result`` or ``error``, as `Dispatched`. When it ran nothing
+    (``already``): what the op already is, its ``state`` and, when an
+    attempt of it ran, that attempt's ``attempt``, ``status`` and
+    ``result`` (succeeded) or ``error``; ``pruned`` when the op was pruned
+    (then only its state is known)."""
+
+    op: str = _required()
+    attempt: int | None = _field()
+    status: AttemptState | None = _field(convert=AttemptState)
+    result: Any = _field()
+    error: str | None = _field()
+    state: OpState | None = _field(convert=OpState)
+    already: bool = _field(False, _flag)
+    pruned: bool = _field(False, _flag)
     _wire: Mapping[str, Any] = _wire()
 
 

@@ -106,7 +106,8 @@ class Retry:
         """Seconds to wait after ask number `asks` before the next."""
         return float(min(self.max_backoff, self.backoff * 2 ** (asks - 1)))
 
-_DISPATCHES = ("invoke", "execute")
+
+_DISPATCHES = ("invoke", "execute", "call")
 
 
 def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
@@ -404,6 +405,34 @@ class _Plans:
             if retry.on_retry is not None:
                 retry.on_retry(asks, answer)
             yield _Sleep(retry.pause(asks))
+
+    def call(
+        self,
+        params: dict[str, Any],
+        placement_generation: int | None,
+        expected_epoch: int | None,
+        *,
+        rebind_stale: bool,
+        boot: str,
+    ) -> Plan[dict[str, Any]]:
+        """`call` in one request: ``expected_epoch`` only when given or pinned,
+        ``placement_generation`` only when given (the daemon takes the
+        current one). With `rebind_stale`, a ``placement_stale`` refusal
+        (a refused call writes nothing) binds this boot's descriptor once
+        (`ensure_placement`) and asks again."""
+        if expected_epoch is None:
+            expected_epoch = self.epoch
+        if expected_epoch is not None:
+            params["expected_epoch"] = expected_epoch
+        if placement_generation is not None:
+            params["placement_generation"] = placement_generation
+        try:
+            return (yield from _ask("call", params, True))
+        except PlacementStale:
+            if not rebind_stale or placement_generation is not None:
+                raise
+        yield from self.ensure_placement(None, boot)
+        return (yield from _ask("call", params, True))
 
     def rebind(self, op: str, expected_epoch: int | None) -> Plan[dict[str, Any]]:
         if expected_epoch is None:

@@ -86,7 +86,7 @@ SERIES: Final = (
         "wardd_dispatch_duration_seconds",
         ("act",),
         "histogram",
-        "an invoke or execute that reached a worker: from its arrival to its reply",
+        "an invoke, execute or call that reached a worker: from its arrival to its reply",
     ),
     Series(
         "wardd_act_duration_seconds", ("act",), "histogram", "the adapter call alone"
@@ -142,7 +142,7 @@ _OUTCOMES: Final = {
     "unknown": "unknown",
     "void": "voided",
 }
-_DISPATCHES: Final = frozenset({"invoke", "execute"})
+_DISPATCHES: Final = frozenset({"invoke", "execute", "call"})
 _dispatch_act: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "wardd_dispatch_act", default=None
 )

@@ -17,18 +17,23 @@ from typing import Any
 from wardd.protocol import AttemptState
 
 from .core import attempts as core
+from .core import call as call_core
 from .core.attempts import Reroute, shutdown_void
+from .core.call import Answered
 from .core.records import AttemptRef, BootContext
 from .store import load
 from .store.apply import apply
 from .store.writer import Unit
 
 __all__ = [
+    "Answered",
     "AttemptRef",
     "BootContext",
     "Reroute",
     "Unit",
     "abort_target",
+    "call_claim",
+    "call_precheck",
     "claim",
     "invoke_claim",
     "invoke_precheck",
@@ -39,6 +44,7 @@ __all__ = [
     "void",
     "void_many",
 ]
+
 
 def prepare(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
     def unit(conn: sqlite3.Connection) -> Any:
@@ -100,6 +106,57 @@ def invoke_claim(
             ctx, view, params, worker=worker, claim_info=claim_info, stopping=stopping()
         )
         return _claimed(conn, decision, view.op, on_claim)
+
+    return unit
+
+
+def _call_views(
+    conn: sqlite3.Connection, neuron: str, params: Mapping[str, Any]
+) -> tuple[Any, Any]:
+    """What a ``call`` decides on: the prog it names and the op (with its
+    attempts, or its tombstone)."""
+    pview = load.prog_view(conn, neuron, params["prog"])
+    return pview, load.op_view(conn, neuron, params["op"], next_attempt=True)
+
+
+def call_precheck(
+    conn: sqlite3.Connection, ctx: BootContext, neuron: str, params: Mapping[str, Any]
+) -> Answered | tuple[str, str]:
+    """``call``'s checks on arrival, on a read snapshot (they write nothing)."""
+    pview, existing = _call_views(conn, neuron, params)
+    return call_core.precheck(ctx, pview, existing, params)
+
+
+def call_claim(
+    ctx: BootContext,
+    neuron: str,
+    params: Mapping[str, Any],
+    *,
+    worker: str,
+    claim_info: Any,
+    stopping: Callable[[], bool] = lambda: False,
+    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
+) -> Unit:
+    """contract §3.2.6: ``call``'s op (when new), attempt and claim in one
+    unit, under the guard. The reply: the claimed :class:`AttemptRef`, an
+    :class:`Answered` (nothing written), a :class:`Reroute` (nothing
+    written), or ``token_void`` (``shutdown``)."""
+
+    def unit(conn: sqlite3.Connection) -> Any:
+        pview, existing = _call_views(conn, neuron, params)
+        new = existing.op is None
+        decision = call_core.claim(
+            ctx,
+            pview,
+            existing,
+            params,
+            next_op_id=load.next_id(conn, "operations") if new else 0,
+            next_attempt_id=load.next_id(conn, "attempts") if new else existing.next_attempt_id,
+            worker=worker,
+            claim_info=claim_info,
+            stopping=stopping(),
+        )
+        return _claimed(conn, decision, existing.op, on_claim)
 
     return unit
 

@@ -1,8 +1,9 @@
-"""A dispatch as data: what ``execute`` and ``invoke`` hand a worker (contract §3.2).
+"""A dispatch as data: what ``execute``, ``invoke`` and ``call`` hand a worker (contract §3.2).
 
-Both methods end as one frozen :class:`Dispatch`: the neuron, the act and
-how the attempt is claimed, :class:`Execute` (the token's prepared attempt)
-or :class:`Invoke` (prepare and claim in one unit, contract §3.2.5). The
+Each ends as one frozen :class:`Dispatch`: the neuron, the act and how
+the attempt is claimed, :class:`Execute` (the token's prepared attempt),
+:class:`Invoke` (prepare and claim in one unit, contract §3.2.5) or
+:class:`Call` (submit, prepare and claim in one unit, contract §3.2.6). The
 claim's writer unit is built from the record in one place,
 :func:`claim_unit`, on the worker's thread. The worker pool's
 :meth:`~.workers.WorkerPool.submit` returns the reply the worker completes;
@@ -28,6 +29,7 @@ from wardd.protocol import Internal, WarddError
 from . import _units
 from ._bridge import ThreadReply
 from ._calls import CallEnd
+from .core.call import Answered
 from .core.records import AttemptRef, BootContext
 from .store.writer import Unit
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from .workers import WorkerPool
 
 __all__ = [
+    "Answered",
+    "Call",
     "Dispatch",
     "Dispatcher",
     "Execute",
@@ -63,16 +67,23 @@ class Invoke:
 
 
 @attrs.frozen
+class Call:
+    """``call``: the op (when new), its attempt and its claim in one unit (contract §3.2.6)."""
+
+    params: Mapping[str, Any]
+
+
+@attrs.frozen
 class Dispatch:
-    """One accepted ``execute`` or ``invoke``: both take the same way from here."""
+    """One accepted ``execute``, ``invoke`` or ``call``: all take the same way from here."""
 
     neuron: str
     act: str
-    how: Execute | Invoke
+    how: Execute | Invoke | Call
 
     @property
     def prepared(self) -> AttemptRef | None:
-        """An execute's attempt, known before its claim (an invoke has none yet)."""
+        """An execute's attempt, known before its claim (an invoke or a call has none yet)."""
         how = self.how
         return how.ref if isinstance(how, Execute) else None
 
@@ -92,8 +103,9 @@ def claim_unit(
     thread just before (the adapter's ``claim_info()`` is a stat and a read
     of a file for ``file.append``: never on the writer's thread).
     ``on_claim(ref)`` runs inside the unit once the claim is written. The
-    unit answers the claimed `AttemptRef`, a refusal, or a
-    :class:`~.core.attempts.Reroute` to another worker (invoke only)."""
+    unit answers the claimed `AttemptRef`, a refusal, a
+    :class:`~.core.attempts.Reroute` to another worker (invoke and call),
+    or an :class:`Answered` (a call that runs nothing)."""
     how = d.how
     if isinstance(how, Execute):
         return _units.claim(
@@ -104,7 +116,8 @@ def claim_unit(
             stopping=stopping,
             on_claim=on_claim,
         )
-    return _units.invoke_claim(
+    build = _units.call_claim if isinstance(how, Call) else _units.invoke_claim
+    return build(
         ctx,
         d.neuron,
         how.params,

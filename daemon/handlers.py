@@ -15,7 +15,8 @@ otherwise; ``services`` (:class:`~.router.Services`) are the components it
 may use, never the daemon. What the handler returns depends on the
 entry's guard: ``NONE``, the answer; ``EXCLUSIVE``, the writer unit the
 router runs holding the guard exclusively; ``DISPATCH``, the worker and the
-:class:`~.dispatch.Dispatch` the router hands to it. The decision itself
+:class:`~.dispatch.Dispatch` the router hands to it (or, for a ``call``
+that runs nothing, its :class:`~.dispatch.Answered`). The decision itself
 is a writer unit (:mod:`._units`, :mod:`._units_mgmt`).
 """
 
@@ -60,7 +61,7 @@ from ._params import (
 )
 from ._records import wire_safe
 from .descriptors import check_descriptor
-from .dispatch import Dispatch, Execute, Invoke
+from .dispatch import Answered, Call, Dispatch, Execute, Invoke
 from .server import Connection
 
 if TYPE_CHECKING:
@@ -177,6 +178,22 @@ async def _invoke(
     if not s.pool.has(worker):
         raise Internal("the placement names no worker of this daemon")
     return worker, Dispatch(neuron, act, Invoke(p))
+
+
+async def _call(
+    s: Services, conn: Connection, neuron: str, p: dict[str, Any]
+) -> tuple[str, Dispatch] | Answered:
+    # contract §3.2.6: submit's and invoke's checks on arrival, on a read; an
+    # op that already is (retained, failed, consumed, pruned) is answered
+    # here and runs nothing; the claim unit decides again, under the guard
+    with s.reads.snapshot() as rconn:
+        start = _units.call_precheck(rconn, s.ctx, neuron, p)
+    if isinstance(start, Answered):
+        return start
+    worker, act = start
+    if not s.pool.has(worker):
+        raise Internal("the placement names no worker of this daemon")
+    return worker, Dispatch(neuron, act, Call(p))
 
 
 async def _register_neuron(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
@@ -337,6 +354,14 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
     ),
     "prepare": _signed(_PREPARE, _prepare),
     "invoke": _signed(_PREPARE, _invoke, Guard.DISPATCH),
+    "call": _signed(
+        (
+            {"prog": ident, "op": ident, "act": ident, "args": byte_string},
+            {"placement_generation": uint, "expected_epoch": uint},
+        ),
+        _call,
+        Guard.DISPATCH,
+    ),
     "manual_take": _signed(
         ({"op": ident, "expected_attempt": uint}, {"expected_epoch": uint}), _manual_take
     ),
@@ -390,9 +415,7 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
     ),
     "list_operations": _read(
         ({"neuron": neuron_id}, {"state": one_of(*OpState), "prog": ident, **PAGE}),
-        lambda s, p: s.reads.list_operations(
-            p["neuron"], p.get("state"), p.get("prog"), *_page(p)
-        ),
+        lambda s, p: s.reads.list_operations(p["neuron"], p.get("state"), p.get("prog"), *_page(p)),
     ),
     "history": _read(
         ({"neuron": neuron_id, "op": ident}, PAGE),

@@ -13,7 +13,9 @@ order (contract §3.6, §4):
 6. the handler, then what its ``guard`` says: ``EXCLUSIVE`` runs the
    writer unit the handler returns holding the neuron's ward guard
    exclusively; ``DISPATCH`` hands the dispatch the handler returns to a
-   worker (which holds the guard shared around the claim and the call).
+   worker (which holds the guard shared around the claim and the call),
+   unless the handler answered at once (an :class:`~.dispatch.Answered`:
+   a ``call`` that runs nothing).
 
 The table is the single source: nothing else takes the exclusive guard
 or dispatches.
@@ -41,7 +43,7 @@ from wardd.protocol import (
 from ._params import check_params
 from ._units import BootContext
 from ._voids import Voids
-from .dispatch import Dispatcher
+from .dispatch import Answered, Dispatcher
 from .guard import GuardTable
 from .handlers import METHODS, Guard, Method
 from .recovery import Recovery
@@ -138,6 +140,8 @@ class Router:
         if guard is Guard.NONE:
             return got
         if guard is Guard.DISPATCH:
+            if isinstance(got, Answered):  # a call that runs nothing (known on arrival)
+                return got.result
             worker, dispatch = got
             return await s.dispatcher.run(worker, dispatch)
         assert neuron is not None  # EXCLUSIVE: a signed write of the neuron's root

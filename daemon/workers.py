@@ -38,7 +38,7 @@ from ._calls import CallEnd, Calls
 from ._claims import claim_record
 from ._records import wire_safe
 from ._units import AttemptRef, BootContext, Reroute
-from .dispatch import Dispatch, Recorded, claim_unit, shutdown_refusal
+from .dispatch import Answered, Dispatch, Recorded, claim_unit, shutdown_refusal
 from .guard import GuardTable
 from .store.writer import Writer
 
@@ -305,6 +305,10 @@ class WorkerPool:
                 release()
                 self._reroute(got.worker, d, reply)
                 return None
+            if isinstance(got, Answered):  # a call that runs nothing: its answer
+                release()
+                reply(got.result, None)
+                return None
             ref: AttemptRef = got
         except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()
@@ -317,7 +321,7 @@ class WorkerPool:
         if not self.has(worker):
             reply(None, Internal("the placement names no worker of this daemon"))
         elif not self._enqueue(worker, (d, reply)):
-            reply(None, shutdown_refusal(True))  # an invoke: no attempt was written
+            reply(None, shutdown_refusal(True))  # an invoke or a call: no attempt was written
 
     def _accept(
         self,

@@ -52,6 +52,7 @@ PUBLIC = {
     "prepare",
     "execute",
     "invoke",
+    "call",
     "manual_take",
     "reconcile",
     "cancel",

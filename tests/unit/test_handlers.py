@@ -26,12 +26,12 @@ class TestMethodTable:
 
     def test_the_writes_that_revoke_hold_the_ward_guard_exclusively(self):
         """Grant, placement, epoch and prog-state changes run holding the guard
-        exclusively; execute and invoke take it on the dispatch path (contract §3.1)."""
+        exclusively; execute, invoke and call take it on the dispatch path (contract §3.1)."""
         by_guard = {g: {n for n, m in METHODS.items() if m.guard is g} for g in Guard}
         assert by_guard[Guard.EXCLUSIVE] == {
             "set_grant", "bind_placement", "release_placement", "advance_epoch", "set_prog_state",
         }  # fmt: skip
-        assert by_guard[Guard.DISPATCH] == {"execute", "invoke"}
+        assert by_guard[Guard.DISPATCH] == {"execute", "invoke", "call"}
 
     def test_hello_is_not_in_the_table(self):
         """hello is the server's, once per connection; after it, it is unknown_method."""

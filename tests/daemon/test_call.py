@@ -1,0 +1,225 @@
+"""`call`: submit and invoke in one signed request, against a real daemon
+(contract §3.2.6).
+
+Effects are counted in the ledger file the acts append to themselves; a
+repeated call must never add a line.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from tests.daemon.harness import Actor, Env, code_of, key, wait_for
+from wardd.client import Called, Session
+from wardd.protocol import AttemptState, AttemptUnknown, OpConflict, OpState
+
+
+def call_env() -> Env:
+    """The default acts, and: ``stamp`` appends its key to the CLI ledger and
+    prints a value no second run repeats; ``lost`` appends its key, then
+    exits with a status that is no definite failure (unknown)."""
+    env = Env()
+    ledger = shlex.quote(str(env.cli_ledger))
+    key_ = '"$WARDD_IDEMPOTENCY_KEY"'
+    env.acts["stamp"] = {
+        "adapter": "cli",
+        "argv": ["/bin/sh", "-c", f"echo {key_} >> {ledger}; cat; date +%s%N"],
+    }
+    env.acts["lost"] = {
+        "adapter": "cli",
+        "argv": ["/bin/sh", "-c", f"echo {key_} >> {ledger}; exit 7"],
+    }
+    env.write_config()
+    return env
+
+
+@pytest.fixture
+def actor(make_daemon) -> Actor:
+    d = make_daemon(call_env())
+    return Actor(d, acts=("stamp", "lost", "nofx", "echo", "gated"))
+
+
+def call(a: Actor, op: str, act: str = "stamp", args: bytes = b"x", **extra) -> dict:
+    params = {"prog": a.prog, "op": op, "act": act, "args": args, **extra}
+    return a.call("call", params)
+
+
+def runs(a: Actor) -> list[str]:
+    return a.daemon.env.ledger_lines(a.daemon.env.cli_ledger)
+
+
+class TestCall:
+    def test_first_call_runs_once_and_a_repeat_answers_the_retained_value(self, actor):
+        """A call submits and runs its op in one request; the same call again
+        runs nothing and answers the retained value (``already: true``)."""
+        first = call(actor, "c1")
+        assert (first["op"], first["attempt"], first["status"]) == ("c1", 1, "succeeded")
+        assert first["result"]["stdout"].startswith(b"x")
+        again = call(actor, "c1")
+        assert again["already"] is True and again["state"] == "retained"
+        assert (again["attempt"], again["status"], again["result"]) == (
+            1,
+            "succeeded",
+            first["result"],
+        )
+        assert runs(actor) == [key(actor, "c1")]
+        kinds = [r["kind"] for r in actor.history("c1")]
+        assert kinds == ["submitted", "prepared", "claimed", "outcome"]
+
+    def test_other_content_is_op_conflict_and_changes_nothing(self, actor):
+        call(actor, "c1")
+        assert code_of(call, actor, "c1", args=b"y").code == "op_conflict"
+        assert code_of(call, actor, "c1", act="echo").code == "op_conflict"
+        assert runs(actor) == [key(actor, "c1")]
+        assert len(actor.history("c1")) == 4
+
+    def test_a_pending_op_is_invoked(self, actor):
+        """An op submitted earlier and never invoked runs at its first call."""
+        actor.submit("p1", "stamp", b"x")
+        got = call(actor, "p1")
+        assert (got["attempt"], got["status"]) == (1, "succeeded") and "already" not in got
+        assert runs(actor) == [key(actor, "p1")]
+
+    def test_an_op_whose_only_attempt_was_voided_is_invoked(self, actor):
+        """An attempt voided before its claim never ran: the call runs the next one."""
+        actor.submit("v1", "stamp", b"x")
+        actor.prepare("v1")
+        actor.bind(0)  # a new placement generation voids the prepared attempt
+        got = call(actor, "v1")
+        assert (got["attempt"], got["status"]) == (2, "succeeded")
+        assert runs(actor) == [key(actor, "v1", 2)]
+
+    def test_after_consume_the_consumed_state(self, actor):
+        first = call(actor, "c1")
+        actor.call("consume", {"op": "c1"})
+        again = call(actor, "c1")
+        assert again["state"] == "consumed" and again["already"] is True
+        assert (again["attempt"], again["status"], again["result"]) == (
+            1,
+            "succeeded",
+            first["result"],
+        )
+        assert runs(actor) == [key(actor, "c1")]
+
+    def test_a_failed_call_is_answered_not_run_again(self, actor):
+        """``failed`` (nothing was done) is the op's answer: a repeat runs nothing."""
+        first = call(actor, "f1", act="nofx")
+        assert first["status"] == "failed" and isinstance(first["error"], str)
+        again = call(actor, "f1", act="nofx")
+        assert (again["already"], again["status"], again["error"]) == (
+            True,
+            "failed",
+            first["error"],
+        )
+        assert len(actor.op("f1")["attempts"]) == 1
+
+    def test_an_unknown_outcome_then_the_same_call_is_attempt_unknown(self, actor):
+        first = call(actor, "u1", act="lost")
+        assert (first["status"], first["attempt"]) == ("unknown", 1)
+        err = code_of(call, actor, "u1", act="lost")
+        assert err.code == "attempt_unknown" and err.data == {"op": "u1", "attempt": 1}
+        assert runs(actor) == [key(actor, "u1")]
+        assert len(actor.op("u1")["attempts"]) == 1
+
+    def test_unknown_act_and_stale_placement_write_nothing(self, make_daemon):
+        """A refused call leaves no op behind: the same call succeeds once its cause is gone."""
+        d = make_daemon(call_env())
+        a = Actor(d, acts=("stamp",))
+        assert code_of(call, a, "n1", act="no.such").code == "unknown_act"
+        assert code_of(call, a, "n1", act="echo").code == "act_not_granted"
+        assert d.terminate() == 0
+        d.start()
+        a.client = d.connect()
+        assert code_of(call, a, "n1").code == "placement_stale"
+        assert code_of(a.op, "n1").code == "unknown_operation"
+        a.bind(0)
+        assert call(a, "n1")["status"] == "succeeded"
+        assert runs(a) == [key(a, "n1")]
+
+    def test_bad_params_are_refused_and_change_nothing(self, actor):
+        base = {"prog": actor.prog, "op": "b1", "act": "stamp", "args": b"x"}
+        bad = [
+            {k: v for k, v in base.items() if k != "args"},
+            {**base, "args": "text"},
+            {**base, "op": "no spaces"},
+            {**base, "act": 7},
+            {**base, "placement_generation": -1},
+            {**base, "expected_epoch": "1"},
+            {**base, "expected_attempt": 1},
+        ]
+        for params in bad:
+            assert code_of(actor.call, "call", params).code == "bad_request", params
+        assert code_of(call, actor, "b1", expected_epoch=9).code == "epoch_mismatch"
+        gen = actor.root()["placement_generation"]
+        err = code_of(call, actor, "b1", placement_generation=gen + 1)
+        assert err.code == "generation_mismatch"
+        assert actor.read("list_operations", {"neuron": actor.id})["operations"] == []
+        assert runs(actor) == []
+
+    def test_a_sigkill_during_a_slow_call_then_the_same_call_is_attempt_unknown(self, actor):
+        """The claim is durable before the act: a crash during it leaves the
+        attempt unknown at the next start, and the same call runs nothing."""
+        d, env = actor.daemon, actor.daemon.env
+        params = {"prog": actor.prog, "op": "g1", "act": "gated", "args": b""}
+        signed = actor.neuron.sign("call", params, d.connect().hello_result.network)
+        client = d.connect()
+        client_call = client.call
+        import threading
+
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                client_call("call", signed)
+            except BaseException as exc:  # noqa: BLE001 - the answer is lost with the daemon
+                errors.append(exc)
+
+        t = threading.Thread(target=run, name="slow call")
+        t.start()
+        try:
+            wait_for(env.started_marker("g1").exists, what="the gated act to start")
+            d.kill()
+        finally:
+            t.join(30)
+        assert errors, "the call's answer cannot arrive from a killed daemon"
+        d.start()
+        actor.client = d.connect()
+        actor.bind(0)
+        err = code_of(call, actor, "g1", act="gated", args=b"")
+        assert err.code == "attempt_unknown" and err.data == {"op": "g1", "attempt": 1}
+        assert not env.started_marker("g1", 2).exists()
+        att = actor.op("g1")["attempts"]
+        assert len(att) == 1 and att[0]["state"] == "unknown" and att[0]["claimed"] is True
+
+
+class TestSessionCall:
+    def test_typed_result_and_errors(self, actor):
+        session = Session(actor.daemon.connect(), actor.neuron)
+        got = session.call(actor.prog, "s1", "stamp", b"x")
+        assert isinstance(got, Called)
+        assert (got.op, got.attempt, got.status, got.already) == (
+            "s1",
+            1,
+            AttemptState.SUCCEEDED,
+            False,
+        )
+        again = session.call(actor.prog, "s1", "stamp", b"x")
+        assert again.already and again.state is OpState.RETAINED and again.result == got.result
+        with pytest.raises(OpConflict):
+            session.call(actor.prog, "s1", "stamp", b"y")
+        assert session.call(actor.prog, "s2", "lost").status is AttemptState.UNKNOWN
+        with pytest.raises(AttemptUnknown) as ei:
+            session.call(actor.prog, "s2", "lost")
+        assert ei.value.data == {"op": "s2", "attempt": 1}
+        assert runs(actor) == [key(actor, "s1"), key(actor, "s2")]
+
+    def test_rebind_stale_places_the_new_boot_and_calls(self, make_daemon):
+        d = make_daemon(call_env())
+        a = Actor(d, acts=("stamp",))
+        assert d.terminate() == 0
+        d.start()
+        session = Session(d.connect(), a.neuron)
+        assert session.call(a.prog, "r1", "stamp", rebind_stale=True).status == "succeeded"
+        assert runs(a) == [key(a, "r1")]
