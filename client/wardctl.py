@@ -881,6 +881,55 @@ def _invoke(ctx: _Context) -> int:
     return Exit.FAILED if status == "failed" else Exit.MAY_HAVE_RUN
 
 
+def _call(ctx: _Context) -> int:
+    """`call`: submit and run in one request; exit statuses as `invoke`'s, and
+    3 for ``attempt_unknown`` (an earlier attempt of the op may have run)."""
+    a = ctx.args
+    args = _read_args(ctx)
+    ctx.in_flight = (
+        f"op {a.op} may have run (its claim may be durable): look with "
+        f"`wardctl op show {a.op}` before anything else; an attempt left running or unknown "
+        "is resolved as docs/recovery.md says"
+    )
+    try:
+        result = ctx.session().call(a.prog, a.op, a.act, args).to_wire()
+    except WarddError as exc:
+        if exc.code != "attempt_unknown":
+            raise
+        _report_refusal(ctx, exc)
+        return Exit.MAY_HAVE_RUN
+    status, state = result.get("status"), result.get("state")
+    head = f"op {result.get('op')}"
+    if result.get("attempt") is not None:
+        head += f" attempt {result.get('attempt')}"
+    head += f": {status or state}"
+    if result.get("already"):
+        head += f" (already; the op is {state}: nothing ran again)"
+    lines = [head]
+    if "result" in result:
+        lines.extend(tree({"result": result["result"]}))
+    if result.get("error") is not None:
+        lines.append(f"error: {scalar(result['error'])}")
+    if status == "unknown":
+        lines.append(
+            "the outcome is unknown: resolve it with a receipt (wardctl receipts) or "
+            "wardctl reconcile"
+        )
+    _out(ctx, result, lines)
+    return _call_exit(status, state)
+
+
+def _call_exit(status: str | None, state: str | None) -> int:
+    """A call's exit status: by its attempt's status, else by the op's state."""
+    if status == "succeeded" or (status is None and state == "consumed"):
+        return Exit.DONE
+    if status in ("failed", "not_executed"):
+        return Exit.FAILED
+    if status is None:  # cancelled (or pruned cancelled): nothing runs
+        return Exit.REFUSED
+    return Exit.MAY_HAVE_RUN  # unknown, or a cancelled op's attempt still running
+
+
 def _reconcile(ctx: _Context) -> int:
     a = ctx.args
     if a.unclaimed:
@@ -1058,6 +1107,17 @@ _EXPECTED_VERSION = _arg(
     metavar="N",
     help="expected state_version, always sent (default: read it first)",
 )
+#: what `submit` and `call` name: the op's content
+_OP_CONTENT = (
+    _PROG,
+    _arg("op", metavar="OP", help="the op id (idempotency key)"),
+    _arg("act", metavar="ACT"),
+    _one_of(
+        _arg("--args", metavar="TEXT", help="args as UTF-8 text"),
+        _arg("--args-hex", metavar="HEX", help="args as hex digits"),
+        _arg("--args-file", metavar="PATH", help="args from a file ('-': stdin)"),
+    ),
+)
 _ATTEMPT_NUMBER = _arg(
     "--attempt", type=int, metavar="N", help="attempt number (default: 1 + attempts so far)"
 )
@@ -1195,14 +1255,7 @@ _COMMANDS = (
         "submit",
         _submit,
         "submit an operation",
-        _PROG,
-        _arg("op", metavar="OP", help="the op id (idempotency key)"),
-        _arg("act", metavar="ACT"),
-        _one_of(
-            _arg("--args", metavar="TEXT", help="args as UTF-8 text"),
-            _arg("--args-hex", metavar="HEX", help="args as hex digits"),
-            _arg("--args-file", metavar="PATH", help="args from a file ('-': stdin)"),
-        ),
+        *_OP_CONTENT,
     ),
     _command(
         "invoke",
@@ -1212,6 +1265,16 @@ _COMMANDS = (
         _ATTEMPT_NUMBER,
         epilog="Exit status 4 when the attempt failed (no effect), 3 when its outcome is "
         "unknown or the answer was lost (it may have run).",
+    ),
+    _command(
+        "call",
+        _call,
+        "submit an op and run it in one request; the same call again runs nothing",
+        *_OP_CONTENT,
+        epilog="A repeated call with the same content answers what the op already is "
+        "(already). Exit status 4 when the attempt failed (no effect), 3 when its outcome "
+        "is unknown, an earlier attempt is unknown (attempt_unknown), or the answer was "
+        "lost (it may have run); 1 when refused or the op was cancelled.",
     ),
     _command("op", _missing_sub, "operation commands", subs=_OP_COMMANDS),
     _command(

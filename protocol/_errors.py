@@ -270,7 +270,7 @@ class ProgConflict(WarddError):
 
 
 class OpConflict(WarddError):
-    """`submit` names an existing op with different content."""
+    """`submit` or `call` names an existing op with different content."""
 
     code = "op_conflict"
 
@@ -365,13 +365,14 @@ class AttemptMismatch(WarddError):
 
 
 class AttemptBusy(WarddError):
-    """An attempt of the op is prepared or running."""
+    """An attempt of the op is prepared or running (from `call`: `data: {op, attempt}`)."""
 
     code = "attempt_busy"
 
 
 class AttemptUnknown(WarddError):
-    """An attempt of the op is unknown; only a receipt or `reconcile` resolves it."""
+    """An attempt of the op is unknown; only a receipt or `reconcile` resolves it
+    (from `call`: `data: {op, attempt}`, the attempt that may have run)."""
 
     code = "attempt_unknown"
 

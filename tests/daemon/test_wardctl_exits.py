@@ -30,6 +30,30 @@ class TestExitStatuses:
         refused = wardctl(d.env, "invoke", "un", check=False)
         assert refused.returncode == 1 and "error: attempt_unknown" in refused.stderr
 
+    def test_each_answer_of_call_has_the_status_invoke_gives_it(self, make_daemon):
+        """0 succeeded (and its repeat, already), 4 failed, 3 unknown and then
+        attempt_unknown (it may have run), 1 op_conflict: the same call again
+        never runs the act again."""
+        d = make_daemon()
+        set_up(d.env, "quick nofx boom")
+        ok = wardctl(d.env, "call", "p", "ok", "quick", "--args", "a")
+        assert ok.stdout.startswith("op ok attempt 1: succeeded")
+        again = wardctl(d.env, "call", "p", "ok", "quick", "--args", "a")
+        assert "succeeded (already; the op is retained: nothing ran again)" in again.stdout
+        assert len(d.env.ledger_lines(d.env.cli_ledger)) == 1
+        assert wardctl(d.env, "call", "p", "no", "nofx", check=False).returncode == 4
+        assert wardctl(d.env, "call", "p", "no", "nofx", check=False).returncode == 4
+        unknown = wardctl(d.env, "call", "p", "un", "boom", check=False)
+        assert unknown.returncode == 3 and "op un attempt 1: unknown" in unknown.stdout
+        blocked = wardctl(d.env, "call", "p", "un", "boom", check=False)
+        assert blocked.returncode == 3 and "error: attempt_unknown" in blocked.stderr
+        assert "attempt: 1" in blocked.stderr
+        conflict = wardctl(d.env, "call", "p", "ok", "quick", "--args", "b", check=False)
+        assert conflict.returncode == 1 and "error: op_conflict" in conflict.stderr
+        wardctl(d.env, "consume", "ok")
+        consumed = wardctl(d.env, "call", "p", "ok", "quick", "--args", "a", "--json")
+        assert '"state": "consumed"' in consumed.stdout
+
     def test_a_refusal_is_1_and_a_usage_error_2_and_neither_changes_anything(self, make_daemon):
         d = make_daemon()
         set_up(d.env, "quick")
