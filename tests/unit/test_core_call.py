@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.unit.test_core_prepare_order import ACT, BOUND, World, _attempt, build
+from tests.unit._world import ACT, BOUND, World, attempt, build
 from wardd.daemon.core.attempts import Reroute
 from wardd.daemon.core.call import Answered, claim, precheck, repeated
 from wardd.daemon.core.changes import AppendEvent, NewAttempt, NewClaim, NewOp
@@ -43,7 +43,7 @@ def setup(
     ctx, view, _ = build(w or World())
     pview = ProgView(neuron=view.neuron, name="p", prog=view.prog)
     if states is not None and view.op is not None:
-        attempts = tuple(_attempt(i, s) for i, s in enumerate(states, 1))
+        attempts = tuple(attempt(i, s) for i, s in enumerate(states, 1))
         flags = {"cancelled": False, "consumed": False, **op}
         latest = attempts[-1].state if attempts else None
         o = attrs.evolve(
