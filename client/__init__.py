@@ -12,6 +12,8 @@
   Each returns a frozen record (`Operation`, `Dispatched`, `Status`, a
   `Page` of listings, ...) with the protocol's `StrEnum` states and
   ``to_wire()`` for the raw map. `Retry` says when `invoke` asks again.
+- `GuardedTool`: an agent framework's tool whose every run is one `call`
+  keyed by the caller (`arguments_key`, `canonical_arguments`).
 - `TrioClient` / `TrioSession`: the same classes as `AsyncClient` /
   `AsyncSession`, under the names they had when the client ran on trio only.
 - `ClientCore`: the sans-IO connection core both clients share.
@@ -24,6 +26,7 @@ from ._async import AsyncClient
 from ._async_session import AsyncSession
 from ._core import ClientCore, HelloResult, result_of
 from ._errors import (
+    ActFailed,
     ClientError,
     ConnectionClosed,
     FrameTooLarge,
@@ -70,12 +73,14 @@ from ._results import (
 from ._session import NO_VALUE, Retry
 from ._sync import Client
 from ._sync_session import Session
+from ._tools import GuardedTool, Key, arguments_key, canonical_arguments
 
 TrioClient = AsyncClient
 TrioSession = AsyncSession
 
 __all__ = [
     "Aborted",
+    "ActFailed",
     "AsyncClient",
     "AsyncSession",
     "Attempt",
@@ -89,9 +94,11 @@ __all__ = [
     "Dispatched",
     "EpochChanged",
     "FrameTooLarge",
+    "GuardedTool",
     "GrantChanged",
     "HelloResult",
     "HistoryRecord",
+    "Key",
     "KeyFileError",
     "ListedAttempt",
     "ManualTaken",
@@ -124,6 +131,8 @@ __all__ = [
     "TrioClient",
     "TrioSession",
     "Worker",
+    "arguments_key",
+    "canonical_arguments",
     "default_key_path",
     "default_socket_path",
     "result_of",

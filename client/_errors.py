@@ -11,6 +11,7 @@ None of these messages ever carries key material or a token handle.
 from __future__ import annotations
 
 __all__ = [
+    "ActFailed",
     "ClientError",
     "ConnectionClosed",
     "FrameTooLarge",
@@ -73,3 +74,21 @@ class MayHaveRun(ClientError):
             f"attempt {attempt} of op {op} is unknown{why}: it may have run; resolve it "
             f"(a receipt, or reconcile) before anything else: wardctl op show {op}"
         )
+
+
+class ActFailed(ClientError):
+    """An attempt's outcome is definite and without effect: ``failed`` (the
+    act raised `DefiniteFailure`) or ``not_executed``.
+
+    Raised by `GuardedTool`. `op`, `attempt` and `error` name the attempt
+    and say why; nothing was done, and the same op id never runs again by
+    a ``call`` (an ``invoke`` of the op, or a new op id, runs it again).
+    """
+
+    def __init__(self, op: str, attempt: int | None, status: str, error: object = None) -> None:
+        self.op = op
+        self.attempt = attempt
+        self.status = status
+        self.error = error
+        why = f": {error}" if error else ""
+        super().__init__(f"attempt {attempt} of op {op} {status}{why}; nothing was done")
