@@ -1,11 +1,12 @@
-"""Guarded dispatch over the wire: sequential and concurrent ``invoke`` of ``echo``.
+"""Guarded dispatch over the wire: sequential and concurrent ``invoke`` and ``call`` of ``echo``.
 
 Every ``invoke`` needs a fresh op (``submit``, its own commit): ops are
 submitted and every request is signed *before* the timed part, so the
 timed part measures ``invoke`` alone. The full submit+invoke cycle (the CPU
 round's figure: it is divided by a raw loop of 4 commits per cycle) is timed
-separately, its requests signed beforehand too. Clients are the project's
-blocking ``wardd.client.Client``.
+separately, its requests signed beforehand too. A ``call`` (submit and
+invoke in one request) needs no op beforehand: each timed ``call`` names a
+fresh op. Clients are the project's blocking ``wardd.client.Client``.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def timed_calls(client: Client, method: str,
         t = time.perf_counter()
         r = client.call(method, p)
         lat.append(time.perf_counter() - t)
-        if method == "invoke" and r["status"] != "succeeded":
-            raise RuntimeError(f"invoke did not succeed: {r}")
+        if method in ("invoke", "call") and r["status"] != "succeeded":
+            raise RuntimeError(f"{method} did not succeed: {r}")
     return len(params) / (time.perf_counter() - t0), lat
 
 
@@ -114,6 +115,48 @@ def sequential(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
     cyc_rate, cyc_lat = _cycles(client, pairs)
     return {"submit_rate": submit_rate, "rate": rate, "lat": lat, "cpu_per_invoke": cpu,
             "threads": threads, "cycle_rate": cyc_rate, "cycle_lat": cyc_lat, "paired": paired}
+
+
+def sequential_call(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
+                    workers: int = 2) -> dict[str, Any]:
+    """One repetition: n ``call`` s of fresh ops on one connection (timed), with
+    the daemon's CPU per call, in all and per thread."""
+    params = [actor.call_params(f"call{rep}-{i}") for i in range(n)]
+    c0 = cpu_s(d.pid)
+    t0 = thread_cpu(d.pid, workers)
+    rate, lat = timed_calls(client, "call", params)
+    cpu = (cpu_s(d.pid) - c0) / n
+    t1 = thread_cpu(d.pid, workers)
+    return {"rate": rate, "lat": lat, "cpu_per_call": cpu,
+            "threads": {k: (t1[k] - t0[k]) / n for k in t1}}
+
+
+def concurrent_call(root: Path, *, workers: int, clients: int, neurons: int, per_client: int,
+                    probe_interval: float, rep: int) -> dict[str, Any]:
+    """One repetition on a fresh daemon: ``clients`` threads, each with its own
+    connection, over ``neurons`` neurons bound round-robin to the workers,
+    each running ``per_client`` ``call`` s of fresh ops, while a prober process
+    calls ``status`` (the load shape of `concurrent`'s cycles)."""
+    d = Daemon(root / f"call-w{workers}-{rep}", workers=workers)
+    conns: list[Client] = []
+    try:
+        d.start()
+        admin = d.connect()
+        conns.append(admin)
+        actors = [Actor(admin, worker=f"w{i % workers}") for i in range(neurons)]
+        for _ in range(clients):
+            conns.append(d.connect())
+        cl = conns[1:]
+        params = [[actors[j % neurons].call_params(f"m{j}-{i}") for i in range(per_client)]
+                  for j in range(clients)]
+        out = _loaded(d, admin, [lambda j=j: timed_calls(cl[j], "call", params[j])
+                                 for j in range(clients)], clients * per_client, probe_interval)
+        return out
+    finally:
+        for c in conns:
+            c.close()
+        d.stop()
+        d.cleanup()
 
 
 def status_latencies(client: Client, n: int) -> list[float]:

@@ -174,6 +174,12 @@ class Actor:
     def submit_params(self, op: str, args: bytes = b"x" * 32) -> dict[str, Any]:
         return self.sign("submit", {"prog": self.prog, "op": op, "act": "echo", "args": args})
 
+    def call_params(self, op: str, args: bytes = b"x" * 32) -> dict[str, Any]:
+        """Pre-signed ``call`` of a new op (``expected_epoch`` sent, as a session
+        that pins its epoch sends it; the daemon takes the current generation)."""
+        return self.sign("call", {"prog": self.prog, "op": op, "act": "echo", "args": args,
+                                  "expected_epoch": self.epoch})
+
     def invoke_params(self, op: str) -> dict[str, Any]:
         """Pre-signed ``invoke`` of attempt 1 (valid until the placement or epoch changes)."""
         return self.sign("invoke", {"op": op, "expected_attempt": 1,

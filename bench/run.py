@@ -21,6 +21,12 @@ filesystem). Results, method and analysis: docs/performance.md.
 3. concurrent: 16 clients over 4 neurons, workers=2 and 4: ``invoke`` of
    pre-submitted ops, then full submit+invoke cycles, each under a
    ``status`` prober, with the writer's batch statistics from ``status``;
+3b. ``call`` (submit and invoke in one signed request, of a fresh op each):
+   one blocking client, with the daemon's CPU per call by thread, paired
+   with a DBOS repetition (one-step workflows/s) after each repetition;
+   then 16 clients over 4 neurons under a ``status`` prober, workers=2 and
+   4, each repetition paired with DBOS steps/s (``--only call,dbos``: the
+   call rows alone, with their peer);
 4. the peer: DBOS Transact with its SQLite system database created in WAL
    mode, durable no-op steps/s and one-step workflows/s (its own venv,
    ``bench/.venv-dbos``, created on first use);
@@ -87,7 +93,7 @@ import _retention  # noqa: E402
 from _common import Results, fmt_ms, fmt_rate, log, percentile, section  # noqa: E402
 from _wardd import Actor, Daemon  # noqa: E402
 
-SECTIONS = ("raw", "sequential", "concurrent", "dbos", "recovery", "status1m", "rss",
+SECTIONS = ("raw", "sequential", "concurrent", "call", "dbos", "recovery", "status1m", "rss",
             "retention", "prune", "metrics", "hostile")
 
 # name -> settings; "default" took 401 s on 2 cores under a load average of 2.4
@@ -129,6 +135,10 @@ TARGETS: list[tuple[str, str, str, float, str]] = [
     ("seq_dbos", "sequential submit+invoke ÷ DBOS one-step workflows/s", ">=", 1.5, "×"),
     ("conc_dbos", f"{CLIENTS} clients over {NEURONS} neurons, submit+invoke ÷ DBOS steps/s",
      ">=", 1.2, "×"),
+    ("call_cpu", "daemon CPU per sequential call", "<=", 0.6, " ms"),
+    ("call_seq_dbos", "sequential call ÷ DBOS one-step workflows/s", ">=", 2.0, "×"),
+    ("call_conc_dbos", f"{CLIENTS} clients over {NEURONS} neurons, call ÷ DBOS steps/s", ">=",
+     1.2, "×"),
     ("prune_large", "prune 2,000 finished ops with 16 KiB args, after a restart", "<=", 5.0,
      " s"),
     ("prune_backlog", "prune a backlog of 100k small finished ops", "<=", 25.0, " s"),
@@ -455,6 +465,84 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         R.value("dbos.paired_conc", dbos_reps)
 
 
+def bench_call(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
+    section("3b. call: submit and invoke in one signed request, a fresh op each")
+    box: PeerBox = cfg["peer"]
+    n = cfg["seq_n"]
+    d = Daemon(tmp / "call-seq", workers=2)
+    out: list[dict[str, Any]] = []
+    try:
+        d.start()
+        c = d.connect()
+        actor = Actor(c)
+        for rep in range(cfg["reps"]):
+            o = _dispatch.sequential_call(d, actor, c, n, rep)
+            dr = box.rep(cfg["dbos_steps"], cfg["dbos_wf"]) if rep < cfg["dbos_reps"] else None
+            if dr is not None:
+                o["dbos_ratio"] = o["rate"] / dr["workflows"]
+                o["dbos_workflows"] = dr["workflows"]
+                R.value("dbos.paired_call", [*(R.values.get("dbos.paired_call") or []), dr])
+            out.append(o)
+        c.close()
+    finally:
+        d.stop()
+        d.cleanup()
+    lat = [x for o in out for x in o["lat"]]
+    s = R.stat("call.seq", [o["rate"] for o in out])
+    print(f"   sequential call              {s}   p50 {fmt_ms(percentile(lat, 50))}"
+          f" p99 {fmt_ms(percentile(lat, 99))}")
+    cpu = R.stat("call.cpu_us", [o["cpu_per_call"] * 1e6 for o in out], " µs")
+    print(f"   daemon CPU per call          {cpu}   (user+sys, all threads), of which:")
+    for role in ("event loop", "writer", "workers", "other"):
+        t = R.stat(f"call.cpu_us.{role}", [o["threads"][role] * 1e6 for o in out], " µs")
+        print(f"      {role:<12} {t}")
+    if any("dbos_ratio" in o for o in out):
+        r = R.stat("call.seq_dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o],
+                   "×")
+        w = R.stat("call.paired_dbos_workflows",
+                   [o["dbos_workflows"] for o in out if "dbos_workflows" in o])
+        print(f"   ÷ DBOS one-step workflows/s measured right after each repetition: {r}\n"
+              f"      (the paired DBOS repetitions: {w})")
+    _call_concurrent(R, tmp, cfg, box)
+
+
+def _call_concurrent(R: Results, tmp: Path, cfg: dict[str, Any], box: PeerBox) -> None:
+    best = None
+    for w in WORKER_COUNTS:
+        out = []
+        for rep in range(cfg["conc_reps"]):
+            o = _dispatch.concurrent_call(
+                tmp, workers=w, clients=CLIENTS, neurons=NEURONS, per_client=cfg["conc_per"],
+                probe_interval=PROBE_INTERVAL, rep=rep)
+            dr = box.rep(cfg["dbos_steps"], 0)
+            if dr is not None:
+                o["dbos_ratio"] = o["rate"] / dr["steps"]
+                o["dbos_steps"] = dr["steps"]
+                R.value("dbos.paired_call", [*(R.values.get("dbos.paired_call") or []),
+                                             {"steps": dr["steps"], "workers": w}])
+            out.append(o)
+        lat = [x for o in out for x in o["lat"]]
+        slat = [x for o in out for x in o["status_lat"]]
+        s = R.stat(f"call.w{w}.conc", [o["rate"] for o in out])
+        print(f"   {CLIENTS} clients, workers={w}: call {s}   p50 {fmt_ms(percentile(lat, 50))}"
+              f" p99 {fmt_ms(percentile(lat, 99))}")
+        cpu = R.stat(f"call.w{w}.cpu_us", [o["cpu_per_call"] * 1e6 for o in out], " µs")
+        mb = C.Stat([o["mean_batch"] for o in out], " units")
+        print(f"      daemon CPU per call {cpu}; daemon busy"
+              f" {C.Stat([o['cpu_share'] for o in out], ' cores')}; writer mean_batch {mb};"
+              f" status p99 {fmt_ms(percentile(slat, 99))}")
+        if any("dbos_ratio" in o for o in out):
+            r = R.stat(f"call.w{w}.dbos_ratio",
+                       [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
+            ds = R.stat(f"call.w{w}.paired_dbos_steps",
+                        [o["dbos_steps"] for o in out if "dbos_steps" in o])
+            print(f"      ÷ DBOS durable steps/s measured right after each repetition: {r}\n"
+                  f"         (the paired DBOS repetitions: {ds})")
+        if best is None or s.median > R.stats[f"call.w{best}.conc"].median:
+            best = w
+    R.value("call.best_workers", best)
+
+
 def bench_dbos(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     section("4. the peer: DBOS Transact (Python) on its SQLite system database")
     cfg["peer"].close()
@@ -464,7 +552,14 @@ def bench_dbos(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         return
     paired = R.values.get("dbos.paired") or []
     conc = R.values.get("dbos.paired_conc") or []
+    call = R.values.get("dbos.paired_call") or []
     final = R.values.get("dbos.wal.final") or {}
+    if call:
+        steps = C.Stat([x["steps"] for x in call], " /s")
+        wfs = [x["workflows"] for x in call if "workflows" in x]
+        print(f"   DBOS {final.get('version')} (WAL), paired with the call section's"
+              f" repetitions: durable no-op steps {steps}"
+              + (f", one-step workflows {C.Stat(wfs, ' /s')}" if wfs else ""))
     if paired or conc:  # measured interleaved with the wardd repetitions
         print(f"   DBOS {final.get('version')}, file pre-created in WAL (journal_mode="
               f"{final.get('journal_mode')}, synchronous={final.get('synchronous')}); one"
@@ -476,10 +571,10 @@ def bench_dbos(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         if paired:
             wfs = R.stat("dbos.wal.workflows", [x["workflows"] for x in paired])
             print(f"      one-step workflows                  {wfs}")
-    modes = ["default"] if paired else ["wal"]
+    modes = ["default"] if paired or call else ["wal"]
     if cfg["dbos_default"] and "default" not in modes:
         modes.append("default")
-    if not cfg["dbos_default"] and paired:
+    if not cfg["dbos_default"] and (paired or call):
         return
     for journal in modes:
         try:
@@ -821,6 +916,39 @@ def _btrees(unit: dict[str, Any]) -> str:
     return ", ".join(f"{b} {x:.1f}" for b, x in unit["by_btree"].items() if x >= 0.1)
 
 
+def _call_rows(rows: dict[str, dict[str, Any]], v: dict[str, Any], med: Any, div: Any, f: Any,
+               pick: Any, dbos_steps: float | None, dbos_wf: float | None) -> None:
+    """The call section's rows: its CPU per sequential call (per thread), and
+    its two DBOS ratios, each paired with the DBOS repetition right after."""
+    roles = ("event loop", "writer", "workers", "other")
+    cpu = med("call.cpu_us")
+    rows["call_cpu"] = dict(
+        value=None if cpu is None else cpu / 1000, paired=None,
+        threads_us={r: med(f"call.cpu_us.{r}") for r in roles},
+        compared="daemon user+sys CPU over the sequential call loop ÷ calls",
+        detail=", ".join(f"{r} {f(med(f'call.cpu_us.{r}'))} µs" for r in roles)
+        + f" (medians per thread; total {f(cpu)} µs)")
+    seq = med("call.seq")
+    x, paired = pick(med("call.seq_dbos_ratio"), div(seq, dbos_wf))
+    rows["call_seq_dbos"] = dict(
+        value=x, paired=paired,
+        compared="sequential calls/s (a fresh op each) ÷ DBOS one-step workflows/s",
+        detail=f"{f(seq)}/s vs {f(med('call.paired_dbos_workflows'))}/s in the paired"
+               " repetitions")
+    best = v.get("call.best_workers")
+    conc = med(f"call.w{best}.conc") if best else None
+    others = "; ".join(f"workers={w}: {f(med(f'call.w{w}.conc'))}/s,"
+                       f" {f(med(f'call.w{w}.dbos_ratio'))}× paired"
+                       for w in WORKER_COUNTS if w != best)
+    x, paired = pick(med(f"call.w{best}.dbos_ratio"), div(conc, dbos_steps))
+    rows["call_conc_dbos"] = dict(
+        value=x, paired=paired, workers=best,
+        compared=f"{CLIENTS} clients' calls/s together (workers={best}, the faster) ÷ DBOS"
+                 " durable no-op steps/s (one workflow)",
+        detail=f"workers={best}: {f(conc)}/s vs {f(med(f'call.w{best}.paired_dbos_steps'))}"
+               f" steps/s in the paired repetitions; {others}" if best else "")
+
+
 def summary(R: Results) -> dict[str, dict[str, Any]]:
     """The performance targets' table from this run's figures: one row per target, with its
     value, the target and the verdict, printed and kept for ``--json``.
@@ -860,6 +988,13 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
       the worker count (2 or 4) with the higher median: ÷ the same raw
       4-commit loop (one connection, sequential: the disk's figure, as the
       CPU round defined it) and ÷ DBOS durable no-op steps/s (one workflow of N steps).
+    - call_cpu: the daemon's user+sys CPU over the sequential ``call`` loop
+      (a fresh op each: submit and invoke in one request) ÷ calls, with
+      each thread's share.
+    - call_seq_dbos / call_conc_dbos: sequential calls/s ÷ DBOS one-step
+      workflows/s, and 16 clients' calls/s over 4 neurons (the better of
+      workers=2 and 4) ÷ DBOS durable no-op steps/s, each paired with the
+      DBOS repetition run right after its call repetition.
     - status_w2 / status_w4: p99 of ``status`` called every 5 ms by a
       separate process during those submit+invoke cycles.
     - status_1m: the same p99 during the same load shape, on a daemon
@@ -963,6 +1098,7 @@ def summary(R: Results) -> dict[str, dict[str, Any]]:
                f" {f(med(f'conc.w{best}.paired_dbos_steps'))} steps/s in the paired"
                f" repetitions (ratio of medians over all DBOS repetitions"
                f" {f(div(conc_cyc, dbos_steps))}×)")
+    _call_rows(rows, v, med, div, f, pick, dbos_steps, dbos_wf)
     for w in WORKER_COUNTS:
         p99 = _num(v.get(f"conc.w{w}.cycle_status_p99_ms"))
         inv = _num(v.get(f"conc.w{w}.status_p99_ms"))
@@ -1099,7 +1235,8 @@ def main(argv: list[str] | None = None) -> int:
         repo_same = C.same_fs(tmp, HERE)
         print(f"same filesystem as the repository: {'yes' if repo_same else 'no'}")
         fns = {"raw": bench_raw, "sequential": bench_sequential,
-               "concurrent": bench_concurrent, "dbos": bench_dbos, "recovery": bench_recovery,
+               "concurrent": bench_concurrent, "call": bench_call, "dbos": bench_dbos,
+               "recovery": bench_recovery,
                "status1m": bench_status_1m, "rss": bench_rss, "retention": bench_retention,
                "prune": bench_prune,
                "metrics": bench_metrics,

@@ -16,7 +16,8 @@ import run  # noqa: E402
 from _common import Results  # noqa: E402
 
 # the targets table, in its order; then the rows kept from earlier rounds
-ROWS = ["cpu", "wal_pages", "seq_dbos", "conc_dbos", "prune_large", "prune_backlog",
+ROWS = ["cpu", "wal_pages", "seq_dbos", "conc_dbos", "call_cpu", "call_seq_dbos",
+        "call_conc_dbos", "prune_large", "prune_backlog",
         "prune_p99", "status_w2", "status_w4", "status_1m", "recovery"]
 KEPT = ["engine", "seq_raw4", "conc_raw4", "rss", "tombstone", "metrics"]
 
@@ -27,7 +28,8 @@ def _results(**over: float) -> Results:
     fig = {"seq.cpu_us": 600.0, "engine.ratio": 0.7, "seq.wal_pages": 5.0, "seq.raw4_ratio": 0.5,
            "seq.dbos_cycle_ratio": 1.8, "conc.w4.raw4_ratio": 1.0, "conc.w4.dbos_ratio": 1.5,
            "recovery.ready_s": 0.8, "rss.conns_mib": 50.0, "conc.w2.cycle": 100.0,
-           "conc.w4.cycle": 200.0}
+           "conc.w4.cycle": 200.0, "call.cpu_us": 600.0, "call.seq_dbos_ratio": 2.0,
+           "call.w4.dbos_ratio": 1.2, "call.w4.conc": 300.0}
     fig |= {"prune.large_s": 5.0, "prune.backlog_s": 25.0}
     fig.update({k.replace("__", "."): v for k, v in over.items()})
     for key, x in fig.items():
@@ -36,6 +38,7 @@ def _results(**over: float) -> Results:
         else:
             R.stat(key, [x])
     R.value("conc.best_workers", 4)
+    R.value("call.best_workers", 4)
     R.value("conc.w2.cycle_status_p99_ms", 4.0)
     R.value("conc.w4.cycle_status_p99_ms", 3.0)
     R.value("status1m.w2.cycle_status_p99_ms", 3.5)
