@@ -46,6 +46,10 @@ def test_readme_tour(make_daemon):
     for kind in ("submitted", "prepared", "claimed", "outcome"):
         assert kind in hist
     assert "hello" in wardctl(env, "consume", "op-1").stdout
+    first = wardctl(env, "call", "notes", "op-3", "echo", "--args", "hi").stdout
+    assert first.startswith("op op-3 attempt 1: succeeded") and "hi" in first
+    again = wardctl(env, "call", "notes", "op-3", "echo", "--args", "hi").stdout
+    assert "(already; the op is retained: nothing ran again)" in again and "hi" in again
     wardctl(env, "submit", "notes", "op-2", "tool.run", "--args", "input on stdin")
     out = wardctl(env, "invoke", "op-2").stdout
     assert f"input on stdin ran as {neuron}/op-2/1" in out
