@@ -11,9 +11,21 @@ import shlex
 
 import pytest
 
-from tests.daemon.harness import Actor, Env, code_of, key, wait_for
-from wardd.client import Called, Session
+from tests.daemon.backends import backend, run_on
+from tests.daemon.harness import Actor, Background, Env, code_of, key, wait_for
+from wardd.client import (
+    ActFailed,
+    AsyncClient,
+    AsyncSession,
+    Called,
+    GuardedTool,
+    MayHaveRun,
+    Session,
+    arguments_key,
+)
 from wardd.protocol import AttemptState, AttemptUnknown, OpConflict, OpState
+
+__all__ = ["backend"]  # the fixture, used by name
 
 
 def call_env() -> Env:
@@ -163,27 +175,10 @@ class TestCall:
         attempt unknown at the next start, and the same call runs nothing."""
         d, env = actor.daemon, actor.daemon.env
         params = {"prog": actor.prog, "op": "g1", "act": "gated", "args": b""}
-        signed = actor.neuron.sign("call", params, d.connect().hello_result.network)
-        client = d.connect()
-        client_call = client.call
-        import threading
-
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                client_call("call", signed)
-            except BaseException as exc:  # noqa: BLE001 - the answer is lost with the daemon
-                errors.append(exc)
-
-        t = threading.Thread(target=run, name="slow call")
-        t.start()
-        try:
-            wait_for(env.started_marker("g1").exists, what="the gated act to start")
-            d.kill()
-        finally:
-            t.join(30)
-        assert errors, "the call's answer cannot arrive from a killed daemon"
+        slow = Background(actor.call, "call", params, d.connect())
+        wait_for(env.started_marker("g1").exists, what="the gated act to start")
+        d.kill()
+        slow.error_of()  # the answer is lost with the daemon
         d.start()
         actor.client = d.connect()
         actor.bind(0)
@@ -223,3 +218,30 @@ class TestSessionCall:
         session = Session(d.connect(), a.neuron)
         assert session.call(a.prog, "r1", "stamp", rebind_stale=True).status == "succeeded"
         assert runs(a) == [key(a, "r1")]
+
+
+class TestAsyncCall:
+    def test_async_session_call_and_a_guarded_tool(self, backend: str, actor) -> None:
+        """AsyncSession.call and GuardedTool under asyncio and trio alike: one
+        run per key, typed errors for a failure and for what may have run."""
+        d = actor.daemon
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = AsyncSession(client, actor.neuron)
+                got = await session.call(actor.prog, "a1", "stamp", b"x")
+                assert got.status is AttemptState.SUCCEEDED
+                assert (await session.call(actor.prog, "a1", "stamp", b"x")).already
+                tool = GuardedTool(session, actor.prog, "stamp")
+                key = arguments_key("run-1")
+                first = await tool(key, {"n": 1})
+                assert await tool(key, {"n": 1}) == first
+                with pytest.raises(ActFailed):
+                    await GuardedTool(session, actor.prog, "nofx")("f", {})
+                for _ in range(2):
+                    with pytest.raises(MayHaveRun) as ei:
+                        await GuardedTool(session, actor.prog, "lost")("u", {})
+                    assert (ei.value.op, ei.value.attempt) == ("u", 1)
+
+        run_on(backend, body)
+        assert len(runs(actor)) == 3  # a1, run-1's key, and "lost" once
