@@ -53,9 +53,9 @@ def actor(make_daemon) -> Actor:
     return Actor(d, acts=("stamp", "lost", "nofx", "echo", "gated"))
 
 
-def call(a: Actor, op: str, act: str = "stamp", args: bytes = b"x", **extra) -> dict:
+def call(a: Actor, op: str, act: str = "stamp", args: bytes = b"x", client=None, **extra) -> dict:
     params = {"prog": a.prog, "op": op, "act": act, "args": args, **extra}
-    return a.call("call", params)
+    return a.call("call", params, client)
 
 
 def runs(a: Actor) -> list[str]:
@@ -134,6 +134,21 @@ class TestCall:
         assert err.code == "attempt_unknown" and err.data == {"op": "u1", "attempt": 1}
         assert runs(actor) == [key(actor, "u1")]
         assert len(actor.op("u1")["attempts"]) == 1
+
+    def test_the_same_call_while_the_first_runs_is_attempt_busy_and_runs_nothing(self, actor):
+        """Two identical calls at once: the second one is refused (naming the
+        running attempt), and after the first ends the same call answers it."""
+        env = actor.daemon.env
+        other = actor.daemon.connect()
+        first = Background(lambda: call(actor, "g2", "gated", b"", client=other))
+        wait_for(env.started_marker("g2").exists, what="the gated act to start")
+        err = code_of(call, actor, "g2", act="gated", args=b"")
+        assert err.code == "attempt_busy" and err.data == {"op": "g2", "attempt": 1}
+        env.open_gate("g2")
+        assert first.result()["status"] == "succeeded"
+        again = call(actor, "g2", act="gated", args=b"")
+        assert again["already"] is True and again["status"] == "succeeded"
+        assert runs(actor) == [key(actor, "g2")]
 
     def test_unknown_act_and_stale_placement_write_nothing(self, make_daemon):
         """A refused call leaves no op behind: the same call succeeds once its cause is gone."""
