@@ -38,6 +38,8 @@ from wardd.daemon.core.attempts import (
     void,
 )
 from wardd.daemon.core.budget import exhaust, reserve_steps, set_step_limit, settle_steps
+from wardd.daemon.core.call import Answered
+from wardd.daemon.core.call import claim as call_claim
 from wardd.daemon.core.ops import cancel, consume, rebind, reconcile, submit
 from wardd.daemon.core.records import (
     Attempt,
@@ -437,6 +439,36 @@ class CoreMachine(RuleBasedStateMachine):
             lambda: invoke_claim(r.ctx(), view, p, worker="w0", claim_info=None, stopping=False),
         )
         if isinstance(got, ch.Decision):
+            self.check_claimed(got.reply)
+
+    @rule(name=st.sampled_from(NAMES), args=st.sampled_from([b"x", b"x", b"x", b""]))
+    def call(self, name: str, args: bytes) -> None:
+        """contract §3.2.6: submit and invoke in one decision; an op with an
+        attempt that reached a claim is answered, never run again."""
+        r = self.r
+        before = r.op_view(name)
+        claimed_before = [a for a in before.attempts if a.state != A.VOID]
+        p = {"prog": "p", "op": name, "act": ACT, "args": args}
+        got = self.decide(
+            "call",
+            lambda: call_claim(
+                r.ctx(),
+                r.prog_view(),
+                r.op_view(name),
+                p,
+                next_op_id=next(r.ids),
+                next_attempt_id=next(r.ids),
+                worker="w0",
+                claim_info=None,
+                stopping=False,
+            ),
+        )
+        if not isinstance(got, ch.Decision):
+            return
+        if isinstance(got.reply, Answered):
+            assert got.changes == () and got.reply.result["already"] is True
+        elif isinstance(got.reply, AttemptRef):
+            assert not claimed_before, "a call ran an op that had already run"
             self.check_claimed(got.reply)
 
     @rule(name=st.sampled_from(NAMES))
