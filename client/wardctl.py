@@ -843,15 +843,18 @@ def _read_args(ctx: _Context) -> bytes:
     return b""
 
 
+_PRUNED = (
+    "it ended and was pruned: its result and records are gone, and it can never run again "
+    "(choose a new op id to run the act again)"
+)
+
+
 def _submit(ctx: _Context) -> int:
     args = _read_args(ctx)
     result = ctx.session().submit(ctx.args.prog, ctx.args.op, ctx.args.act, args).to_wire()
     text = f"op {result.get('op')}: {result.get('state')}{_already(result)}"
     if result.get("pruned"):  # contract §3.9: the tombstone keeps idempotency
-        text += (
-            "; it ended and was pruned: its result and records are gone, and it can "
-            "never run again (choose a new op id to run the act again)"
-        )
+        text += f"; {_PRUNED}"
     return _out(ctx, result, text)
 
 
@@ -915,6 +918,8 @@ def _call(ctx: _Context) -> int:
             "the outcome is unknown: resolve it with a receipt (wardctl receipts) or "
             "wardctl reconcile"
         )
+    if result.get("pruned"):
+        lines.append(_PRUNED)
     _out(ctx, result, lines)
     return _call_exit(status, state)
 

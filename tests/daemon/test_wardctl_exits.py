@@ -100,3 +100,5 @@ class TestListingsForScripts:
         assert "op gone was pruned" in history and "no records" not in history
         again = wardctl(d.env, "submit", "p", "gone", "quick").stdout
         assert again.startswith("op gone: consumed (already); it ended and was pruned")
+        called = wardctl(d.env, "call", "p", "gone", "quick").stdout  # exit 0: consumed
+        assert called.startswith("op gone: consumed (already") and "was pruned" in called
