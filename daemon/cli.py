@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "the key and the reason.",
     )
     chk.add_argument("path", metavar="PATH")
+    _mcp_parser(sub)
     sub.add_parser(
         "default-config",
         help="print the embedded default configuration: every key, commented",
@@ -86,10 +87,61 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _mcp_parser(sub: Any) -> None:
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve the acts of a prog as the tools of an MCP host (docs/recipes.md)",
+        description="An MCP server whose tools are guarded acts: each tools/call runs its act "
+        "at most once per idempotency key (params.idempotencyKey, _meta "
+        '"wardd/idempotency_key", a digest of the arguments for a tool with key = '
+        '"arguments", else a fresh op id). It is a client of the daemon: at start it '
+        "registers the neuron of the config's key, creates the prog and grants the tools' "
+        "acts when they are missing, and places the neuron on the configured worker (again "
+        "after every daemon restart). By default it serves one host over stdin and stdout "
+        "(an MCP host starts it); with --http it serves streamable HTTP at /mcp.",
+        epilog="Exit statuses: 0 the host closed stdin (with --http: SIGINT or SIGTERM), 78 "
+        "configuration error (one line naming the file and the key, as check-config) or an "
+        "--http address that is not loopback, 1 other start-up failure (the key file, the "
+        "daemon cannot be reached or refused the set-up, an act the daemon lacks). Needs "
+        "the MCP SDK: pip install 'wardd[mcp]'. Docs: docs/recipes.md ('Guard the tools of "
+        "an MCP host'), docs/configuration.md ('wardd mcp').",
+    )
+    mcp.add_argument(
+        "--config",
+        metavar="PATH",
+        required=True,
+        help="the mcp.toml: socket, key, prog, worker, step_limit and one "
+        '[tools."<act>"] table per tool (docs/configuration.md)',
+    )
+    mcp.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio; HOST must be a "
+        "loopback IP address (127.0.0.1, [::1]): the tools have no authentication. Port 0 "
+        "takes a free port (logged as mcp_listening)",
+    )
+
+
+def _run_mcp(args: argparse.Namespace) -> int:
+    from wardd.daemon.app import VERSION
+
+    try:
+        from wardd.mcpserver import run_mcp
+    except ImportError as exc:
+        print(
+            f"wardd: `wardd mcp` needs the MCP SDK ({exc}): pip install 'wardd[mcp]'",
+            file=sys.stderr,
+        )
+        return EXIT_START
+    return run_mcp(args.config, args.http, VERSION)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from wardd.daemon.config import DEFAULT_TOML, ConfigError, load_config
 
+    if args.command == "mcp":
+        return _run_mcp(args)
     if args.command == "default-config":
         sys.stdout.write(DEFAULT_TOML)
         return 0

@@ -43,7 +43,14 @@ from wardd.adapters import AdapterConfigError, build_adapter
 from wardd.protocol import DEFAULT_MAX_FRAME, MAX_MAX_FRAME, MIN_MAX_FRAME, is_id
 from wardd.protocol import default_socket_path as _default_socket_path
 
-__all__ = ["Config", "ConfigError", "DEFAULT_TOML", "load_config", "parse_config"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DEFAULT_TOML",
+    "load_config",
+    "loopback_listen",
+    "parse_config",
+]
 
 DEFAULT_TOML = """\
 # wardd configuration: every key with its default value (docs/configuration.md).
@@ -383,7 +390,9 @@ def _logs_and_upkeep(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         "prune_interval_s": prune_interval_s,
         "notify_argv": _notify_argv(source, data.get("notify_argv", [])),
         "notify_timeout_s": _seconds(source, "notify_timeout_s", data.get("notify_timeout_s", 10)),
-        "metrics_listen": _loopback(source, "metrics_listen", data.get("metrics_listen", "")),
+        "metrics_listen": loopback_listen(
+            source, "metrics_listen", data.get("metrics_listen", ""), why="the metrics"
+        ),
     }
 
 
@@ -436,8 +445,12 @@ def _notify_argv(source: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _loopback(source: str, key: str, value: Any) -> tuple[str, int] | None:
-    """``"host:port"`` (``"[::1]:port"`` for IPv6) with a loopback IP, or "" (None)."""
+def loopback_listen(source: str, key: str, value: Any, *, why: str) -> tuple[str, int] | None:
+    """``"host:port"`` (``"[::1]:port"`` for IPv6) with a loopback IP, or "" (None).
+
+    `why` names what would be served without authentication (``"the
+    metrics"``): the reason a non-loopback address is refused. ``wardd mcp
+    --http`` is checked here too."""
     if not isinstance(value, str):
         raise ConfigError(source, key, 'must be a string "host:port" (or "" for none)')
     if not value:
@@ -452,7 +465,7 @@ def _loopback(source: str, key: str, value: Any) -> tuple[str, int] | None:
         ) from None
     if not ip.is_loopback:
         raise ConfigError(
-            source, key, f"{value!r} is not a loopback address: the metrics have no authentication"
+            source, key, f"{value!r} is not a loopback address: {why} have no authentication"
         )
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(source, key, f"{value!r}: the port must be a number from 0 to 65535")

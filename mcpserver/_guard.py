@@ -1,0 +1,199 @@
+"""The daemon side of ``wardd mcp``: set-up at start, placement, one call per tool call.
+
+`Guard` talks to the daemon as any client does (`AsyncClient`,
+`AsyncSession`), with the neuron of the configured key. Each tool call opens
+a connection of its own: its ``hello`` tells which boot answers, so a daemon
+restarted between two calls costs one `ensure_placement`, never a lost
+answer to a request sent on a connection that was already dead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import attrs
+import structlog
+
+from wardd.client import (
+    AsyncClient,
+    AsyncSession,
+    ClientError,
+    ConnectionClosed,
+    Neuron,
+)
+from wardd.protocol import PlacementStale, UnknownProg, WarddError
+
+from ._config import McpConfig
+from ._results import Answer, Finished, Lost, Refused, Unreachable
+
+__all__ = ["Guard", "SetUpFailed"]
+
+CLIENT_NAME = "wardd-mcp"
+log = structlog.get_logger("wardd.mcp")
+
+
+class SetUpFailed(Exception):
+    """The start could not prepare the neuron, prog, grant or placement (one line)."""
+
+
+@attrs.define(eq=False)
+class Guard:
+    """The configured neuron, prog and worker, and the boot it is placed on."""
+
+    config: McpConfig
+    neuron: Neuron
+    _placed_boot: str | None = None
+    _placing: anyio.Lock = attrs.field(factory=anyio.Lock)
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[AsyncSession]:
+        async with AsyncClient.connect(self.config.socket, client_name=CLIENT_NAME) as client:
+            yield AsyncSession(client, self.neuron)
+
+    # -- the start ----------------------------------------------------------------
+    async def set_up(self) -> None:
+        """Register the neuron, create the prog and grant the tools' acts when
+        they are missing (each step idempotent), check that the worker accepts
+        every act, and place the neuron. Raises `SetUpFailed`."""
+        try:
+            async with self._session() as session:
+                await session.register()
+                await self._ensure_prog(session)
+                await self._ensure_grant(session)
+                await self._check_worker(session)
+                await self._place(session)
+        except (OSError, ClientError) as exc:
+            raise SetUpFailed(f"cannot use the daemon at {self.config.socket}: {exc}") from exc
+        except WarddError as exc:
+            raise SetUpFailed(f"the daemon refused the set-up ({exc.code}): {exc}") from exc
+
+    async def _ensure_prog(self, session: AsyncSession) -> None:
+        try:
+            await session.get_prog(self.config.prog)
+        except UnknownProg:
+            await session.create_prog(self.config.prog, self.config.step_limit)
+            log.info("mcp_prog_created", prog=self.config.prog, step_limit=self.config.step_limit)
+
+    async def _ensure_grant(self, session: AsyncSession) -> None:
+        """Add the acts the grant lacks; an existing grant keeps its other acts
+        and its ``enabled`` (an operator's disable is not undone by a start)."""
+        root = await session.get_neuron()
+        grant = (root.grants or {}).get(self.config.prog) or {}
+        have = set(grant.get("acts") or [])
+        missing = {t.act for t in self.config.tools} - have
+        enabled = bool(grant.get("enabled", True))
+        if missing:
+            await session.grant(
+                self.config.prog,
+                have | missing,
+                enabled=enabled,
+                expected_policy_version=root.policy_version,
+            )
+            log.info("mcp_granted", prog=self.config.prog, acts=sorted(missing))
+        if not enabled:
+            log.warning("mcp_grant_disabled", prog=self.config.prog)
+
+    async def _check_worker(self, session: AsyncSession) -> None:
+        workers = {w.worker: w for w in await session.workers()}
+        worker = workers.get(self.config.worker)
+        if worker is None:
+            hosted = ", ".join(sorted(workers)) or "none"
+            raise SetUpFailed(
+                f"worker: the daemon hosts no worker {self.config.worker!r} (it hosts: {hosted})"
+            )
+        accepted = set(worker.descriptor.get("acts") or [])
+        for tool in self.config.tools:
+            if tool.act not in accepted:
+                raise SetUpFailed(
+                    f'tools."{tool.act}": the daemon has no act {tool.act!r} '
+                    f"(its acts: {', '.join(sorted(accepted))}); configure it in the "
+                    "daemon's [acts] first"
+                )
+
+    async def _place(self, session: AsyncSession, *, again: bool = False) -> None:
+        """Place the neuron on this boot's worker unless it already is (one at a time)."""
+        boot = session.client.hello_result.boot
+        async with self._placing:
+            if boot == self._placed_boot and not again:
+                return
+            placed = await session.ensure_placement(self.config.worker)
+            self._placed_boot = boot
+        if placed.bound:
+            log.info("mcp_placed", worker=self.config.worker, boot=boot)
+
+    # -- one tool call ------------------------------------------------------------
+    async def dispatch(self, op: str, act: str, args: bytes) -> Answer:
+        """Run `op` once, as the daemon's `call` does; never raises.
+
+        Shielded: a cancelled tool call never cancels a dispatch once it
+        started, so its result still lands (and is logged)."""
+        answer: Answer = Unreachable("the call was not made")
+        with anyio.CancelScope(shield=True):
+            answer = await self._dispatch(op, act, args)
+        return answer
+
+    async def _dispatch(self, op: str, act: str, args: bytes) -> Answer:
+        try:
+            async with self._session() as session:
+                try:
+                    await self._place(session)
+                except (ConnectionClosed, OSError) as exc:
+                    return Unreachable(str(exc))
+                except (WarddError, ClientError) as exc:
+                    return _refused(exc)
+                return await self._call(session, op, act, args)
+        except (OSError, ClientError) as exc:  # connect or hello: nothing was sent
+            return Unreachable(str(exc))
+
+    async def _call(self, session: AsyncSession, op: str, act: str, args: bytes) -> Answer:
+        try:
+            try:
+                return await _submit_invoke(session, self.config.prog, op, act, args)
+            except PlacementStale:  # refused before any attempt: place again, once
+                await self._place(session, again=True)
+                return await _submit_invoke(session, self.config.prog, op, act, args)
+        except ConnectionClosed as exc:
+            return Lost(str(exc))
+        except (WarddError, ClientError) as exc:
+            return _refused(exc)
+
+
+def _refused(exc: WarddError | ClientError) -> Refused:
+    if isinstance(exc, WarddError):
+        data: dict[str, Any] = exc.data or {}
+        attempt = data.get("attempt")
+        return Refused(exc.code, exc.message, attempt if isinstance(attempt, int) else None)
+    return Refused("client_error", str(exc))
+
+
+async def _submit_invoke(
+    session: AsyncSession, prog: str, op: str, act: str, args: bytes
+) -> Answer:
+    """One guarded call as `submit` and `invoke`: the same op and content never
+    runs twice; what the op already is is answered as it is."""
+    submitted = await session.submit(prog, op, act, args)
+    if submitted.already and submitted.state != "pending":
+        return await _as_it_is(session, op)
+    try:
+        done = await session.invoke(op)
+    except ConnectionClosed as exc:
+        return Lost(str(exc))
+    return Finished(done.attempt, str(done.status), done.result, done.error)
+
+
+async def _as_it_is(session: AsyncSession, op: str) -> Answer:
+    """An op submitted before: its retained outcome, or why nothing runs now."""
+    current = await session.get_operation(op)
+    latest = current.attempts[-1].attempt if current.attempts else None
+    state = str(current.state)
+    if state == "retained" and current.result is not None:
+        outcome = current.result
+        return Finished(outcome.attempt or latest or 0, "succeeded", outcome.value, already=True)
+    if state == "unknown":
+        return Refused("attempt_unknown", "an attempt of the operation is unknown", latest)
+    if state in ("prepared", "running"):
+        return Refused("attempt_busy", "an attempt of the operation is prepared or running", latest)
+    return Refused("terminal", f"the operation is {state}", latest)
