@@ -20,6 +20,7 @@ import structlog
 from wardd.client import (
     AsyncClient,
     AsyncSession,
+    Called,
     ClientError,
     ConnectionClosed,
     Neuron,
@@ -55,15 +56,16 @@ class Guard:
 
     # -- the start ----------------------------------------------------------------
     async def set_up(self) -> None:
-        """Register the neuron, create the prog and grant the tools' acts when
-        they are missing (each step idempotent), check that the worker accepts
-        every act, and place the neuron. Raises `SetUpFailed`."""
+        """Check that the worker accepts every tool's act (before anything is
+        written: a refused start changes nothing), then register the neuron,
+        create the prog and grant the acts when they are missing (each step
+        idempotent), and place the neuron. Raises `SetUpFailed`."""
         try:
             async with self._session() as session:
+                await self._check_worker(session)
                 await session.register()
                 await self._ensure_prog(session)
                 await self._ensure_grant(session)
-                await self._check_worker(session)
                 await self._place(session)
         except (OSError, ClientError) as exc:
             raise SetUpFailed(f"cannot use the daemon at {self.config.socket}: {exc}") from exc
@@ -149,16 +151,32 @@ class Guard:
             return Unreachable(str(exc))
 
     async def _call(self, session: AsyncSession, op: str, act: str, args: bytes) -> Answer:
+        """One `call`; on ``placement_stale`` (a refused call writes nothing:
+        the daemon restarted since this boot was placed) place again, once."""
+        prog = self.config.prog
         try:
             try:
-                return await _submit_invoke(session, self.config.prog, op, act, args)
-            except PlacementStale:  # refused before any attempt: place again, once
+                return _answer(await session.call(prog, op, act, args))
+            except PlacementStale:
                 await self._place(session, again=True)
-                return await _submit_invoke(session, self.config.prog, op, act, args)
-        except ConnectionClosed as exc:
-            return Lost(str(exc))
+                return _answer(await session.call(prog, op, act, args))
+        except ConnectionClosed as exc:  # sent, and the answer lost: it may have run
+            log.warning("mcp_answer_lost", op=op, error=str(exc))
+            return Lost("the daemon's answer was lost after the request was sent")
         except (WarddError, ClientError) as exc:
             return _refused(exc)
+
+
+def _answer(called: Called) -> Answer:
+    """What `call` said, as the result's cases: an outcome (now or ``already``),
+    or, for an op that ended without running (cancelled, pruned), ``terminal``."""
+    if called.attempt is not None and called.status is not None:
+        return Finished(
+            called.attempt, str(called.status), called.result, called.error, called.already
+        )
+    state = str(called.state) if called.state is not None else "finished"
+    pruned = " and pruned" if called.pruned else ""
+    return Refused("terminal", f"the operation is {state}{pruned}; nothing ran")
 
 
 def _refused(exc: WarddError | ClientError) -> Refused:
@@ -167,33 +185,3 @@ def _refused(exc: WarddError | ClientError) -> Refused:
         attempt = data.get("attempt")
         return Refused(exc.code, exc.message, attempt if isinstance(attempt, int) else None)
     return Refused("client_error", str(exc))
-
-
-async def _submit_invoke(
-    session: AsyncSession, prog: str, op: str, act: str, args: bytes
-) -> Answer:
-    """One guarded call as `submit` and `invoke`: the same op and content never
-    runs twice; what the op already is is answered as it is."""
-    submitted = await session.submit(prog, op, act, args)
-    if submitted.already and submitted.state != "pending":
-        return await _as_it_is(session, op)
-    try:
-        done = await session.invoke(op)
-    except ConnectionClosed as exc:
-        return Lost(str(exc))
-    return Finished(done.attempt, str(done.status), done.result, done.error)
-
-
-async def _as_it_is(session: AsyncSession, op: str) -> Answer:
-    """An op submitted before: its retained outcome, or why nothing runs now."""
-    current = await session.get_operation(op)
-    latest = current.attempts[-1].attempt if current.attempts else None
-    state = str(current.state)
-    if state == "retained" and current.result is not None:
-        outcome = current.result
-        return Finished(outcome.attempt or latest or 0, "succeeded", outcome.value, already=True)
-    if state == "unknown":
-        return Refused("attempt_unknown", "an attempt of the operation is unknown", latest)
-    if state in ("prepared", "running"):
-        return Refused("attempt_busy", "an attempt of the operation is prepared or running", latest)
-    return Refused("terminal", f"the operation is {state}", latest)

@@ -11,7 +11,8 @@
   and message in the text.
 
 Every result carries ``_meta["wardd/op"]``, ``_meta["wardd/key"]`` (where the
-op id came from) and, when an attempt exists, ``_meta["wardd/attempt"]``.
+op id came from) and, when an attempt exists, ``_meta["wardd/attempt"]``;
+``_meta["wardd/already"]`` is true on an outcome an earlier call produced.
 """
 
 from __future__ import annotations
@@ -74,14 +75,16 @@ Answer = Finished | Refused | Lost | Unreachable
 def tool_result(key: OpKey, answer: Answer) -> types.CallToolResult:
     """The ``CallToolResult`` of one call whose op is `key` and answer `answer`."""
     if isinstance(answer, Finished) and answer.status == "succeeded":
-        return _result(key, answer.attempt, False, _text(answer.value), _object(answer.value))
+        result = _result(key, answer.attempt, False, _text(answer.value), _object(answer.value))
+        return _already(result) if answer.already else result
     if isinstance(answer, Finished) and answer.status in ("failed", "not_executed"):
         said = f": {answer.error}" if answer.error else ""
         text = f"failed, nothing was done (op {key.op}, attempt {answer.attempt}){said}"
         structured = _status("failed", key, answer.attempt, may_have_run=False)
         if answer.error:
             structured["error"] = answer.error
-        return _result(key, answer.attempt, True, text, structured)
+        result = _result(key, answer.attempt, True, text, structured)
+        return _already(result) if answer.already else result
     if isinstance(answer, Finished):  # unknown
         return _unknown(key, answer.attempt, answer.error)
     if isinstance(answer, Lost):
@@ -100,6 +103,11 @@ def tool_result(key: OpKey, answer: Answer) -> types.CallToolResult:
     structured = _status("refused", key, None, may_have_run=False)
     structured["code"] = "unavailable"
     return _result(key, None, True, text, structured)
+
+
+def _already(result: types.CallToolResult) -> types.CallToolResult:
+    """Mark a result an earlier call of the same op produced (nothing ran now)."""
+    return result.model_copy(update={"meta": {**(result.meta or {}), "wardd/already": True}})
 
 
 def status_of(answer: Answer) -> str:

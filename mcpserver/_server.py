@@ -15,12 +15,16 @@ The SDK serves both transports: stdio (`serve_stdio`) and streamable HTTP at
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import anyio
 import mcp_types as types
 import structlog
+import uvicorn
 from jsonschema import exceptions as schema_exceptions
 from jsonschema import validators
 from mcp.server.context import ServerRequestContext
@@ -161,9 +165,9 @@ def _listen(host: str, port: int) -> socket.socket:
 async def serve_http(server: Server[Any], host: str, port: int) -> None:
     """Serve streamable HTTP at ``http://HOST:PORT/mcp`` (a loopback address,
     checked by the caller); port 0 takes a free port. Requests whose Host or
-    Origin is not this loopback address are refused (DNS rebinding)."""
-    import uvicorn
-
+    Origin is not this loopback address are refused (DNS rebinding). SIGTERM
+    or SIGINT stop it once the calls in progress have answered (a second
+    SIGINT at once)."""
     shown = f"[{host}]" if ":" in host else host
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -174,7 +178,31 @@ async def serve_http(server: Server[Any], host: str, port: int) -> None:
         streamable_http_path="/mcp", host=host, transport_security=security
     )
     sock = _listen(host, port)
-    bound = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    log.info("mcp_listening", url=f"http://{shown}:{bound}/mcp")
-    await uvicorn.Server(config).serve(sockets=[sock])
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=10
+    )
+    web = _Uvicorn(config)
+    async with anyio.create_task_group() as tg:
+        await tg.start(_stop_on_signals, web)
+        log.info("mcp_listening", url=f"http://{shown}:{sock.getsockname()[1]}/mcp")
+        await web.serve(sockets=[sock])
+        tg.cancel_scope.cancel()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server without its signal handlers: ours (`_stop_on_signals`)
+    are in place before the address is announced, and a stop exits 0 rather
+    than re-raising the signal."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_on_signals(web: Any, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            if web.should_exit and signum == signal.SIGINT:
+                web.force_exit = True
+            web.should_exit = True

@@ -1,0 +1,451 @@
+"""``wardd mcp`` against a real daemon, driven by the official MCP SDK's client
+(``ClientSession`` over ``stdio_client`` and over the streamable HTTP client).
+
+Effects are counted where they land: the ``quick`` and ``gated`` acts
+append their idempotency key to the env's cli ledger, one line per run.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.daemon._mcp_host import (
+    call,
+    http_host,
+    mcp_argv,
+    run_mcp,
+    stdio_host,
+    write_mcp_config,
+)
+from tests.daemon.backends import run_on, wait_for_file
+from tests.daemon.harness import Env, child_env, wait_for
+from wardd.client import Neuron
+
+ANY = {"type": "object"}
+AMOUNT = {
+    "type": "object",
+    "properties": {"amount": {"type": "integer"}},
+    "required": ["amount"],
+}
+TOOLS: dict[str, dict[str, Any]] = {
+    "echo": {"description": "Echo the arguments", "input_schema": AMOUNT},
+    "quick": {"description": "Append the key to a ledger", "input_schema": ANY},
+    "nofx": {"description": "Fail, doing nothing", "input_schema": ANY},
+    "gated": {"description": "Wait for the test's gate", "input_schema": ANY},
+    "notes": {"description": "Keyed by its arguments", "input_schema": ANY, "key": "arguments"},
+}
+
+
+def _asyncio(body: Any, *args: Any) -> Any:
+    return run_on("asyncio", body, *args)
+
+
+def _env() -> Env:
+    env = Env()
+    # `notes`: a tool keyed by its arguments, appending its key as `quick` does
+    env.acts["notes"] = dict(env.acts["quick"])
+    env.write_config()
+    return env
+
+
+def _runs(env: Env, op: str) -> int:
+    """How many times an act of op `op` ran (its key's lines in the cli ledger)."""
+    return sum(1 for line in env.ledger_lines(env.cli_ledger) if line.split("/")[1] == op)
+
+
+def _neuron(config: Path) -> Neuron:
+    return Neuron.load(config.parent / f"{config.name}.key")
+
+
+def _op(daemon: Any, config: Path, op: str) -> dict[str, Any]:
+    with daemon.connect() as client:
+        return client.call("get_operation", {"neuron": _neuron(config).id, "op": op})
+
+
+@pytest.fixture
+def setup(make_daemon):
+    """A daemon and an mcp.toml exposing TOOLS."""
+    env = _env()
+    daemon = make_daemon(env)
+    return daemon, write_mcp_config(env, TOOLS)
+
+
+class TestToolsList:
+    def test_lists_exactly_the_configured_tools_as_guarded_acts(self, setup) -> None:
+        """Each tool: its act's name, description, schema, and the annotations
+        of an act that must not be repeated lightly."""
+        daemon, config = setup
+
+        async def body() -> None:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                listed = (await session.list_tools()).tools
+            assert [t.name for t in listed] == list(TOOLS)
+            for tool in listed:
+                assert tool.description == TOOLS[tool.name]["description"]
+                assert tool.input_schema == TOOLS[tool.name]["input_schema"]
+                hints = tool.annotations
+                assert hints is not None
+                assert (hints.read_only_hint, hints.idempotent_hint, hints.destructive_hint) == (
+                    False,
+                    False,
+                    True,
+                )
+
+        _asyncio(body)
+
+
+class TestToolsCall:
+    def test_a_call_runs_the_act_and_answers_its_value(self, setup) -> None:
+        """succeeded: isError false, the value as text and, being a JSON object,
+        as structuredContent; the result names the op, its attempt and its key."""
+        daemon, config = setup
+
+        async def body() -> None:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                echoed = await call(session, "echo", {"amount": 3}, key="order-1")
+                ran = await call(session, "quick", {}, key="order-2")
+            assert echoed.is_error is False
+            assert echoed.content[0].text == '{"amount":3}'  # type: ignore[union-attr]
+            assert echoed.structured_content == {"amount": 3}
+            assert echoed.meta == {
+                "wardd/op": "order-1",
+                "wardd/attempt": 1,
+                "wardd/key": "idempotencyKey",
+            }
+            assert ran.is_error is False
+
+        _asyncio(body)
+        assert _runs(daemon.env, "order-2") == 1
+        op = _op(daemon, config, "order-1")
+        assert (op["state"], op["args"]) == ("retained", b'{"amount":3}')  # canonical JSON
+
+    def test_the_same_key_twice_runs_once_and_answers_the_same(self, setup) -> None:
+        """A retry with the key (params.idempotencyKey, or _meta's) gets the
+        first call's result, and the act ran once."""
+        daemon, config = setup
+        meta = {"wardd/idempotency_key": "tool-call/7"}  # not an op id: mapped by digest
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                return [
+                    await call(session, "quick", {"n": 1}, key="charge-1"),
+                    await call(session, "quick", {"n": 1}, key="charge-1"),
+                    await call(session, "quick", {"n": 2}, meta=meta),
+                    await call(session, "quick", {"n": 2}, meta=meta),
+                ]
+
+        first, again, by_meta, by_meta_again = _asyncio(body)
+        assert first.is_error is False and again.content == first.content
+        assert again.meta == {**first.meta, "wardd/already": True}  # type: ignore[dict-item]
+        assert _runs(daemon.env, "charge-1") == 1
+        op = by_meta.meta["wardd/op"]  # type: ignore[index]
+        assert op.startswith("key-") and by_meta.meta["wardd/key"] == "wardd/idempotency_key"  # type: ignore[index]
+        assert by_meta_again.content == by_meta.content and _runs(daemon.env, op) == 1
+
+    def test_the_same_key_with_other_arguments_is_op_conflict(self, setup) -> None:
+        """Other arguments under a used key run nothing: a refusal naming op_conflict."""
+        daemon, config = setup
+
+        async def body() -> Any:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                await call(session, "quick", {"to": "ann"}, key="mail-1")
+                return await call(session, "quick", {"to": "bob"}, key="mail-1")
+
+        other = _asyncio(body)
+        assert other.is_error is True
+        assert other.structured_content["code"] == "op_conflict"  # type: ignore[index]
+        assert other.structured_content["may_have_run"] is False  # type: ignore[index]
+        assert "op_conflict" in other.content[0].text  # type: ignore[union-attr]
+        assert _runs(daemon.env, "mail-1") == 1
+
+    def test_a_failed_act_says_nothing_was_done(self, setup) -> None:
+        """failed: isError true, "failed, nothing was done"; asked again, the
+        same failure (a repeated call never runs anything again)."""
+        daemon, config = setup
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                return [await call(session, "nofx", {}, key="f-1") for _ in range(2)]
+
+        failed, again = _asyncio(body)
+        assert failed.is_error is True
+        assert failed.content[0].text.startswith("failed, nothing was done")  # type: ignore[union-attr]
+        assert failed.structured_content["status"] == "failed"  # type: ignore[index]
+        assert failed.meta["wardd/attempt"] == 1  # type: ignore[index]
+        assert again.structured_content == failed.structured_content
+        assert len(_op(daemon, config, "f-1")["attempts"]) == 1
+
+    def test_key_arguments_gives_a_reissued_call_the_first_result(self, setup) -> None:
+        """key = "arguments": the same arguments (without a key) are one op
+        within a scope; another scope or other arguments are another op."""
+        daemon, config = setup
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                in_a = {"wardd/scope": "conversation-a"}
+                return [
+                    await call(session, "notes", {"text": "hi"}, meta=in_a),
+                    await call(session, "notes", {"text": "hi"}, meta=in_a),
+                    await call(session, "notes", {"text": "hi"}, meta={"wardd/scope": "b"}),
+                    await call(session, "notes", {"text": "ho"}, meta=in_a),
+                ]
+
+        results = _asyncio(body)
+        ops = [r.meta["wardd/op"] for r in results]
+        assert ops[0] == ops[1] and len(set(ops)) == 3
+        assert all(r.meta["wardd/key"] == "arguments" for r in results)
+        assert [_runs(daemon.env, op) for op in ops] == [1, 1, 1, 1]
+        assert len(daemon.env.ledger_lines(daemon.env.cli_ledger)) == 3
+
+    def test_without_a_key_each_call_is_a_new_op_that_names_its_id(self, setup) -> None:
+        """No key: a fresh op per call, said in the result; passing that op id
+        back as the key reaches the same op (nothing runs again)."""
+        daemon, config = setup
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                first = await call(session, "quick", {})
+                second = await call(session, "quick", {})
+                op = first.meta["wardd/op"]  # type: ignore[index]
+                return [first, second, await call(session, "quick", {}, key=op)]
+
+        first, second, back = _asyncio(body)
+        assert first.meta["wardd/key"] == "random"  # type: ignore[index]
+        assert first.meta["wardd/op"] != second.meta["wardd/op"]  # type: ignore[index]
+        assert first.meta["wardd/op"] in first.content[0].text  # type: ignore[index,union-attr]
+        assert back.meta["wardd/already"] is True  # type: ignore[index]
+        assert len(daemon.env.ledger_lines(daemon.env.cli_ledger)) == 2
+
+    def test_bad_input_is_refused_before_anything_is_sent(self, setup) -> None:
+        """Arguments against the schema, a key that is not a string: a refusal
+        (bad_request), no op; an unknown tool: an MCP error."""
+        daemon, config = setup
+        from mcp import MCPError
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                results = [
+                    await call(session, "echo", {"amount": "3"}, key="bad-1"),
+                    await call(session, "quick", {}, meta={"wardd/idempotency_key": 5}),
+                ]
+                with pytest.raises(MCPError, match="Unknown tool"):
+                    await call(session, "rm-rf", {}, key="bad-2")
+                return results
+
+        for result in _asyncio(body):
+            assert result.is_error is True
+            assert result.structured_content["code"] == "bad_request"  # type: ignore[index]
+        with daemon.connect() as client:
+            listed = client.call("list_operations", {"neuron": _neuron(config).id})
+        assert listed["operations"] == []
+
+
+class TestFailures:
+    def test_a_sigkill_during_a_call_answers_unknown_and_the_key_never_runs_again(
+        self, setup
+    ) -> None:
+        """The daemon dies while the act runs: unknown, may have run, do not
+        retry. After a restart the same key runs nothing: still unknown."""
+        daemon, config = setup
+        env = daemon.env
+
+        async def body() -> list[Any]:
+            results: list[Any] = []
+            async with stdio_host(config, env.root / "mcp.log") as session:
+
+                async def slow() -> None:
+                    results.append(await call(session, "gated", {}, key="deploy-1"))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(slow)
+                    await wait_for_file(env.started_marker("deploy-1"))
+                    daemon.kill()
+                await anyio.to_thread.run_sync(daemon.start)
+                results.append(await call(session, "gated", {}, key="deploy-1"))
+            return results
+
+        lost, after = _asyncio(body)
+        for result in (lost, after):
+            assert result.is_error is True
+            structured = result.structured_content
+            assert structured["status"] == "unknown"
+            assert (structured["may_have_run"], structured["retry_safe"]) == (True, False)
+            assert "Do not retry" in result.content[0].text
+        assert after.structured_content["attempt"] == 1 and after.meta["wardd/attempt"] == 1
+        op = _op(daemon, config, "deploy-1")
+        assert op["state"] == "unknown" and len(op["attempts"]) == 1
+        assert not env.started_marker("deploy-1", 2).exists()
+
+    def test_a_daemon_restart_between_calls_is_placed_again_by_itself(self, setup) -> None:
+        """After a restart the next call succeeds: wardd mcp places the neuron on
+        the new boot (no manual bind)."""
+        daemon, config = setup
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                before = await call(session, "quick", {}, key="r-1")
+                await anyio.to_thread.run_sync(daemon.terminate)
+                await anyio.to_thread.run_sync(daemon.start)
+                return [before, await call(session, "quick", {}, key="r-2")]
+
+        before, after = _asyncio(body)
+        assert before.is_error is False and after.is_error is False
+        with daemon.connect() as client:
+            root = client.call("get_neuron", {"neuron": _neuron(config).id})
+        assert root["placement"]["executor"]["boot"] == daemon.boot
+
+    def test_a_cancelled_call_still_lands(self, setup) -> None:
+        """notifications/cancelled after the dispatch was sent cancels nothing:
+        the act finishes, its outcome is stored, and the key answers it."""
+        daemon, config = setup
+        env = daemon.env
+
+        async def body() -> Any:
+            async with stdio_host(config, env.root / "mcp.log") as session:
+                with anyio.CancelScope() as scope:
+
+                    async def cancel_once_started() -> None:
+                        await wait_for_file(env.started_marker("c-1"))
+                        scope.cancel()  # the SDK sends notifications/cancelled
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(cancel_once_started)
+                        await call(session, "gated", {}, key="c-1")
+                assert scope.cancelled_caught
+                env.open_gate("c-1")
+                await anyio.to_thread.run_sync(
+                    lambda: wait_for(lambda: _op(daemon, config, "c-1")["state"] == "retained")
+                )
+                return await call(session, "gated", {}, key="c-1")
+
+        again = _asyncio(body)
+        assert again.is_error is False and again.meta["wardd/already"] is True
+        assert _runs(env, "c-1") == 1
+
+
+class TestHttp:
+    def test_streamable_http_lists_and_calls_once_per_key(self, setup) -> None:
+        """The same server over streamable HTTP at /mcp on loopback."""
+        daemon, config = setup
+
+        async def body() -> list[Any]:
+            async with http_host(config, daemon.env.root / "mcp-http.log") as session:
+                names = [t.name for t in (await session.list_tools()).tools]
+                return [
+                    names,
+                    await call(session, "quick", {"a": 1}, key="h-1"),
+                    await call(session, "quick", {"a": 1}, key="h-1"),
+                ]
+
+        names, first, again = _asyncio(body)
+        assert names == list(TOOLS)
+        assert first.is_error is False and again.content == first.content
+        assert _runs(daemon.env, "h-1") == 1
+
+    def test_http_refuses_an_address_that_is_not_loopback(self, setup) -> None:
+        _, config = setup
+        done = run_mcp(config, "--http", "0.0.0.0:8080")
+        assert done.returncode == 78
+        assert "not a loopback address" in done.stderr and "--http" in done.stderr
+
+
+class TestStart:
+    def test_the_start_is_idempotent_and_leaves_the_prog_and_grant_alone(self, make_daemon) -> None:
+        """A second start changes nothing: no new grant, the prog's step limit as
+        created (step_limit is used only when the prog is created)."""
+        env = _env()
+        daemon = make_daemon(env)
+        config = write_mcp_config(env, TOOLS, step_limit=50)
+
+        async def start_once() -> None:
+            async with stdio_host(config, env.root / "mcp.log") as session:
+                await session.list_tools()
+
+        _asyncio(start_once)
+        neuron = _neuron(config).id
+        with daemon.connect() as client:
+            first = client.call("get_neuron", {"neuron": neuron})
+        write_mcp_config(env, TOOLS, step_limit=99)
+        _asyncio(start_once)
+        with daemon.connect() as client:
+            second = client.call("get_neuron", {"neuron": neuron})
+            prog = client.call("get_prog", {"neuron": neuron, "prog": "agent"})
+        assert second["policy_version"] == first["policy_version"]
+        assert sorted(second["grants"]["agent"]["acts"]) == sorted(TOOLS)
+        assert prog["step_limit"] == 50
+
+    def test_an_act_the_daemon_lacks_fails_the_start_naming_the_tool(self, make_daemon) -> None:
+        env = _env()
+        make_daemon(env)
+        config = write_mcp_config(env, {"pay.charge": TOOLS["quick"]})
+        done = run_mcp(config)
+        assert done.returncode == 1
+        assert 'tools."pay.charge"' in done.stderr and len(done.stderr.splitlines()) == 1
+
+    def test_a_daemon_that_cannot_be_reached_fails_the_start(self, tmp_path) -> None:
+        env = Env()  # never started
+        config = write_mcp_config(env, TOOLS)
+        done = run_mcp(config)
+        assert done.returncode == 1 and str(env.socket) in done.stderr
+
+    @pytest.mark.parametrize(
+        ("top", "tools", "key"),
+        [
+            ({"prog": "bad prog"}, TOOLS, "prog"),
+            ({"colour": "red"}, TOOLS, "colour"),
+            ({}, {"quick": {"input_schema": ANY}}, "tools.quick.description"),
+            ({}, {"quick": {**TOOLS["quick"], "key": "random"}}, "tools.quick.key"),
+            ({}, {"a:b": TOOLS["quick"]}, 'tools."a:b"'),
+            (
+                {},
+                {"quick": {**TOOLS["quick"], "input_schema": {"type": "array"}}},
+                "tools.quick.input_schema",
+            ),
+        ],
+    )
+    def test_a_config_error_is_one_line_naming_the_key_exit_78(
+        self, tmp_path, top, tools, key
+    ) -> None:
+        env = Env()
+        config = write_mcp_config(env, tools, **top)
+        done = run_mcp(config)
+        assert done.returncode == 78, done.stderr
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"wardd: config error: {config}: {key}: ")
+
+    def test_help_documents_stdio_and_http(self) -> None:
+        done = subprocess.run(
+            mcp_argv(Path("x"))[:4] + ["--help"], capture_output=True, text=True, env=child_env()
+        )
+        assert done.returncode == 0
+        text = " ".join(done.stdout.split())
+        assert "stdin and stdout" in text and "--http HOST:PORT" in text and "/mcp" in text
+
+    def test_sigterm_ends_the_http_server_cleanly(self, setup) -> None:
+        daemon, config = setup
+        log = daemon.env.root / "mcp-term.log"
+        with open(log, "ab") as errlog:
+            proc = subprocess.Popen(
+                mcp_argv(config, "--http", "127.0.0.1:0"),
+                stdin=subprocess.DEVNULL,
+                stderr=errlog,
+                stdout=subprocess.DEVNULL,
+                env=child_env(),
+            )
+        try:
+            wait_for(lambda: "mcp_listening" in log.read_text(), what="mcp_listening")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+        assert [x["event"] for x in lines][-2:] == ["mcp_ready", "mcp_listening"]
