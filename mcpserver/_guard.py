@@ -46,13 +46,14 @@ class Guard:
 
     config: McpConfig
     neuron: Neuron
+    _epoch: int | None = None  # read at start, sent as expected_epoch on every call
     _placed_boot: str | None = None
     _placing: anyio.Lock = attrs.field(factory=anyio.Lock)
 
     @asynccontextmanager
     async def _session(self) -> AsyncIterator[AsyncSession]:
         async with AsyncClient.connect(self.config.socket, client_name=CLIENT_NAME) as client:
-            yield AsyncSession(client, self.neuron)
+            yield AsyncSession(client, self.neuron, epoch=self._epoch)
 
     # -- the start ----------------------------------------------------------------
     async def set_up(self) -> None:
@@ -63,7 +64,8 @@ class Guard:
         try:
             async with self._session() as session:
                 await self._check_worker(session)
-                await session.register()
+                self._epoch = (await session.register()).epoch
+                session.epoch = self._epoch
                 await self._ensure_prog(session)
                 await self._ensure_grant(session)
                 await self._place(session)
@@ -156,15 +158,33 @@ class Guard:
         prog = self.config.prog
         try:
             try:
-                return _answer(await session.call(prog, op, act, args))
+                called = await session.call(prog, op, act, args)
             except PlacementStale:
                 await self._place(session, again=True)
-                return _answer(await session.call(prog, op, act, args))
+                called = await session.call(prog, op, act, args)
         except ConnectionClosed as exc:  # sent, and the answer lost: it may have run
             log.warning("mcp_answer_lost", op=op, error=str(exc))
             return Lost("the daemon's answer was lost after the request was sent")
         except (WarddError, ClientError) as exc:
             return _refused(exc)
+        await _finish(session, called)
+        return _answer(called)
+
+
+async def _finish(session: AsyncSession, called: Called) -> None:
+    """End an op that ended definitely, so that retention prunes it in time:
+    a success is consumed, a failure cancelled. A repeated `call` still
+    answers the same outcome from its attempt (contract §3.2.6); only an
+    unknown attempt is left as it is, for a receipt or an operator."""
+    state = None if called.state is None else str(called.state)
+    status = None if called.status is None else str(called.status)
+    try:
+        if status == "succeeded" and state in (None, "retained"):
+            await session.consume(called.op)
+        elif status in ("failed", "not_executed") and state in (None, "pending"):
+            await session.cancel(called.op)
+    except (WarddError, ClientError) as exc:  # the outcome stands; only the tidying failed
+        log.warning("mcp_finish_failed", op=called.op, error=str(exc))
 
 
 def _answer(called: Called) -> Answer:

@@ -25,7 +25,7 @@ from tests.daemon._mcp_host import (
     write_mcp_config,
 )
 from tests.daemon.backends import run_on, wait_for_file
-from tests.daemon.harness import Env, child_env, wait_for
+from tests.daemon.harness import NETWORK, Env, child_env, wait_for
 from wardd.client import Neuron
 
 ANY = {"type": "object"}
@@ -124,7 +124,8 @@ class TestToolsCall:
         _asyncio(body)
         assert _runs(daemon.env, "order-2") == 1
         op = _op(daemon, config, "order-1")
-        assert (op["state"], op["args"]) == ("retained", b'{"amount":3}')  # canonical JSON
+        # canonical JSON; consumed once answered, so that retention prunes it in time
+        assert (op["state"], op["args"]) == ("consumed", b'{"amount":3}')
 
     def test_the_same_key_twice_runs_once_and_answers_the_same(self, setup) -> None:
         """A retry with the key (params.idempotencyKey, or _meta's) gets the
@@ -180,7 +181,8 @@ class TestToolsCall:
         assert failed.structured_content["status"] == "failed"  # type: ignore[index]
         assert failed.meta["wardd/attempt"] == 1  # type: ignore[index]
         assert again.structured_content == failed.structured_content
-        assert len(_op(daemon, config, "f-1")["attempts"]) == 1
+        op = _op(daemon, config, "f-1")  # cancelled once answered: retention prunes it
+        assert (op["state"], len(op["attempts"])) == ("cancelled", 1)
 
     def test_key_arguments_gives_a_reissued_call_the_first_result(self, setup) -> None:
         """key = "arguments": the same arguments (without a key) are one op
@@ -321,13 +323,32 @@ class TestFailures:
                 assert scope.cancelled_caught
                 env.open_gate("c-1")
                 await anyio.to_thread.run_sync(
-                    lambda: wait_for(lambda: _op(daemon, config, "c-1")["state"] == "retained")
+                    lambda: wait_for(lambda: _op(daemon, config, "c-1")["state"] == "consumed")
                 )
                 return await call(session, "gated", {}, key="c-1")
 
         again = _asyncio(body)
         assert again.is_error is False and again.meta["wardd/already"] is True
         assert _runs(env, "c-1") == 1
+
+    def test_an_advanced_epoch_retires_the_running_server(self, setup) -> None:
+        """The epoch read at start is sent on every call: once an operator
+        advances it, calls are refused (epoch_mismatch) and nothing runs."""
+        daemon, config = setup
+        neuron = _neuron(config)
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                before = await call(session, "quick", {}, key="e-1")
+                with daemon.connect() as client:
+                    params = {"expected_epoch": 1}
+                    client.call("advance_epoch", neuron.sign("advance_epoch", params, NETWORK))
+                return [before, await call(session, "quick", {}, key="e-2")]
+
+        before, after = _asyncio(body)
+        assert before.is_error is False
+        assert after.structured_content["code"] == "epoch_mismatch"
+        assert _runs(daemon.env, "e-2") == 0
 
 
 class TestHttp:

@@ -39,3 +39,35 @@ class TestBuiltInAdaptersLoadWhenUsed:
         assert d.terminate() == 0
         modules = imported(d.log_text())
         assert "urllib3" in modules
+
+
+SDK_TOP = {"mcp", "mcp_types", "pydantic", "starlette", "uvicorn", "httpx2"}
+
+
+class TestTheMcpSdkStaysOut:
+    """`wardd mcp`'s SDK (an extra) and its web stack load only in `wardd mcp`."""
+
+    def test_a_daemon_never_imports_it(self, make_daemon):
+        d = make_daemon(start=False)
+        d.start({"PYTHONPROFILEIMPORTTIME": "1"})
+        with d.connect() as c:
+            c.call("status")
+        assert d.terminate() == 0
+        modules = imported(d.log_text())
+        assert "wardd.daemon.app" in modules
+        assert not {m for m in modules if m.split(".")[0] in SDK_TOP}
+
+    def test_the_client_library_never_imports_it(self):
+        import subprocess
+        import sys
+
+        from tests.daemon.harness import child_env
+
+        probe = (
+            "import sys, wardd.client, wardd.client.wardctl; "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(SDK_TOP)!r}))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=child_env()
+        )
+        assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
