@@ -14,6 +14,9 @@ first three, which a restart cannot fix):
 - 0 a clean stop on SIGTERM, SIGINT, SIGHUP or SIGQUIT (see
   `wardd.daemon._signals`).
 
+``wardd mcp`` (an MCP server, a client of the daemon: `wardd.mcpserver`) has
+statuses of its own: 0, 78 and 1, as `wardd.mcpserver._cli` says.
+
 Each start-up failure is one line on stderr: ``wardd: <what>``. The checks
 that need no database (the config, the activation descriptors, the socket
 path) run before the database is opened, so a refused start creates no

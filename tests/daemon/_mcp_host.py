@@ -64,14 +64,18 @@ def mcp_argv(config: Path, *extra: str) -> list[str]:
 
 
 @asynccontextmanager
-async def stdio_host(config: Path, log: Path) -> AsyncIterator[ClientSession]:
-    """``wardd mcp`` over stdio, its stderr in `log`."""
+async def stdio_host(
+    config: Path, log: Path, *, modern: bool = False
+) -> AsyncIterator[ClientSession]:
+    """``wardd mcp`` over stdio, its stderr in `log`; `modern`: the 2026-07-28
+    protocol (``server/discover``, every request in its own envelope) instead
+    of the ``initialize`` handshake."""
     argv = mcp_argv(config)
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=child_env())
     with open(log, "a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:
-                await session.initialize()
+                await (session.discover() if modern else session.initialize())
                 yield session
 
 

@@ -150,6 +150,28 @@ class TestToolsCall:
         assert op.startswith("key-") and by_meta.meta["wardd/key"] == "wardd/idempotency_key"  # type: ignore[index]
         assert by_meta_again.content == by_meta.content and _runs(daemon.env, op) == 1
 
+    def test_the_2026_protocol_gets_the_same_guard(self, setup) -> None:
+        """A client of the envelope protocol (no handshake): the same tools, the
+        same key rules, one run per key."""
+        daemon, config = setup
+
+        async def body() -> list[Any]:
+            log = daemon.env.root / "mcp.log"
+            async with stdio_host(config, log, modern=True) as session:
+                assert session.protocol_version == "2026-07-28"
+                names = [t.name for t in (await session.list_tools()).tools]
+                meta = {"wardd/idempotency_key": "m-1"}
+                return [
+                    names,
+                    await call(session, "quick", {"a": 1}, key="m-1"),
+                    await call(session, "quick", {"a": 1}, meta=meta),
+                ]
+
+        names, first, again = _asyncio(body)
+        assert names == list(TOOLS)
+        assert first.is_error is False and again.meta["wardd/already"] is True
+        assert again.content == first.content and _runs(daemon.env, "m-1") == 1
+
     def test_the_same_key_with_other_arguments_is_op_conflict(self, setup) -> None:
         """Other arguments under a used key run nothing: a refusal naming op_conflict."""
         daemon, config = setup

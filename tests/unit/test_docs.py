@@ -93,3 +93,18 @@ class TestMetricsDocumented:
         row = r"^\| `(wardd_[a-z_]+(?:\{[a-z,]+\})?)` \| ([a-z]+) \| (.+) \|$"
         rows = re.findall(row, text, re.M)
         assert rows == [(s.shown, s.kind, s.help) for s in SERIES]
+
+
+class TestMcpLogEventsDocumented:
+    def test_every_event_wardd_mcp_logs_is_in_its_recipe(self) -> None:
+        """docs/recipes.md's MCP section names exactly the events mcpserver/ logs."""
+        logged: set[str] = set()
+        for path in sorted((ROOT / "mcpserver").rglob("*.py")):
+            text = path.read_text()
+            found = LOG_EVENT.findall(text)
+            assert len(found) == len(LOG_CALL.findall(text)), f"{path}: an event name not literal"
+            logged |= {event for _, event in found}
+        recipes = (ROOT / "docs" / "recipes.md").read_text()
+        section = recipes[recipes.index("\n## Guard the tools of an MCP host\n") :]
+        documented = set(re.findall(r"`(mcp_[a-z_]+)`", section))
+        assert logged and logged == documented
