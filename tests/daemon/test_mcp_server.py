@@ -69,6 +69,13 @@ def _op(daemon: Any, config: Path, op: str) -> dict[str, Any]:
         return client.call("get_operation", {"neuron": _neuron(config).id, "op": op})
 
 
+def _reconcile(daemon: Any, config: Path, op: str, value: bytes) -> None:
+    """An operator's ``reconcile`` of attempt 1 as succeeded, signed with the neuron's key."""
+    params = {"op": op, "attempt": 1, "outcome": {"status": "succeeded", "value": value}}
+    with daemon.connect() as client:
+        client.call("reconcile", _neuron(config).sign("reconcile", params, NETWORK))
+
+
 @pytest.fixture
 def setup(make_daemon):
     """A daemon and an mcp.toml exposing TOOLS."""
@@ -293,9 +300,14 @@ class TestFailures:
                     daemon.kill()
                 await anyio.to_thread.run_sync(daemon.start)
                 results.append(await call(session, "gated", {}, key="deploy-1"))
+                _reconcile(daemon, config, "deploy-1", b"deployed by hand")
+                results.append(await call(session, "gated", {}, key="deploy-1"))
             return results
 
-        lost, after = _asyncio(body)
+        lost, after, resolved = _asyncio(body)
+        # resolved by an operator: the key answers that outcome, and runs nothing
+        assert resolved.is_error is False and resolved.content[0].text == "deployed by hand"
+        assert resolved.meta["wardd/already"] is True
         for result in (lost, after):
             assert result.is_error is True
             structured = result.structured_content
@@ -304,7 +316,7 @@ class TestFailures:
             assert "Do not retry" in result.content[0].text
         assert after.structured_content["attempt"] == 1 and after.meta["wardd/attempt"] == 1
         op = _op(daemon, config, "deploy-1")
-        assert op["state"] == "unknown" and len(op["attempts"]) == 1
+        assert op["state"] == "consumed" and len(op["attempts"]) == 1
         assert not env.started_marker("deploy-1", 2).exists()
 
     def test_a_daemon_restart_between_calls_is_placed_again_by_itself(self, setup) -> None:
