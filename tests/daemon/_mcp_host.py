@@ -80,8 +80,8 @@ async def stdio_host(
 
 
 @asynccontextmanager
-async def http_host(config: Path, log: Path) -> AsyncIterator[ClientSession]:
-    """``wardd mcp --http 127.0.0.1:0`` and the streamable HTTP client on its /mcp."""
+async def http_server(config: Path, log: Path) -> AsyncIterator[str]:
+    """``wardd mcp --http 127.0.0.1:0``; yields the URL it logged, ends it after."""
     with open(log, "ab") as errlog:
         proc = subprocess.Popen(
             mcp_argv(config, "--http", "127.0.0.1:0"),
@@ -91,11 +91,7 @@ async def http_host(config: Path, log: Path) -> AsyncIterator[ClientSession]:
             env=child_env(),
         )
     try:
-        url = await _listening(proc, log)
-        async with streamable_http_client(url) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+        yield await _listening(proc, log)
     finally:
         proc.terminate()
         try:
@@ -103,6 +99,16 @@ async def http_host(config: Path, log: Path) -> AsyncIterator[ClientSession]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@asynccontextmanager
+async def http_host(config: Path, log: Path) -> AsyncIterator[ClientSession]:
+    """`http_server` and the streamable HTTP client on its /mcp."""
+    async with http_server(config, log) as url:
+        async with streamable_http_client(url) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
 
 
 async def _listening(proc: subprocess.Popen[bytes], log: Path) -> str:

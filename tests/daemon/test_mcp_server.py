@@ -7,9 +7,11 @@ append their idempotency key to the env's cli ledger, one line per run.
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import subprocess
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from tests.daemon._mcp_host import (
     call,
     http_host,
+    http_server,
     mcp_argv,
     run_mcp,
     stdio_host,
@@ -403,6 +406,46 @@ class TestHttp:
         assert names == list(TOOLS)
         assert first.is_error is False and again.content == first.content
         assert _runs(daemon.env, "h-1") == 1
+
+    def test_a_request_naming_another_host_is_refused(self, setup) -> None:
+        """DNS rebinding: a page of another site that resolves to 127.0.0.1
+        reaches the port, but its Host (or Origin) is not loopback: refused."""
+        daemon, config = setup
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "page", "version": "1"},
+        }
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+        ).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
+
+        def post(url: str, extra: dict[str, str]) -> int:
+            parts = urllib.parse.urlsplit(url)
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+            try:
+                conn.request("POST", parts.path, body, {**headers, **extra})
+                return conn.getresponse().status
+            finally:
+                conn.close()
+
+        async def run() -> list[int]:
+            async with http_server(config, daemon.env.root / "mcp-http.log") as url:
+                return [
+                    await anyio.to_thread.run_sync(post, url, {}),
+                    await anyio.to_thread.run_sync(post, url, {"Host": "attacker.example"}),
+                    await anyio.to_thread.run_sync(
+                        post, url, {"Origin": "http://attacker.example"}
+                    ),
+                ]
+
+        own, other_host, other_origin = _asyncio(run)
+        assert own == 200  # the same request from a loopback page is served
+        assert other_host in (403, 421) and other_origin in (403, 421)
 
     def test_http_refuses_an_address_that_is_not_loopback(self, setup) -> None:
         _, config = setup
