@@ -11,6 +11,7 @@ import http.client
 import json
 import signal
 import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tests.daemon._mcp_host import (
 from tests.daemon.backends import run_on, wait_for_file
 from tests.daemon.harness import NETWORK, Env, child_env, wait_for
 from wardd.client import Neuron
+from wardd.protocol import UnknownNeuron
 
 ANY = {"type": "object"}
 AMOUNT = {
@@ -480,14 +482,23 @@ class TestStart:
         assert prog["step_limit"] == 50
 
     def test_an_act_the_daemon_lacks_fails_the_start_naming_the_tool(self, make_daemon) -> None:
+        """Checked before anything is written: the refused start registered nothing."""
         env = _env()
-        make_daemon(env)
+        daemon = make_daemon(env)
         config = write_mcp_config(env, {"pay.charge": TOOLS["quick"]})
         done = run_mcp(config)
         assert done.returncode == 1
         assert 'tools."pay.charge"' in done.stderr and len(done.stderr.splitlines()) == 1
+        with daemon.connect() as client, pytest.raises(UnknownNeuron):
+            client.call("get_neuron", {"neuron": _neuron(config).id})
 
-    def test_a_daemon_that_cannot_be_reached_fails_the_start(self, tmp_path) -> None:
+    def test_a_host_closing_stdin_ends_it_with_status_0(self, setup) -> None:
+        _, config = setup
+        done = run_mcp(config)
+        assert done.returncode == 0, done.stderr
+        assert "mcp_ready" in done.stderr
+
+    def test_a_daemon_that_cannot_be_reached_fails_the_start(self) -> None:
         env = Env()  # never started
         config = write_mcp_config(env, TOOLS)
         done = run_mcp(config)
@@ -508,9 +519,7 @@ class TestStart:
             ),
         ],
     )
-    def test_a_config_error_is_one_line_naming_the_key_exit_78(
-        self, tmp_path, top, tools, key
-    ) -> None:
+    def test_a_config_error_is_one_line_naming_the_key_exit_78(self, top, tools, key) -> None:
         env = Env()
         config = write_mcp_config(env, tools, **top)
         done = run_mcp(config)
@@ -520,7 +529,10 @@ class TestStart:
 
     def test_help_documents_stdio_and_http(self) -> None:
         done = subprocess.run(
-            mcp_argv(Path("x"))[:4] + ["--help"], capture_output=True, text=True, env=child_env()
+            [sys.executable, "-m", "wardd.daemon.cli", "mcp", "--help"],
+            capture_output=True,
+            text=True,
+            env=child_env(),
         )
         assert done.returncode == 0
         text = " ".join(done.stdout.split())
