@@ -200,6 +200,32 @@ class TestToolsCall:
         assert "op_conflict" in other.content[0].text  # type: ignore[union-attr]
         assert _runs(daemon.env, "mail-1") == 1
 
+    def test_two_calls_at_once_with_one_key_run_once(self, setup) -> None:
+        """The second call, while the first runs, is refused (attempt_busy) and
+        runs nothing; the first answers; the arguments appear in no log line."""
+        daemon, config = setup
+        env = daemon.env
+        secret = {"card": "4111-secret-1111"}
+
+        async def body() -> list[Any]:
+            results: list[Any] = []
+            async with stdio_host(config, env.root / "mcp.log") as session:
+
+                async def first() -> None:
+                    results.append(await call(session, "gated", secret, key="twin-1"))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(first)
+                    await wait_for_file(env.started_marker("twin-1"))
+                    results.append(await call(session, "gated", secret, key="twin-1"))
+                    env.open_gate("twin-1")
+            return results
+
+        busy, done = _asyncio(body)
+        assert busy.structured_content["code"] == "attempt_busy" and busy.is_error is True
+        assert done.is_error is False and _runs(env, "twin-1") == 1
+        assert "4111" not in (env.root / "mcp.log").read_text()
+
     def test_a_failed_act_says_nothing_was_done(self, setup) -> None:
         """failed: isError true, "failed, nothing was done"; asked again, the
         same failure (a repeated call never runs anything again)."""
