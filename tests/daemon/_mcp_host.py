@@ -115,7 +115,8 @@ async def _listening(proc: subprocess.Popen[bytes], log: Path) -> str:
     """The URL the server logged once it listens (bounded polling of its log)."""
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
-        for line in log.read_text(errors="replace").splitlines():
+        complete = log.read_text(errors="replace").split("\n")[:-1]  # not a line half written
+        for line in complete:
             if line.startswith("{") and json.loads(line).get("event") == "mcp_listening":
                 return str(json.loads(line)["url"])
         if proc.poll() is not None:
