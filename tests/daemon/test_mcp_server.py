@@ -368,6 +368,21 @@ class TestFailures:
             root = client.call("get_neuron", {"neuron": _neuron(config).id})
         assert root["placement"]["executor"]["boot"] == daemon.boot
 
+    def test_a_daemon_that_is_down_gets_nothing_sent(self, setup) -> None:
+        """No daemon to connect to: refused (unavailable), may_have_run false."""
+        daemon, config = setup
+
+        async def body() -> Any:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                await anyio.to_thread.run_sync(daemon.terminate)
+                return await call(session, "quick", {}, key="down-1")
+
+        down = _asyncio(body)
+        assert down.is_error is True
+        assert down.structured_content["code"] == "unavailable"
+        assert down.structured_content["may_have_run"] is False
+        assert "nothing was sent" in down.content[0].text
+
     def test_a_cancelled_call_still_lands(self, setup) -> None:
         """notifications/cancelled after the dispatch was sent cancels nothing:
         the act finishes, its outcome is stored, and the key answers it."""
