@@ -19,7 +19,7 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	@mkdir -p .lint/wardd && for d in protocol daemon client adapters mcpserver; do ln -sfn ../../$$d .lint/wardd/$$d; done
+	@mkdir -p .lint/wardd && for d in protocol daemon client adapters; do ln -sfn ../../$$d .lint/wardd/$$d; done
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python client/_unasync.py --check

@@ -14,8 +14,8 @@ first three, which a restart cannot fix):
 - 0 a clean stop on SIGTERM, SIGINT, SIGHUP or SIGQUIT (see
   `wardd.daemon._signals`).
 
-``wardd mcp`` (an MCP server, a client of the daemon: `wardd.mcpserver`) has
-statuses of its own: 0, 78 and 1, as `wardd.mcpserver._cli` says.
+``wardd mcp`` (an MCP server, a client of the daemon: `wardd.client.mcpserver`) has
+statuses of its own: 0, 78 and 1, as `wardd.client.mcpserver._cli` says.
 
 Each start-up failure is one line on stderr: ``wardd: <what>``. The checks
 that need no database (the config, the activation descriptors, the socket
@@ -129,7 +129,7 @@ def _run_mcp(args: argparse.Namespace) -> int:
     from wardd.daemon.app import VERSION
 
     try:
-        from wardd.mcpserver import run_mcp
+        from wardd.client.mcpserver import run_mcp
     except ImportError as exc:
         print(
             f"wardd: `wardd mcp` needs the MCP SDK ({exc}): pip install 'wardd[mcp]'",

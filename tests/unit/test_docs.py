@@ -97,9 +97,9 @@ class TestMetricsDocumented:
 
 class TestMcpLogEventsDocumented:
     def test_every_event_wardd_mcp_logs_is_in_its_recipe(self) -> None:
-        """docs/recipes.md's MCP section names exactly the events mcpserver/ logs."""
+        """docs/recipes.md's MCP section names exactly the events client/mcpserver/ logs."""
         logged: set[str] = set()
-        for path in sorted((ROOT / "mcpserver").rglob("*.py")):
+        for path in sorted((ROOT / "client" / "mcpserver").rglob("*.py")):
             text = path.read_text()
             found = LOG_EVENT.findall(text)
             assert len(found) == len(LOG_CALL.findall(text)), f"{path}: an event name not literal"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from wardd.client.mcpserver._config import parse_mcp_config
+from wardd.client.mcpserver._keys import KeyRefused, OpKey, canonical_json, choose_op
+from wardd.client.mcpserver._results import Finished, Lost, Refused, Unreachable, tool_result
 from wardd.daemon.config import ConfigError
-from wardd.mcpserver._config import parse_mcp_config
-from wardd.mcpserver._keys import KeyRefused, OpKey, canonical_json, choose_op
-from wardd.mcpserver._results import Finished, Lost, Refused, Unreachable, tool_result
 
 TOOL = {"description": "Charge", "input_schema": {"type": "object"}}
 

@@ -1,4 +1,4 @@
-"""wardd.mcpserver: ``wardd mcp``, an MCP server whose tools are guarded acts.
+"""wardd.client.mcpserver: ``wardd mcp``, an MCP server whose tools are guarded acts.
 
 A client process (it talks to the daemon as any client does) built on the
 official MCP Python SDK, started by an MCP host over stdio or listening on
