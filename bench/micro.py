@@ -3,7 +3,7 @@
     .venv/bin/python bench/micro.py                 # every section, ~30 s
     .venv/bin/python bench/micro.py decode verify   # some sections
 
-Sections (docs/performance.md, "Where the time goes"):
+Sections (docs/performance.md, "Where each microsecond goes"):
 
 - ``trio``: the steps of a reply on the event loop (schedule point, cancel
   scopes, lock, ``send_all``);

@@ -15,7 +15,7 @@ import _raw  # noqa: E402
 import run  # noqa: E402
 from _common import Results  # noqa: E402
 
-# the targets table, in its order; then the rows kept from earlier rounds
+# the targets table, in its order; then the rows printed below it
 ROWS = ["cpu", "wal_pages", "seq_dbos", "conc_dbos", "call_cpu", "call_seq_dbos",
         "call_conc_dbos", "prune_large", "prune_backlog",
         "prune_p99", "status_w2", "status_w4", "status_1m", "recovery"]
@@ -55,14 +55,23 @@ def test_summary_prints_the_target_rows_in_order(capsys: pytest.CaptureFixture[s
     """Every row of the targets table is printed once, in its order, with its verdict."""
     rows = run.summary(_results())
     out = capsys.readouterr().out
-    assert [row[0] for row in run.TARGETS] == ROWS
-    assert [row[0] for row in run.EXTRA_TARGETS] == KEPT
+    assert [t.key for t in run.TARGETS] == ROWS
+    assert [t.key for t in run.EXTRA_TARGETS] == KEPT
     targets, kept = out.split("not part of the performance targets' table:")
     at = [targets.index(rows[k]["figure"] + ":") for k in ROWS]
     assert at == sorted(at)
     assert all(rows[k]["verdict"] == "HOLDS" and rows[k]["in_targets"] for k in ROWS)
     assert targets.count("[HOLDS ]") == len(ROWS)
     assert all(rows[k]["figure"] + ":" in kept and not rows[k]["in_targets"] for k in KEPT)
+
+
+def test_every_row_says_how_its_value_is_measured() -> None:
+    """Each row of the table is data: a unique key, a comparison, and a value
+    function whose docstring says how the figure is measured."""
+    table = run.TARGETS + run.EXTRA_TARGETS
+    assert len({t.key for t in table}) == len(table)
+    assert all(t.cmp in (">=", "<=") and t.target > 0 for t in table)
+    assert all((t.value.__doc__ or "").strip() for t in table)
 
 
 def test_values_at_their_target_hold_and_past_it_miss() -> None:
