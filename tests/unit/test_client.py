@@ -1,8 +1,8 @@
 """wardd.client without a daemon: keys, signing, the sans-IO core, both clients, Session.
 
 The clients are driven against tiny scripted peers (a thread on a real Unix
-socket for `Client`, a trio memory stream for `TrioClient`); the lead's
-daemon tests cover the real end-to-end paths.
+socket for `Client`, a trio memory stream for `TrioClient`); the tests in
+tests/daemon/ drive them against a real daemon process.
 """
 
 from __future__ import annotations
