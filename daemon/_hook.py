@@ -42,6 +42,7 @@ log = structlog.get_logger("wardd.notify")
 QUEUE_BOUND: Final = 1024
 _STDERR_KEPT = 512  # bytes of a failing hook's stderr in its log line
 _STOP: Final = object()
+_JOIN_S: Final = 5.0  # the thread ends at once: its hook, if any, was just killed
 
 
 class NotifyHook:
@@ -76,6 +77,11 @@ class NotifyHook:
             except queue.Empty:
                 break
         self._queue.put(_STOP)
+        # A hook being spawned while kill_all ran is killed by spawn itself
+        # (ProcessGroups' doomed check); wait for the thread to reap it, so
+        # that nothing of the hook outlives its stop.
+        if self._thread.ident is not None:  # started
+            self._thread.join(_JOIN_S)
 
     def post(
         self,
