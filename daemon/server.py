@@ -8,6 +8,7 @@ connection's, so its effect does not depend on the connection staying open
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import socket
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import cbor2
 import structlog
 import trio
 
@@ -33,6 +35,7 @@ from wardd.protocol import (
     Request,
     Response,
     WarddError,
+    check_value,
     decode_item,
     encode_frame,
     encode_item,
@@ -129,12 +132,16 @@ class Connection:
 
 def encode_reply(item: dict[str, Any], max_frame: int) -> bytes:
     """Encode a reply that never exceeds ``max_frame`` and never fails: a
-    value too large is replaced by ``{omitted_bytes: n}`` (contract §4), a value
-    that is not a wire value (or nests too deep) by ``{omitted: reason}``."""
+    part too large is replaced by ``{omitted_bytes, digest}`` (contract §4,
+    `shrink_to_frame`), a value that is not a wire value (or nests too deep)
+    by ``{omitted: reason}``."""
     try:
         return encode_frame(item, max_frame=max_frame)
     except Exception:  # noqa: BLE001 - too large, too deep, or not a wire value
-        pass
+        return _shrunk(item, max_frame)
+
+
+def _shrunk(item: dict[str, Any], max_frame: int) -> bytes:
     try:
         return encode_frame(shrink_to_frame(item, max_frame), max_frame=max_frame)
     except Exception:  # noqa: BLE001
@@ -142,12 +149,38 @@ def encode_reply(item: dict[str, Any], max_frame: int) -> bytes:
         return encode_frame(err.to_wire(), max_frame=max_frame)
 
 
+async def _encoded(item: dict[str, Any], max_frame: int) -> bytes:
+    """`encode_reply`, with a reply that needs shrinking shrunk on a thread: a
+    stored value of megabytes costs its walk there (~0.2 s for 300,000
+    integers, each part's encoding and digest), not on the event loop."""
+    try:
+        return encode_frame(item, max_frame=max_frame)
+    except Exception:  # noqa: BLE001 - too large, too deep, or not a wire value
+        pass
+    return await trio.to_thread.run_sync(_shrunk, item, max_frame)
+
+
 def shrink_to_frame(item: Any, max_frame: int) -> Any:
-    """contract §4: a value too large to be sent is replaced by
-    ``{omitted_bytes: n}`` in the response (the record keeps it)."""
+    """contract §4: the reply `item` made to fit in ``max_frame``; the record keeps it.
+
+    Whatever its shape, a part too large is replaced by ``{omitted_bytes:
+    n, digest: hex}``: the length of its deterministic CBOR encoding and
+    that encoding's sha256 (`canonical_digest`), so that every reply that
+    carries a stored value (``invoke``, ``get_operation``, ``history``, a
+    listing) can always be sent. Top down, a map or array over the bound
+    is replaced whole when each of its parts is under a quarter of the bound
+    (``list(range(300000))``), else it keeps its parts and each is shrunk
+    in turn (a deep value keeps its shape around its large part; an op's
+    attempts stay a list). The reply's own map and its ``result`` or
+    ``error`` map are never replaced, only shrunk. The bound starts at half
+    the frame and falls by four until the reply fits."""
+    try:
+        check_value(item)
+    except (TypeError, ValueError):
+        item = _wire_only(item, 0)
     limit = max_frame // 2
     while limit >= 64:
-        shrunk = _omit(item, limit, 0)
+        shrunk = _fit(item, limit, 0, {})
         if len(encode_item(shrunk)) + 4 <= max_frame:
             return shrunk
         limit //= 4
@@ -155,22 +188,58 @@ def shrink_to_frame(item: Any, max_frame: int) -> Any:
 
 
 _MAX_INT = 2**64 - 1
+#: The nesting of a reply's own maps (the reply, its result or error): never replaced.
+_ENVELOPE = 2
 
 
-def _omit(v: Any, limit: int, depth: int) -> Any:
+def _wire_only(v: Any, depth: int) -> Any:
+    """``v`` with what is not a wire value, or nests too deep to be sent,
+    replaced by ``{omitted: reason}`` (a copy only where something changed)."""
     if depth >= 60:
         return {"omitted": "too_deep"}
-    if isinstance(v, (bytes, str)):
-        return {"omitted_bytes": len(v)} if len(v) > limit else v
+    if isinstance(v, (bytes, str, bool, float)) or v is None:
+        return v
+    if isinstance(v, int):
+        return v if -_MAX_INT - 1 <= v <= _MAX_INT else {"omitted": "not_a_wire_value"}
     if isinstance(v, dict):
-        return {k: _omit(x, limit, depth + 1) for k, x in v.items()}
+        if all(isinstance(k, (str, bytes)) for k in v):
+            return {k: _wire_only(x, depth + 1) for k, x in v.items()}
+        return {"omitted": "not_a_wire_value"}
     if isinstance(v, (list, tuple)):
-        return [_omit(x, limit, depth + 1) for x in v]
-    if v is None or isinstance(v, (bool, float)):
-        return v
-    if isinstance(v, int) and -_MAX_INT - 1 <= v <= _MAX_INT:
-        return v
+        return [_wire_only(x, depth + 1) for x in v]
     return {"omitted": "not_a_wire_value"}
+
+
+def _fit(v: Any, limit: int, depth: int, sizes: dict[int, int]) -> Any:
+    """``v`` with each part whose encoding exceeds ``limit`` shrunk or replaced."""
+    if isinstance(v, (bytes, str)):
+        return _omission(v) if _size(v, sizes) > limit else v
+    if not isinstance(v, (dict, list, tuple)) or _size(v, sizes) <= limit:
+        return v  # a number, true, false, null: at most 9 bytes
+    parts = v.values() if isinstance(v, dict) else v
+    if depth >= _ENVELOPE and all(_size(x, sizes) <= limit // 4 for x in parts):
+        return _omission(v)  # made of many small parts: replaced whole
+    if isinstance(v, dict):
+        return {k: _fit(x, limit, depth + 1, sizes) for k, x in v.items()}
+    return [_fit(x, limit, depth + 1, sizes) for x in v]
+
+
+def _size(v: Any, sizes: dict[int, int]) -> int:
+    """The length of ``v``'s encoding (at most, for a number), each container's once."""
+    if isinstance(v, (bytes, str)):
+        return len(v) if isinstance(v, bytes) or v.isascii() else len(v.encode())
+    if not isinstance(v, (dict, list, tuple)):
+        return 9
+    known = sizes.get(id(v))
+    if known is None:  # a wire value (checked): cbor2 without encode_item's walk
+        known = sizes[id(v)] = len(cbor2.dumps(v))
+    return known
+
+
+def _omission(v: Any) -> dict[str, Any]:
+    """What replaces a part too large to be sent: its encoding's length and sha256."""
+    encoded = encode_item(v, canonical=True)
+    return {"omitted_bytes": len(encoded), "digest": hashlib.sha256(encoded).hexdigest()}
 
 
 Handler = Callable[[Connection, Request], Awaitable[Any]]
@@ -369,7 +438,7 @@ class Server:
             reply = Response(req.id, result).to_wire()
         finally:
             conn.in_flight -= 1
-        frame = encode_reply(reply, conn.max_frame)
+        frame = await _encoded(reply, conn.max_frame)
         sent = conn.write_now(frame)
         if sent == len(frame):
             return

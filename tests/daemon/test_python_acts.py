@@ -8,6 +8,7 @@ its effect done. Its receipt reads the ledger.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -17,10 +18,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from tests.daemon._wardctl import set_up, wardctl
 from tests.daemon.harness import Actor, Background, Daemon, Env, code_of, key, wait_for
-from wardd.protocol import WarddError
+from wardd.client import AsyncClient, AsyncSession, Neuron, Retry, Session
+from wardd.protocol import WarddError, encode_item
 
 TOOLS = textwrap.dedent(
     """
@@ -57,6 +61,19 @@ TOOLS = textwrap.dedent(
     def unencodable(request):
         _effect(request)
         return {{"created": {{1, 2}}}}
+
+    def large(request):
+        # a valid value of ~1.4 MB of CBOR: more than a reply (max_frame 1 MiB) holds
+        _effect(request)
+        return list(range(300000))
+
+    def deep(request):
+        # the same, 40 maps deep, each with small parts beside the large one
+        _effect(request)
+        value = list(range(300000))
+        for level in range(40):
+            value = {{"level": level, "inner": value, "pad": [level] * 3}}
+        return value
 
     def receipt(key):
         with open(os.path.join(ROOT, "ledger")) as f:  # raises while there is none
@@ -426,3 +443,77 @@ class TestConfigErrors:
         shown = wardd("default-config").stdout
         for name in _python._KEYS:
             assert f"\n# {name} = " in shown, name
+
+
+def omission_of(value: Any) -> dict[str, Any]:
+    """What a reply carries in place of a part too large for it (contract §4)."""
+    encoded = encode_item(value, canonical=True)
+    return {"omitted_bytes": len(encoded), "digest": hashlib.sha256(encoded).hexdigest()}
+
+
+def deep_value() -> Any:
+    """What ``crmtools:deep`` returns, its large list replaced as a reply carries it."""
+    value: Any = omission_of(list(range(300000)))
+    for level in range(40):
+        value = {"level": level, "inner": value, "pad": [level] * 3}
+    return value
+
+
+class TestValuesTooLargeForAReply:
+    """A stored value whose encoding exceeds max_frame: every reply that carries
+    it replaces it (or its large part) by its length and digest, so the op
+    stays readable over the wire; the record keeps it whole."""
+
+    def test_a_300000_int_list_is_answered_and_stays_readable(self, make_daemon, tools):
+        acts = {"crm.large": tools.act("large")}
+        d = make_daemon(Env(acts=acts))
+        set_up(d.env, "crm.large")
+        wardctl(d.env, "submit", "p", "big", "crm.large")
+        shown = wardctl(d.env, "invoke", "big", check=False)
+        assert shown.returncode == 0, shown.stderr
+        assert "op big attempt 1: succeeded" in shown.stdout
+        whole = omission_of(list(range(300000)))
+        assert whole["omitted_bytes"] > 1 << 20
+        assert whole["digest"] in shown.stdout
+        op = json.loads(wardctl(d.env, "--json", "op", "show", "big").stdout)
+        assert op["state"] == "retained" and op["result"]["value"] == whole
+        assert op["attempts"][0]["outcome"]["value"] == whole
+        history = json.loads(wardctl(d.env, "--json", "history", "big").stdout)
+        assert history[-1]["kind"] == "outcome" and history[-1]["data"]["status"] == "succeeded"
+        listed = json.loads(wardctl(d.env, "--json", "ops").stdout)
+        assert [o["op"] for o in listed] == ["big"]
+        neuron = Neuron.load(d.env.root / "neuron.key")
+        with d.connect() as client:
+            assert Session(client, neuron).consume("big").result.value == whole
+        assert tools.ledger_keys() == [f"{neuron.id}/big/1"]
+
+    def test_the_async_session_with_retry_gets_the_outcome(self, make_daemon, tools):
+        """AsyncSession.invoke(retry=Retry()) answers succeeded, once, not internal."""
+        d = make_daemon(Env(acts={"crm.large": tools.act("large")}))
+
+        async def body() -> Any:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = AsyncSession(client, Neuron.generate())
+                await session.register()
+                await session.create_prog("p", 100)
+                await session.grant("p", ["crm.large"])
+                await session.bind("w0")
+                await session.submit("p", "big", "crm.large")
+                return await session.invoke("big", retry=Retry(backoff=0))
+
+        done = anyio.run(body)
+        assert (done.status, done.attempt) == ("succeeded", 1)
+        assert done.result == omission_of(list(range(300000)))
+        assert len(tools.ledger_keys()) == 1
+
+    def test_a_deep_value_keeps_its_shape_and_loses_only_its_large_part(
+        self, make_daemon, tools
+    ):
+        d = make_daemon(Env(acts={"crm.deep": tools.act("deep")}))
+        a = Actor(d, acts=("crm.deep",))
+        a.submit("deep", "crm.deep")
+        expected = deep_value()
+        assert a.invoke("deep")["result"] == expected
+        op = a.op("deep")
+        assert op["result"]["value"] == expected
+        assert op["attempts"][0]["outcome"]["value"] == expected

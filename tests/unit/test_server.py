@@ -9,6 +9,7 @@ the daemon and its other connections go on.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,23 @@ import pytest
 import structlog
 import trio
 
-from wardd.daemon.server import INLINE_DECODE_BYTES, Connection, Server, bind_unix
-from wardd.protocol import NEED_DATA, PROTOCOL_VERSION, FrameDecoder, Request, encode_frame
+from wardd.daemon.server import (
+    INLINE_DECODE_BYTES,
+    Connection,
+    Server,
+    bind_unix,
+    encode_reply,
+    shrink_to_frame,
+)
+from wardd.protocol import (
+    NEED_DATA,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    Request,
+    decode_item,
+    encode_frame,
+    encode_item,
+)
 
 HELLO = {"id": 1, "method": "hello", "params": {"protocol": PROTOCOL_VERSION, "client": "t"}}
 
@@ -140,3 +156,59 @@ async def test_an_inline_method_is_answered_in_the_read_loop_in_order(tmp_path: 
             assert await peer.reply() == {"id": 2, "result": {"method": "slow"}}
             await peer.stream.aclose()
             conns.cancel_scope.cancel()
+
+
+def omission_of(value: Any) -> dict[str, Any]:
+    encoded = encode_item(value, canonical=True)
+    return {"omitted_bytes": len(encoded), "digest": hashlib.sha256(encoded).hexdigest()}
+
+
+class TestShrinkToFrame:
+    """contract §4: a reply too large for max_frame is shrunk to fit, whatever the
+    shape of what made it large; what fits is sent as it is."""
+
+    MAX_FRAME = 1 << 20
+
+    def fits(self, item: dict[str, Any]) -> Any:
+        frame = encode_reply(item, self.MAX_FRAME)
+        assert len(frame) <= self.MAX_FRAME
+        return decode_item(frame[4:])
+
+    def test_a_list_of_small_parts_is_replaced_whole_by_its_length_and_digest(self) -> None:
+        value = list(range(300000))
+        reply = {"id": 7, "result": {"op": "o", "attempt": 1, "status": "succeeded"}}
+        reply["result"]["result"] = value
+        got = self.fits(reply)
+        assert got["id"] == 7 and got["result"]["status"] == "succeeded"
+        assert got["result"]["result"] == omission_of(value)
+
+    def test_a_deep_value_keeps_its_small_parts(self) -> None:
+        inner: Any = [b"x" * 1000] * 1500
+        value: Any = inner
+        for level in range(50):
+            value = {"level": level, "inner": value}
+        got = self.fits({"id": 1, "result": {"value": value, "args": b"a"}})["result"]
+        assert got["args"] == b"a"
+        for level in reversed(range(50)):
+            assert got["value"]["level"] == level
+            got = {"value": got["value"]["inner"]}
+        assert got["value"] == omission_of(inner)
+
+    def test_a_large_string_beside_small_ones_is_the_only_part_replaced(self) -> None:
+        big = "é" * 600_000
+        got = self.fits({"id": 2, "error": {"code": "x", "message": big, "data": {"k": "v"}}})
+        assert got["error"] == {"code": "x", "message": omission_of(big), "data": {"k": "v"}}
+
+    def test_two_copies_that_fit_alone_but_not_together_are_both_replaced(self) -> None:
+        value = list(range(100_000))  # ~0.4 MB each: under half the frame, over a quarter
+        op = {"attempts": [{"outcome": {"value": value}}] * 2, "result": {"value": value}}
+        got = self.fits({"id": 3, "result": op})["result"]
+        assert got["result"]["value"] == omission_of(value)
+        assert [a["outcome"]["value"] for a in got["attempts"]] == [omission_of(value)] * 2
+
+    def test_what_fits_is_untouched_and_the_reply_envelope_never_replaced(self) -> None:
+        reply = {"id": 4, "result": {"value": list(range(1000))}}
+        assert shrink_to_frame(reply, self.MAX_FRAME) == reply
+        lists = {k: list(range(100000)) for k in "abc"}  # ~0.37 MB each, 1.1 MB together
+        got = self.fits({"id": 5, "result": lists})
+        assert got == {"id": 5, "result": {k: omission_of(v) for k, v in lists.items()}}
