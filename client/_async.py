@@ -26,7 +26,7 @@ from ._core import ClientCore, Connected, Reply, result_of
 from ._errors import ConnectionClosed
 from ._paths import socket_path
 
-__all__ = ["AsyncClient", "pause"]
+__all__ = ["AsyncClient", "deadline", "pause", "timed_out"]
 
 _RECV_SIZE = 1 << 16
 
@@ -262,6 +262,19 @@ class AsyncClient(Connected):
 async def pause(seconds: float) -> None:
     """Sleep on whichever event loop runs (a retry's backoff in `AsyncSession`)."""
     await anyio.sleep(seconds)
+
+
+def deadline() -> float:
+    """The calling task's effective deadline (its cancel scopes', anyio or trio);
+    inf when none. `AsyncSession` reads it before it waits for an answer."""
+    return anyio.current_effective_deadline()
+
+
+def timed_out(exc: BaseException, deadline: float) -> bool:
+    """Whether `exc` ended a wait because `deadline`, read before the wait,
+    has passed: a cancellation by the caller's timeout (``anyio.fail_after``,
+    ``move_on_after``, trio's), not by an explicit ``cancel()`` before it."""
+    return isinstance(exc, anyio.get_cancelled_exc_class()) and deadline <= anyio.current_time()
 
 
 class _Opening:

@@ -14,6 +14,7 @@ __all__ = [
     "ActFailed",
     "ClientError",
     "ConnectionClosed",
+    "DispatchTimedOut",
     "FrameTooLarge",
     "KeyFileError",
     "MayHaveRun",
@@ -57,23 +58,86 @@ class KeyFileError(ClientError):
 
 
 class MayHaveRun(ClientError):
-    """An attempt's outcome is ``unknown``: it may have run, and nothing will
-    ever run it again by itself.
+    """An attempt may have run, and nothing will ever run it again by itself.
 
-    Raised by ``invoke(..., retry=...)``, which never asks again after it.
-    `op` and `attempt` name the attempt; resolve it with a receipt
+    Raised for a dispatch (`invoke`, `execute`) whose answer leaves the
+    attempt in doubt:
+
+    - an ``unknown`` outcome, by ``invoke(..., retry=...)``, which never
+      asks again after it;
+    - an error the daemon can answer after the claim
+      (`wardd.protocol.AFTER_CLAIM_CODES`, e.g. ``internal`` when the
+      outcome could not be stored): never a plain refusal. `answer` is
+      that error (also the ``__cause__``);
+    - `DispatchTimedOut`: the caller's own timeout ended the wait.
+
+    `op` and `attempt` name the attempt (None when not known: an
+    ``execute`` knows only its token). Read it back (`get_operation`,
+    ``wardctl op show OP``) and resolve it with a receipt
     (`check_receipts`) or a signed `reconcile` before anything else
     (docs/recovery.md).
     """
 
-    def __init__(self, op: str, attempt: int | None, error: object = None) -> None:
+    def __init__(
+        self,
+        op: str | None,
+        attempt: int | None,
+        error: object = None,
+        *,
+        answer: Exception | None = None,
+    ) -> None:
         self.op = op
         self.attempt = attempt
-        why = f" ({error})" if error else ""
-        super().__init__(
-            f"attempt {attempt} of op {op} is unknown{why}: it may have run; resolve it "
-            f"(a receipt, or reconcile) before anything else: wardctl op show {op}"
+        self.answer = answer
+        super().__init__(self._text(error))
+
+    def _text(self, error: object) -> str:
+        if self.answer is None:
+            why = f" ({error})" if error else ""
+            return (
+                f"attempt {self.attempt} of op {self.op} is unknown{why}: it may have run; "
+                f"resolve it (a receipt, or reconcile) before anything else: {self._look()}"
+            )
+        code = getattr(self.answer, "code", type(self.answer).__name__)
+        return (
+            f"{_named(self.op, self.attempt)} may have run: the daemon answered {code} "
+            f"({self.answer}), which can come after the claim; read it back before "
+            f"anything else: {self._look()}"
         )
+
+    def _look(self) -> str:
+        return f"wardctl op show {self.op}" if self.op else "wardctl op show OP"
+
+
+class DispatchTimedOut(MayHaveRun, TimeoutError):
+    """The caller's timeout ended the wait for a dispatch's answer after its
+    request was sent: the attempt may have run.
+
+    Raised instead of the cancellation when the deadline of an anyio or trio
+    cancel scope around an `invoke` or `execute` (``anyio.fail_after``,
+    ``move_on_after``, ``trio.fail_after``, ...) passes while the answer is
+    awaited, and by the blocking `Session` when the `Client`'s socket timeout
+    passes then. It is a `TimeoutError` (what ``anyio.fail_after`` raises),
+    and a `MayHaveRun` naming the op and attempt. The request is never
+    sent again; its late answer is dropped.
+    """
+
+    def __init__(self, method: str, op: str | None, attempt: int | None) -> None:
+        self.method = method
+        super().__init__(op, attempt)
+
+    def _text(self, error: object) -> str:
+        return (
+            f"the wait for the {self.method} answer timed out after it was sent: "
+            f"{_named(self.op, self.attempt)} may have run (it is never sent again); "
+            f"read it back before anything else: {self._look()}"
+        )
+
+
+def _named(op: str | None, attempt: int | None) -> str:
+    if op is None:
+        return "the attempt of the token's op"
+    return f"attempt {attempt} of op {op}" if attempt is not None else f"the attempt of op {op}"
 
 
 class ActFailed(ClientError):

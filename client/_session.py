@@ -31,10 +31,24 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from wardd.protocol import Overloaded, Pager, PagingError, PlacementStale, TokenVoid
+from wardd.protocol import (
+    DISPATCH_METHODS,
+    Overloaded,
+    Pager,
+    PagingError,
+    PlacementStale,
+    TokenVoid,
+    WarddError,
+)
 
 from ._core import HelloResult
-from ._errors import ClientError, ConnectionClosed, MayHaveRun, RemoteProtocolError
+from ._errors import (
+    ClientError,
+    ConnectionClosed,
+    DispatchTimedOut,
+    MayHaveRun,
+    RemoteProtocolError,
+)
 from ._neuron import Neuron
 
 __all__ = ["NO_VALUE", "Retry"]
@@ -107,12 +121,9 @@ class Retry:
         return float(min(self.max_backoff, self.backoff * 2 ** (asks - 1)))
 
 
-_DISPATCHES = ("invoke", "execute", "call")
-
-
 def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
     """The answer to ``call`` was lost: for a dispatch, say the attempt may have run."""
-    if call.method not in _DISPATCHES:
+    if call.method not in DISPATCH_METHODS:
         return exc
     op = call.params.get("op")
     look = f"`wardctl op show {op}`" if op else "get_operation (`wardctl op show OP`)"
@@ -122,11 +133,41 @@ def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
     )
 
 
+def _dispatched(call: _Call, data: Any = None) -> tuple[str | None, int | None]:
+    """The op and attempt a dispatch ran: as the daemon's error ``data`` names
+    them, else as the request does (an ``invoke``'s ``expected_attempt`` is
+    the attempt it makes; an ``execute`` names only its token)."""
+    known = data if isinstance(data, Mapping) else {}
+    op, attempt = known.get("op"), known.get("attempt")
+    if not isinstance(op, str):
+        op = call.params.get("op")
+        op = op if isinstance(op, str) else None
+    if not isinstance(attempt, int) and call.method == "invoke":
+        attempt = call.params.get("expected_attempt")
+    return op, attempt if isinstance(attempt, int) else None
+
+
+def _claimed(call: _Call, exc: WarddError) -> MayHaveRun:
+    """A dispatch answered with an error that can come after its claim
+    (`wardd.protocol.may_have_run`): no refusal, the attempt may have run."""
+    op, attempt = _dispatched(call, exc.data)
+    return MayHaveRun(op, attempt, answer=exc)
+
+
+def _timed_out(call: _Call) -> DispatchTimedOut | None:
+    """The caller's timeout ended the wait for ``call``'s answer after it was
+    sent: for a dispatch, the exception that names the attempt in doubt."""
+    if call.method not in DISPATCH_METHODS:
+        return None
+    op, attempt = _dispatched(call)
+    return DispatchTimedOut(call.method, op, attempt)
+
+
 def _in_doubt(call: _Call, exc: BaseException) -> None:
-    """A wait for a dispatch's answer ended without it (cancelled, timed out,
-    interrupted): the request may have gone out and is never re-sent, so
-    say on the exception that the attempt may have run."""
-    if call.method in _DISPATCHES:
+    """A wait for a dispatch's answer ended without it (cancelled, interrupted):
+    the request went out and is never re-sent, so say on the exception that
+    the attempt may have run."""
+    if call.method in DISPATCH_METHODS:
         op = call.params.get("op")
         what = f"op {op}" if op else "the token's op"
         exc.add_note(

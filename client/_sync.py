@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -13,7 +14,7 @@ from ._core import ClientCore, Connected, Reply, result_of
 from ._errors import ConnectionClosed
 from ._paths import socket_path
 
-__all__ = ["Client", "pause"]
+__all__ = ["Client", "deadline", "pause", "timed_out"]
 
 _RECV_SIZE = 1 << 16
 
@@ -21,6 +22,17 @@ _RECV_SIZE = 1 << 16
 def pause(seconds: float) -> None:
     """Sleep (a retry's backoff in the blocking `Session`)."""
     time.sleep(seconds)
+
+
+def deadline() -> float:
+    """No deadline of the caller's: the blocking `Client` bounds each wait itself."""
+    return math.inf
+
+
+def timed_out(exc: BaseException, deadline: float) -> bool:
+    """Whether `exc` ended a wait for an answer because the `Client`'s socket
+    timeout passed (`deadline` is the async twin's; unused here)."""
+    return isinstance(exc, TimeoutError)
 
 
 class Client(Connected):

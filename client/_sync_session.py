@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from wardd.protocol import WarddError
+from wardd.protocol import WarddError, may_have_run
 
 from . import _sync as _io
 from ._errors import ConnectionClosed
@@ -52,7 +52,18 @@ from ._results import (
     Worker,
     _page,
 )
-from ._session import NO_VALUE, Plan, Retry, _in_doubt, _lost, _outcome, _SessionBase, _Sleep
+from ._session import (
+    NO_VALUE,
+    Plan,
+    Retry,
+    _claimed,
+    _in_doubt,
+    _lost,
+    _outcome,
+    _SessionBase,
+    _Sleep,
+    _timed_out,
+)
 
 if TYPE_CHECKING:  # annotations only; the client is whatever the caller passes
     from ._sync import Client
@@ -91,14 +102,22 @@ class Session(_SessionBase):
                     step = plan.send(None)
                     continue
                 params = self._wire_params(step, self.client.hello_result)
+                deadline = _io.deadline()  # the caller's, before the wait
+                # raising, `send` sent nothing the daemon could apply
+                rid = self.client.send(step.method, params)
                 try:
-                    result = self.client.call(step.method, params)
+                    result = self.client.recv(rid)
                 except ConnectionClosed as exc:
                     raise _lost(step, exc) from exc
-                except WarddError as exc:  # the plan may answer a refusal (retry, rebind)
-                    step = plan.throw(exc)
+                except WarddError as exc:
+                    if may_have_run(step.method, exc):  # an answer after the claim
+                        raise _claimed(step, exc) from exc
+                    step = plan.throw(exc)  # a refusal: the plan may answer it (retry, rebind)
                     continue
                 except BaseException as exc:  # cancelled, timed out, interrupted
+                    timed_out = _timed_out(step) if _io.timed_out(exc, deadline) else None
+                    if timed_out is not None:
+                        raise timed_out from exc
                     _in_doubt(step, exc)
                     raise
                 step = plan.send(result)

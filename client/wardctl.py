@@ -9,8 +9,9 @@ refused, as ssh refuses one.
 The exit status tells a script what happened (`Exit`, also in ``--help``
 and docs/operations.md): 0 done; 1 refused by the daemon (``error: <code>:
 <message>`` on stderr, nothing was done); 2 usage (the command line, or a
-key or file it names, cannot be used); 3 the attempt's fate is unknown, or
-the answer to a write was lost after it was sent (it may have run); 4 the
+key or file it names, cannot be used); 3 the attempt's fate is unknown,
+the answer to a write was lost after it was sent, or an `invoke` was
+answered with an error that can come after the claim (it may have run); 4 the
 act failed (definite: no effect); 69 the daemon cannot be reached; 130
 interrupted.
 """
@@ -39,7 +40,13 @@ from wardd.protocol import (
     WarddError,
 )
 
-from ._errors import ClientError, ConnectionClosed, KeyFileError, RemoteProtocolError
+from ._errors import (
+    ClientError,
+    ConnectionClosed,
+    KeyFileError,
+    MayHaveRun,
+    RemoteProtocolError,
+)
 from ._neuron import Neuron
 from ._paths import key_path as env_key_path
 from ._paths import socket_path as env_socket_path
@@ -61,7 +68,8 @@ class Exit(enum.IntEnum):
     USAGE = 2
     """The command line, or a key or file it names, cannot be used: nothing was sent."""
     MAY_HAVE_RUN = 3
-    """The attempt's fate is unknown, or a write's answer was lost after it was sent."""
+    """The attempt's fate is unknown, a write's answer was lost after it was sent, or an
+    invoke was answered with an error that can come after the claim (``internal``)."""
     FAILED = 4
     """The act failed: a definite outcome without effect (the op may be invoked again)."""
     UNREACHABLE = 69
@@ -74,8 +82,9 @@ _EXIT_TEXT = {
     Exit.DONE: "done",
     Exit.REFUSED: "refused by the daemon (the code is printed)",
     Exit.USAGE: "usage (the command line, or a key or file it names)",
-    Exit.MAY_HAVE_RUN: "the attempt's fate is unknown, or the answer was lost after "
-    "sending (it may have run)",
+    Exit.MAY_HAVE_RUN: "the attempt's fate is unknown, the answer was lost after "
+    "sending, or an invoke was answered with an error that can come after the claim "
+    "(it may have run)",
     Exit.FAILED: "the act failed (definite, no effect)",
     Exit.UNREACHABLE: "the daemon cannot be reached",
     Exit.INTERRUPTED: "interrupted",
@@ -356,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else Exit.USAGE
     except WarddError as exc:
         return _report_refusal(ctx, exc)
+    except MayHaveRun as exc:  # an answer after the claim, or a timeout after sending
+        return _report_doubt(ctx, exc)
     except TimeoutError:
         doubt = ctx.in_flight or "the request may still be applied: read it back"
         return _report(ctx, f"timed out waiting for wardd; {doubt}", _lost_status(ctx))
@@ -395,6 +406,18 @@ def _report(ctx: _Context, message: str, status: Exit) -> int:
         write_json({"error": {"message": message}})
     print(f"error: {message}", file=sys.stderr)
     return status
+
+
+def _report_doubt(ctx: _Context, exc: MayHaveRun) -> int:
+    """A dispatch whose attempt may have run (contract §4, `AFTER_CLAIM_CODES`):
+    never reported as a refusal."""
+    if ctx.json:
+        answer = exc.answer.to_wire() if isinstance(exc.answer, WarddError) else {}
+        write_json(
+            {"error": {**answer, "message": str(exc), "op": exc.op, "attempt": exc.attempt}}
+        )
+    print(f"error: {exc}", file=sys.stderr)
+    return Exit.MAY_HAVE_RUN
 
 
 def _report_refusal(ctx: _Context, exc: WarddError) -> int:

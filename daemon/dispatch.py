@@ -208,7 +208,7 @@ class Dispatcher:
             reply(None, err)
         except BaseException as exc:  # noqa: BLE001 - a reply must always leave
             log.error("reply_failed", op=rec.ref.op, attempt=rec.ref.attempt, error=repr(exc))
-            reply(None, Internal("the outcome's reply failed"))
+            reply(None, Internal("the outcome's reply failed", _claimed(rec.ref)))
         else:
             reply(result, None)
 
@@ -219,7 +219,9 @@ class Dispatcher:
         ref, status, error = rec.ref, rec.status, rec.error
         calls = self._pool.calls
         if rec.future.exception() is not None:
-            lost = Internal("the outcome could not be stored", {"reason": "fail_stop"})
+            lost = Internal(
+                "the outcome could not be stored", {"reason": "fail_stop", **_claimed(ref)}
+            )
             calls.settle(ref.attempt_id, lost)
             raise lost
         calls.settle(ref.attempt_id, None, CallEnd(status, rec.aborted))
@@ -254,3 +256,9 @@ class Dispatcher:
         """Past the grace: the callers still waiting get no answer."""
         for scope in list(self._scopes):
             scope.shield = False
+
+
+def _claimed(ref: AttemptRef) -> dict[str, Any]:
+    """The ``data`` of an error answered after the claim: the attempt that may
+    have run (the caller of an ``execute`` knows only its token)."""
+    return {"op": ref.op, "attempt": ref.attempt}

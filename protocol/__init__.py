@@ -12,7 +12,9 @@ both clients drive the same code:
 - messages: `parse_request`, `parse_reply`, `Request`, `Response`,
   `ErrorReply`;
 - the one error table: `ERRORS`, `WarddError` and one subclass per code,
-  `error_for` (``python -m wardd.protocol.errors`` prints the table);
+  `error_for` (``python -m wardd.protocol.errors`` prints the table), and
+  which answers to a dispatch leave its attempt in doubt (`DISPATCH_METHODS`,
+  `AFTER_CLAIM_CODES`, `may_have_run`);
 - neuron signatures: `signing_input`, `sign`, `verify`, `neuron_id`;
 - the shared vocabulary: `AttemptState`, `OpState`, `ProgState`, the
   param checks (`is_id`, `is_neuron_id`, `is_uint`), `default_socket_path`,
@@ -31,6 +33,8 @@ from ._constants import (
     SIGNING_DOMAIN,
 )
 from ._errors import (
+    AFTER_CLAIM_CODES,
+    DISPATCH_METHODS,
     ERRORS,
     TOKEN_VOID_REASONS,
     ActNotAccepted,
@@ -80,6 +84,7 @@ from ._errors import (
     WarddError,
     WrongNetwork,
     error_for,
+    may_have_run,
 )
 from ._frames import NEED_DATA, FrameDecoder, NeedData, encode_frame
 from ._messages import ErrorReply, Request, Response, parse_reply, parse_request
@@ -108,6 +113,8 @@ from ._vocabulary import (
 __all__ = [
     "ATTEMPT_LIST_STATES",
     "DEFAULT_MAX_FRAME",
+    "AFTER_CLAIM_CODES",
+    "DISPATCH_METHODS",
     "ERRORS",
     "ID_PATTERN",
     "MAX_DEPTH",
@@ -187,6 +194,7 @@ __all__ = [
     "encode_frame",
     "encode_item",
     "error_for",
+    "may_have_run",
     "is_id",
     "is_neuron_id",
     "is_uint",

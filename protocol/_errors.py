@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 __all__ = [
+    "AFTER_CLAIM_CODES",
+    "DISPATCH_METHODS",
     "ERRORS",
     "TOKEN_VOID_REASONS",
     "ActNotAccepted",
@@ -70,6 +72,7 @@ __all__ = [
     "WrongNetwork",
     "error_for",
     "markdown_table",
+    "may_have_run",
 ]
 
 _TABLE: dict[str, tuple[type[WarddError], str]] = {}
@@ -84,6 +87,8 @@ class WarddError(Exception):
     """
 
     code: ClassVar[str] = "internal"
+    #: The code can answer a dispatch after its claim (see `may_have_run`).
+    after_claim: ClassVar[bool] = False
 
     def __init_subclass__(cls, *, listed: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -162,9 +167,11 @@ class Overloaded(WarddError):
 
 class Internal(WarddError):
     """The daemon failed internally (e.g. a claim commit failed: `data.reason`); it never
-    reports an outcome it has not stored."""
+    reports an outcome it has not stored. To a dispatch it can come after the claim: the
+    attempt may have run (`data.op`, `data.attempt` name it when the daemon knows it)."""
 
     code = "internal"
+    after_claim = True
 
 
 class UnknownMethod(WarddError):
@@ -447,6 +454,9 @@ class NotAbortable(WarddError):
 #: code -> (exception class, one-line meaning), in table order.
 ERRORS: Final[Mapping[str, tuple[type[WarddError], str]]] = types.MappingProxyType(_TABLE)
 
+#: The codes that can answer a dispatch after its claim (the attempt may have run).
+AFTER_CLAIM_CODES: Final = tuple(code for code, (cls, _) in _TABLE.items() if cls.after_claim)
+
 #: The values `TokenVoid`'s `data.reason` takes (contract §4).
 TOKEN_VOID_REASONS: Final = frozenset(
     {
@@ -462,6 +472,24 @@ TOKEN_VOID_REASONS: Final = frozenset(
         "shutdown",
     }
 )
+
+
+#: The methods that dispatch an attempt: the adapter may be called once the claim is
+#: durable, and only an answer that comes before it proves that nothing ran.
+DISPATCH_METHODS: Final = frozenset({"invoke", "execute", "call"})
+
+
+def may_have_run(method: str, error: WarddError) -> bool:
+    """Whether `error`, the answer to a request of `method`, leaves the attempt in doubt.
+
+    True for a dispatch (`DISPATCH_METHODS`) answered with a code that can come after
+    the claim (`AFTER_CLAIM_CODES`) or with a code this table does not know (a newer
+    daemon's): the act may have had its effect, and the answer is no refusal. Every
+    other code refuses a dispatch before its claim: nothing ran.
+    """
+    if method not in DISPATCH_METHODS:
+        return False
+    return error.after_claim or error.code not in _TABLE
 
 
 def error_for(code: str, message: str, data: dict[str, Any] | None = None) -> WarddError:
@@ -487,4 +515,14 @@ def markdown_table() -> str:
         lines.append(f"| `{code}` | `{cls.__name__}` | {meaning} |")
     reasons = ", ".join(f"`{r}`" for r in sorted(TOKEN_VOID_REASONS))
     lines += ["", f"`token_void` `data.reason` is one of: {reasons}."]
+    dispatches = " and ".join(f"`{m}`" for m in sorted(DISPATCH_METHODS))
+    after = ", ".join(f"`{c}`" for c in AFTER_CLAIM_CODES)
+    lines += [
+        "",
+        f"Codes that can answer {dispatches} after the claim: {after}. Such an answer, "
+        "or a code this table does not list, says that the attempt **may have run**, not "
+        "that the request was refused: the bundled clients raise `MayHaveRun` naming the "
+        "op and attempt, and `wardctl` exits 3. Every other code answers a dispatch before "
+        "its claim: nothing ran.",
+    ]
     return "\n".join(lines) + "\n"

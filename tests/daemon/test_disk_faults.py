@@ -8,13 +8,18 @@ is "space returns".
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import subprocess
+import sys
 
 import pytest
 
+from tests.daemon._wardctl import environ, set_up, wardctl
 from tests.daemon.harness import Actor, Background, code_of, wait_for
-from wardd.protocol import WarddError
+from wardd.client import MayHaveRun, Retry, Session
+from wardd.protocol import Internal, WarddError
 
 UNLIMITED = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
 
@@ -77,3 +82,52 @@ class TestDiskFull:
         assert att["state"] == "unknown" and att["evidence"]["claimed"] is True
         # the effect happened once; nothing re-ran it
         assert env.ledger_lines(env.cli_ledger) == [f"{a.id}/g/1"]
+
+    def test_wardctl_says_an_invoke_whose_outcome_was_lost_may_have_run(self, daemon):
+        """The act had its effect, the outcome's write failed (fail-stop): the
+        invoke's internal is no refusal. wardctl exits 3 naming the attempt, and
+        the next start marks it unknown."""
+        env = daemon.env
+        set_up(env, "gated")
+        wardctl(env, "submit", "p", "g", "gated")
+        invoke = subprocess.Popen(
+            [sys.executable, "-m", "wardd.client.wardctl", "invoke", "g"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environ(env),
+        )
+        try:
+            wait_for(env.started_marker("g").exists, what="the gated act to start")
+            fill_disk(daemon)
+            env.open_gate("g")
+            out, err = invoke.communicate(timeout=60)
+        finally:
+            if invoke.poll() is None:
+                invoke.kill()
+                invoke.wait()
+        assert invoke.returncode == 3, (out, err)
+        assert "attempt 1 of op g may have run" in err and "internal" in err
+        assert "wardctl op show g" in err
+        assert daemon.proc.wait(30) == 70
+        daemon.start()
+        shown = json.loads(wardctl(env, "--json", "op", "show", "g").stdout)
+        assert shown["attempts"][0]["state"] == "unknown"
+        assert len(env.ledger_lines(env.cli_ledger)) == 1
+
+    def test_the_session_raises_may_have_run_naming_the_attempt(self, daemon, start_thread):
+        """Session.invoke(retry=...) after a lost outcome raises MayHaveRun (its
+        cause the daemon's internal), never the plain Internal a refusal would be."""
+        env = daemon.env
+        a = Actor(daemon, acts=("gated",))
+        a.submit("g", "gated")
+        session = Session(daemon.connect(), a.neuron)
+        call = Background(lambda: session.invoke("g", retry=Retry(backoff=0)))
+        wait_for(env.started_marker("g").exists, what="the gated act to start")
+        fill_disk(daemon)
+        env.open_gate("g")
+        exc = call.error_of(60)
+        assert isinstance(exc, MayHaveRun) and (exc.op, exc.attempt) == ("g", 1)
+        assert isinstance(exc.__cause__, Internal)
+        assert exc.__cause__.data == {"reason": "fail_stop", "op": "g", "attempt": 1}
+        assert daemon.proc.wait(30) == 70

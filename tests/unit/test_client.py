@@ -738,6 +738,7 @@ class FakeClient:
             for method, answer in answers.items()
         }
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.pending: list[tuple[str, dict[str, Any] | None]] = []
         self.hello_result = ready_core().hello_result
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
@@ -745,6 +746,13 @@ class FakeClient:
         self.calls.append((method, params))
         answer = self.answers[method]
         return answer(params) if callable(answer) else answer
+
+    def send(self, method: str, params: dict[str, Any] | None = None) -> int:
+        self.pending.append((method, params))
+        return len(self.pending) - 1
+
+    def recv(self, rid: int) -> Any:
+        return self.call(*self.pending[rid])
 
     def signed_calls(self) -> list[tuple[str, dict[str, Any]]]:
         return [(m, p) for m, p in self.calls if "sig" in p]

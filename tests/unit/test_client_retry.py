@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from wardd.client import HelloResult, MayHaveRun, Neuron, Retry, Session
-from wardd.protocol import Overloaded, TokenVoid, WarddError
+from wardd.client import DispatchTimedOut, HelloResult, MayHaveRun, Neuron, Retry, Session
+from wardd.protocol import Internal, Overloaded, TokenVoid, error_for
 
 ROOT = {"epoch": 2, "placement_generation": 5}
 
@@ -22,6 +22,7 @@ class ScriptedClient:
         self.answers = answers
         self.ops = ops  # successive get_operation answers
         self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.pending: list[tuple[str, dict[str, Any] | None]] = []
         self.hello_result = HelloResult(1, "wardd", "b" * 32, "n", 1 << 20)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
@@ -31,9 +32,16 @@ class ScriptedClient:
         if method == "get_operation":
             return self.ops.pop(0) if len(self.ops) > 1 else self.ops[0]
         answer = self.answers[method].pop(0)
-        if isinstance(answer, WarddError):
+        if isinstance(answer, BaseException):
             raise answer
         return answer
+
+    def send(self, method: str, params: dict[str, Any] | None = None) -> int:
+        self.pending.append((method, params))
+        return len(self.pending) - 1
+
+    def recv(self, rid: int) -> Any:
+        return self.call(*self.pending[rid])
 
     def invokes(self) -> list[dict[str, Any]]:
         return [p for m, p in self.sent if m == "invoke"]
@@ -90,6 +98,60 @@ class TestRetryRules:
         with pytest.raises(ActNotGranted):
             session(client).invoke("o", retry=Retry(max_attempts=5, backoff=0))
         assert len(client.invokes()) == 1
+
+
+class TestAnswersAfterTheClaim:
+    """An answer that can come after a dispatch's claim is never a refusal: it raises
+    MayHaveRun naming the op and attempt, with or without Retry, and nothing is asked
+    again."""
+
+    @pytest.mark.parametrize("retry", [None, Retry(backoff=0)], ids=["plain", "retry"])
+    def test_internal_to_invoke_may_have_run(self, retry: Retry | None) -> None:
+        lost = Internal("the outcome could not be stored", {"reason": "fail_stop"})
+        client = ScriptedClient({"invoke": [lost]}, [{"attempts": [{"attempt": 1}]}])
+        with pytest.raises(MayHaveRun) as info:
+            session(client).invoke("o", retry=retry)
+        assert (info.value.op, info.value.attempt, info.value.answer) == ("o", 2, lost)
+        assert info.value.__cause__ is lost and "attempt 2 of op o may have run" in str(info.value)
+        assert len(client.invokes()) == 1
+
+    def test_execute_names_the_attempt_the_daemon_names(self) -> None:
+        data = {"reason": "fail_stop", "op": "o", "attempt": 3}
+        client = ScriptedClient({"execute": [Internal("lost", data)]}, [])
+        with pytest.raises(MayHaveRun) as info:
+            session(client).execute(b"t" * 32)
+        assert (info.value.op, info.value.attempt) == ("o", 3)
+        assert "wardctl op show o" in str(info.value)
+
+    def test_a_code_this_client_does_not_know_may_have_run(self) -> None:
+        newer = error_for("from_a_newer_daemon", "what?")
+        client = ScriptedClient({"invoke": [newer]}, [{"attempts": []}])
+        with pytest.raises(MayHaveRun):
+            session(client).invoke("o", retry=Retry(backoff=0))
+
+    def test_other_methods_and_refusals_keep_their_error(self) -> None:
+        client = ScriptedClient({"cancel": [Internal("x")]}, [])
+        with pytest.raises(Internal):
+            session(client).cancel("o")
+        client = ScriptedClient({"execute": [TokenVoid("v", {"reason": "revoked"})]}, [])
+        with pytest.raises(TokenVoid):
+            session(client).execute(b"t" * 32)
+
+    def test_a_client_timeout_while_waiting_names_the_attempt(self) -> None:
+        """The blocking Client's socket timeout during a dispatch's wait raises
+        DispatchTimedOut (a TimeoutError and a MayHaveRun); during a read, the
+        TimeoutError as it is."""
+        waited = TimeoutError("timed out waiting for the daemon's reply")
+        client = ScriptedClient({"invoke": [waited]}, [{"attempts": []}])
+        with pytest.raises(DispatchTimedOut) as info:
+            session(client).invoke("o")
+        assert isinstance(info.value, TimeoutError) and isinstance(info.value, MayHaveRun)
+        assert (info.value.op, info.value.attempt) == ("o", 1)
+        assert "attempt 1 of op o may have run" in str(info.value)
+        client = ScriptedClient({"get_prog": [waited]}, [])
+        with pytest.raises(TimeoutError) as plain:
+            session(client).get_prog("p")
+        assert plain.value is waited
 
 
 class TestRetryRecord:

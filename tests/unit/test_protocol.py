@@ -104,6 +104,7 @@ class TestPublicApi:
             "ID_PATTERN", "NEURON_ID_PATTERN", "MAX_UINT", "is_id", "is_neuron_id", "is_uint",
             "default_socket_path", "RECEIPT_ANSWERS", "ReceiptAnswer",
             "DEFAULT_PAGE_LIMIT", "MAX_PAGE_LIMIT", "Pager", "PagingError",
+            "DISPATCH_METHODS", "AFTER_CLAIM_CODES", "may_have_run",
         }  # fmt: skip
         assert sorted(wp.__all__) == sorted(errors | others)
         assert len(wp.__all__) == len(set(wp.__all__))
@@ -581,6 +582,21 @@ class TestErrors:
             "budget_exhausted", "cancelled", "token_dropped", "token_expired",
             "claim_failed", "shutdown",
         }  # fmt: skip
+
+    def test_which_answers_to_a_dispatch_may_have_run(self) -> None:
+        """internal (and a code the table does not list) can answer invoke or execute
+        after the claim; every other code refuses before it; other methods are never
+        in doubt this way."""
+        assert wp.DISPATCH_METHODS == {"invoke", "execute", "call"}
+        assert wp.AFTER_CLAIM_CODES == ("internal",)
+        newer = wp.error_for("from_the_future", "new")
+        for method in ("invoke", "execute", "call"):
+            assert wp.may_have_run(method, wp.Internal("x"))
+            assert wp.may_have_run(method, newer)
+            for code, (cls, _meaning) in wp.ERRORS.items():
+                assert wp.may_have_run(method, cls("x")) is (code == "internal")
+        assert not wp.may_have_run("cancel", wp.Internal("x"))
+        assert not wp.may_have_run("prepare", newer)
 
     def test_module_prints_the_table_as_markdown(self) -> None:
         """`python -m wardd.protocol.errors` prints one row per code, warning-free."""

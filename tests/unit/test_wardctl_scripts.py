@@ -22,6 +22,7 @@ import wardd
 from tests.unit._wardctl_stub import ALL_COMMANDS, HANG_UP, daemon_stub, run
 from wardd.client import Neuron
 from wardd.client.wardctl import Exit
+from wardd.protocol import AttemptBusy, Internal
 
 __all__ = ["daemon_stub"]  # the fixture, used by name
 
@@ -61,6 +62,21 @@ class TestExitStatuses:
         assert code == Exit.MAY_HAVE_RUN
         assert "may have run" in err and "wardctl op show o" in err
         assert [r["method"] for r in seen] == ["hello", "get_neuron", "invoke"]
+
+    def test_an_invoke_answered_internal_may_have_run_and_exits_3(
+        self, capsys, daemon_stub, key
+    ) -> None:
+        """internal can come after the claim: never a refusal (1), always 3, naming the
+        attempt; a refusal before the claim stays 1."""
+        lost = Internal("the outcome could not be stored", {"reason": "fail_stop"})
+        path, _ = daemon_stub({"get_neuron": ROOT_ANSWER, "invoke": lost})
+        code, _, err = run(capsys, "--socket", path, "--key", key, "invoke", "o", "--attempt", "2")
+        assert code == Exit.MAY_HAVE_RUN
+        assert "attempt 2 of op o may have run" in err and "internal" in err
+        assert "wardctl op show o" in err
+        path, _ = daemon_stub({"get_neuron": ROOT_ANSWER, "invoke": AttemptBusy("busy")})
+        code, _, err = run(capsys, "--socket", path, "--key", key, "invoke", "o", "--attempt", "2")
+        assert code == Exit.REFUSED and "error: attempt_busy" in err
 
     def test_a_cancel_whose_answer_is_lost_exits_3(self, capsys, daemon_stub, key) -> None:
         """Any write's lost answer is 3: it may have been applied."""
