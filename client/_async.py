@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from ._core import ClientCore, Connected, Reply, result_of
@@ -29,6 +30,9 @@ from ._paths import socket_path
 __all__ = ["AsyncClient", "deadline", "pause", "timed_out"]
 
 _RECV_SIZE = 1 << 16
+#: How long one request frame may take to be written whole once its write
+#: began (shielded from cancellation meanwhile) before the connection fails.
+WRITE_TIMEOUT_S = 10.0
 
 
 class _TrioStream(Protocol):
@@ -89,8 +93,12 @@ class AsyncClient(Connected):
 
     Cancelling a `call` after its request went out does not unsend it: the
     daemon may apply it, and its reply is dropped when it comes. Nothing is
-    ever resent. Cancelling a task in the middle of writing a frame leaves
-    the stream unusable, so the connection is then failed for everyone.
+    ever resent. A call cancelled before its frame began to go out sent
+    nothing, and the connection goes on for the other tasks; once a frame
+    began, it is written whole, shielded from the cancellation (at most
+    `WRITE_TIMEOUT_S`), so one task's cancellation never cuts a frame and
+    never fails the connection for the others. Only a write that fails or
+    times out does (part of a frame may be out).
     """
 
     def __init__(self, stream: Stream, core: ClientCore, path: str) -> None:
@@ -197,14 +205,33 @@ class AsyncClient(Connected):
         return slot.reply
 
     async def _send_frame(self, rid: int, data: bytes) -> None:
-        # Callers hold the send lock: one writer at a time.
+        """Write one frame whole, or nothing (callers hold the send lock).
+
+        A cancellation before the first byte sends nothing and leaves the
+        connection to the other tasks. Once the write begins it is shielded
+        and written whole: a frame cut in the middle would leave the stream
+        unusable for every task. Only a write that fails, or takes longer
+        than `WRITE_TIMEOUT_S`, fails the connection (part of the frame may
+        be out)."""
+        try:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            self._core.abandon(rid, sent=False)  # nothing left: no reply will come
+            raise
         self._slots[rid] = _Slot()
         try:
-            await self._io.send(data)
+            with anyio.CancelScope(shield=True) as scope:
+                scope.deadline = anyio.current_time() + WRITE_TIMEOUT_S
+                await self._io.send(data)
         except BaseException as exc:
-            # Part of the frame may be out, so the whole connection fails.
-            self._fail(ConnectionClosed(f"sending to the daemon was interrupted: {exc!r}"))
+            self._fail(ConnectionClosed(f"sending to the daemon failed: {exc!r}"))
             raise
+        if scope.cancelled_caught:
+            error = ConnectionClosed(
+                f"sending a request to the daemon took more than {WRITE_TIMEOUT_S:g} s"
+            )
+            self._fail(error)
+            raise error
 
     async def _read_once(self) -> None:
         """Read one chunk as the leader, hand out its replies, wake the followers."""

@@ -177,3 +177,53 @@ class TestAsyncSession:
                 assert "may have run" in str(exc) and "wardctl op show op-k" in str(exc)
 
         run_on(backend, body)
+
+
+class TestCancellationOnASharedConnection:
+    def test_tasks_cancelled_while_sending_leave_the_connection_to_the_others(
+        self, backend: str, make_daemon
+    ) -> None:
+        """Rounds of 40 tasks submit 58 KiB requests on one connection, and 30 of
+        each round are cancelled while the frames go out (the daemon decodes each
+        on a thread meanwhile, so writes wait for room): the other 10 are all
+        answered, the connection stays usable, and each op a cancelled task left
+        is whole (its frame went out whole or not at all)."""
+        d = make_daemon()
+        args = bytes(range(256)) * 234  # 58.5 KiB: under the args bound
+
+        async def round_of(session: AsyncSession, n: int) -> set[str]:
+            scopes = [anyio.CancelScope() for _ in range(40)]
+            answered: dict[int, object] = {}
+            some_answered = anyio.Event()
+
+            async def submit(i: int) -> None:
+                with scopes[i]:
+                    submitted = await session.submit("p", f"op-{n}-{i}", "echo", args)
+                    answered[i] = submitted.state
+                    if len(answered) >= 3:
+                        some_answered.set()
+
+            async with anyio.create_task_group() as tasks:
+                for i in range(40):
+                    tasks.start_soon(submit, i)
+                await some_answered.wait()
+                for i in range(40):
+                    if i % 4:
+                        scopes[i].cancel()
+            kept = range(0, 40, 4)
+            assert {i: answered.get(i) for i in kept} == dict.fromkeys(kept, "pending")
+            return {f"op-{n}-{i}" for i in kept}
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = await ready_session(client, ("echo",))
+                kept = set()
+                for n in range(3):
+                    kept |= await round_of(session, n)
+                assert (await session.status()).boot == d.boot
+                listed = {o.op for o in await session.list_operations()}
+                assert kept <= listed
+                for op in listed:
+                    assert (await session.get_operation(op)).args == args
+
+        run_on(backend, body)

@@ -612,6 +612,16 @@ async def trio_pair(nursery: trio.Nursery) -> tuple[TrioClient, MemoryPeer]:
     return client, peer
 
 
+async def answer_peer_hello(peer: MemoryPeer) -> None:
+    req = await peer.request()
+    await peer.send(ok(req["id"], HELLO))
+
+
+async def answer_next(peer: MemoryPeer, answer: Any) -> None:
+    req = await peer.request()
+    await peer.send(ok(req["id"], answer))
+
+
 class TestTrioClient:
     async def test_concurrent_calls_are_multiplexed_by_id(self, nursery: trio.Nursery) -> None:
         """Calls from several tasks share one connection; replies out of order reach each."""
@@ -655,6 +665,45 @@ class TestTrioClient:
             await peer.send(ok(req["id"], "fresh"))
 
         nursery.start_soon(answer_next)
+        assert await client.call("status") == "fresh"
+        await client.aclose()
+
+    async def test_a_task_cancelled_while_its_frame_goes_out_cuts_nothing(
+        self, nursery: trio.Nursery
+    ) -> None:
+        """A frame whose write began is written whole though its task is cancelled
+        (shielded); a task cancelled while it waits its turn sends nothing; the
+        connection goes on for the others and no reply is lost."""
+        client_side, daemon_side = trio.testing.lockstep_stream_pair()
+        peer = MemoryPeer(daemon_side)
+        nursery.start_soon(answer_peer_hello, peer)
+        client = await TrioClient.over_stream(client_side)
+        big = {"pad": b"x" * 200_000}  # more than one read of the peer's: the write waits
+        writer, waiter = trio.CancelScope(), trio.CancelScope()
+        answers: dict[str, Any] = {}
+
+        async def call(name: str, params: dict[str, Any], scope: trio.CancelScope) -> None:
+            with scope:
+                answers[name] = await client.call("status", params)
+
+        async with trio.open_nursery() as callers:
+            callers.start_soon(call, "writer", big, writer)
+            await trio.testing.wait_all_tasks_blocked()  # its write waits for the peer
+            callers.start_soon(call, "waiter", {"w": 1}, waiter)
+            callers.start_soon(call, "other", {"o": 1}, trio.CancelScope())
+            await trio.testing.wait_all_tasks_blocked()
+            chunk = await peer.stream.receive_some(65536)  # the write has begun
+            assert chunk and len(chunk) < 200_000
+            peer.decoder.feed(chunk)
+            writer.cancel()
+            waiter.cancel()
+            first = await peer.request()  # the rest of the writer's frame comes whole
+            assert first["params"] == big
+            second = await peer.request()
+            assert second["params"] == {"o": 1}  # the waiter's never went out
+            await peer.send(ok(first["id"], "dropped") + ok(second["id"], "pong"))
+        assert answers == {"other": "pong"}
+        nursery.start_soon(answer_next, peer, "fresh")
         assert await client.call("status") == "fresh"
         await client.aclose()
 
