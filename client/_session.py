@@ -101,10 +101,11 @@ class Retry:
     - ``placement_stale``, when `invoke` was given ``rebind_stale=True``
       (refused before any attempt exists).
 
-    Never after ``unknown``, ``attempt_unknown`` or an answer lost after the
-    request was sent: the attempt may have run, so `invoke` raises
-    `MayHaveRun` (or the daemon's refusal, or `ConnectionClosed`), naming
-    the op and attempt to look at. `max_attempts` counts every ask, the
+    Never after ``unknown``, ``attempt_unknown``, an error that can come
+    after the claim (``internal``) or an answer lost after the request was
+    sent: the attempt may have run, so `invoke` raises `MayHaveRun` (or the
+    daemon's refusal, or `ConnectionClosed`), naming the op and attempt to
+    look at. `max_attempts` counts every ask, the
     first included (1: never ask again). The pause before ask n+1 is
     ``backoff * 2**(n-1)`` seconds, at most `max_backoff`. `on_retry`, if
     given, is called before each pause with the number of asks so far and

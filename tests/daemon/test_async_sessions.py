@@ -11,6 +11,8 @@ from wardd.client import (
     AsyncClient,
     AsyncSession,
     ConnectionClosed,
+    DispatchTimedOut,
+    MayHaveRun,
     Neuron,
     TrioClient,
     TrioSession,
@@ -175,6 +177,60 @@ class TestAsyncSession:
                     d.kill()
                 (exc,) = failed
                 assert "may have run" in str(exc) and "wardctl op show op-k" in str(exc)
+
+        run_on(backend, body)
+
+
+class TestTimeouts:
+    @pytest.mark.parametrize("scope", ["fail_after", "move_on_after"])
+    def test_a_timeout_around_an_invoke_names_the_attempt_that_may_have_run(
+        self, backend: str, scope: str, make_daemon
+    ) -> None:
+        """The caller's deadline passes while a slow act runs: the caller gets
+        DispatchTimedOut, a TimeoutError and a MayHaveRun naming the op and attempt
+        (not a bare TimeoutError, not a silent move on); the attempt runs on, once."""
+        d = make_daemon()
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = await ready_session(client, ("gated",))
+                await session.submit("p", "op-t", "gated")
+                root = await session.get_neuron()
+                fences = {
+                    "expected_attempt": 1,
+                    "placement_generation": root.placement_generation,
+                    "expected_epoch": root.epoch,
+                }
+                with pytest.raises(DispatchTimedOut) as info:  # only the invoke is timed
+                    with getattr(anyio, scope)(3.0):
+                        await session.invoke("op-t", **fences)
+                timed_out = info.value
+                assert isinstance(timed_out, TimeoutError) and isinstance(timed_out, MayHaveRun)
+                assert (timed_out.op, timed_out.attempt, timed_out.method) == ("op-t", 1, "invoke")
+                assert "attempt 1 of op op-t may have run" in str(timed_out)
+                assert "wardctl op show op-t" in str(timed_out)
+                assert d.env.started_marker("op-t").exists()
+                assert (await session.get_operation("op-t")).state == "running"
+                d.env.open_gate("op-t")
+                while (await session.get_operation("op-t")).state == "running":
+                    await anyio.sleep(0.02)  # the gated call ends on its own
+                op = await session.get_operation("op-t")
+                assert op.state == "retained" and len(op.attempts) == 1
+                assert await client.call("status", {})  # the connection goes on
+
+        run_on(backend, body)
+
+    def test_a_timeout_around_a_read_is_the_loops_own(self, backend: str, make_daemon) -> None:
+        """Nothing is in doubt for a read: fail_after raises its plain TimeoutError."""
+        d = make_daemon()
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as client:
+                session = await ready_session(client, ("echo",))
+                with pytest.raises(TimeoutError) as info:
+                    with anyio.fail_after(0):
+                        await session.status()
+                assert not isinstance(info.value, MayHaveRun)
 
         run_on(backend, body)
 
