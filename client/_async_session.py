@@ -290,7 +290,7 @@ class AsyncSession(_SessionBase):
         `rebind_stale`: on ``placement_stale`` (refused before any attempt
         exists), run `ensure_placement` once and ask again.
         """
-        return await self._run_typed(
+        prepared = await self._run_typed(
             Prepared,
             self._plans.placed_attempt(
                 "prepare",
@@ -302,11 +302,13 @@ class AsyncSession(_SessionBase):
                 boot=self.client.hello_result.boot,
             ),
         )
+        return self._prepared(op, prepared)
 
     async def execute(self, token: bytes) -> Dispatched:
-        """`execute` a token prepared on this session's connection."""
+        """`execute` a token prepared on this session's connection (an error that
+        leaves it in doubt names the op and attempt the token was prepared for)."""
         return await self._run_typed(
-            Dispatched, self._plans.one("execute", {"token": token}, signed=False)
+            Dispatched, self._plans.execute(token, self._runs(token))
         )
 
     async def invoke(

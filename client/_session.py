@@ -50,6 +50,7 @@ from ._errors import (
     RemoteProtocolError,
 )
 from ._neuron import Neuron
+from ._results import Prepared
 
 __all__ = ["NO_VALUE", "Retry"]
 
@@ -79,6 +80,9 @@ class _Call:
     method: str
     params: dict[str, Any]
     signed: bool
+    #: The op and attempt a dispatch runs when its params do not name them
+    #: (an ``execute`` sends only its token): for the errors that name them.
+    runs: tuple[str, int] | None = None
 
 
 @attrs.frozen
@@ -126,7 +130,7 @@ def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
     """The answer to ``call`` was lost: for a dispatch, say the attempt may have run."""
     if call.method not in DISPATCH_METHODS:
         return exc
-    op = call.params.get("op")
+    op, _attempt = _dispatched(call)
     look = f"`wardctl op show {op}`" if op else "get_operation (`wardctl op show OP`)"
     return ConnectionClosed(
         f"{exc}: the attempt may have run (its claim may be durable); look with {look} "
@@ -140,11 +144,13 @@ def _dispatched(call: _Call, data: Any = None) -> tuple[str | None, int | None]:
     the attempt it makes; an ``execute`` names only its token)."""
     known = data if isinstance(data, Mapping) else {}
     op, attempt = known.get("op"), known.get("attempt")
+    runs_op, runs_attempt = call.runs or (call.params.get("op"), None)
     if not isinstance(op, str):
-        op = call.params.get("op")
-        op = op if isinstance(op, str) else None
-    if not isinstance(attempt, int) and call.method == "invoke":
-        attempt = call.params.get("expected_attempt")
+        op = runs_op if isinstance(runs_op, str) else None
+    if not isinstance(attempt, int):
+        attempt = runs_attempt
+        if call.method == "invoke":
+            attempt = call.params.get("expected_attempt")
     return op, attempt if isinstance(attempt, int) else None
 
 
@@ -169,7 +175,7 @@ def _in_doubt(call: _Call, exc: BaseException) -> None:
     the request went out and is never re-sent, so say on the exception that
     the attempt may have run."""
     if call.method in DISPATCH_METHODS:
-        op = call.params.get("op")
+        op, _attempt = _dispatched(call)
         what = f"op {op}" if op else "the token's op"
         exc.add_note(
             f"wardd: the {call.method} of {what} was not answered here; the attempt may have "
@@ -484,6 +490,12 @@ class _Plans:
         return (yield from _ask("rebind", {"op": op, "expected_epoch": expected_epoch}, True))
 
     @staticmethod
+    def execute(token: bytes, runs: tuple[str, int] | None) -> Plan[dict[str, Any]]:
+        """`execute` (unsigned); `runs`: the op and attempt its token was prepared for."""
+        result: dict[str, Any] = yield _Call("execute", {"token": token}, False, runs)
+        return result
+
+    @staticmethod
     def one(method: str, params: dict[str, Any], *, signed: bool = True) -> Plan[Any]:
         return (yield from _ask(method, params, signed))
 
@@ -495,11 +507,30 @@ def _outcome(status: str, value: Any) -> dict[str, Any]:
     return outcome
 
 
+#: How many prepared tokens a session remembers the op and attempt of.
+_TOKENS_KEPT = 1024
+
+
 class _SessionBase:
     def __init__(self, neuron: Neuron, network: str | None, epoch: int | None) -> None:
         self.neuron = neuron
         self._network = network
         self._plans = _Plans(neuron.id, epoch)
+        # token -> (op, attempt) of the tokens this session prepared, so that an
+        # execute in doubt names its attempt; the newest _TOKENS_KEPT, each
+        # forgotten once executed (a handle is never shown: repr(self) has none)
+        self._tokens: dict[bytes, tuple[str, int]] = {}
+
+    def _prepared(self, op: str, prepared: Prepared) -> Prepared:
+        """Remember what `prepared`'s token runs; return it."""
+        self._tokens[prepared.token] = (op, prepared.attempt.attempt)
+        while len(self._tokens) > _TOKENS_KEPT:
+            del self._tokens[next(iter(self._tokens))]
+        return prepared
+
+    def _runs(self, token: bytes) -> tuple[str, int] | None:
+        """The op and attempt a token of this session's runs (forgotten now), if known."""
+        return self._tokens.pop(bytes(token), None)
 
     @property
     def id(self) -> str:

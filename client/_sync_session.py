@@ -292,7 +292,7 @@ class Session(_SessionBase):
         `rebind_stale`: on ``placement_stale`` (refused before any attempt
         exists), run `ensure_placement` once and ask again.
         """
-        return self._run_typed(
+        prepared = self._run_typed(
             Prepared,
             self._plans.placed_attempt(
                 "prepare",
@@ -304,11 +304,13 @@ class Session(_SessionBase):
                 boot=self.client.hello_result.boot,
             ),
         )
+        return self._prepared(op, prepared)
 
     def execute(self, token: bytes) -> Dispatched:
-        """`execute` a token prepared on this session's connection."""
+        """`execute` a token prepared on this session's connection (an error that
+        leaves it in doubt names the op and attempt the token was prepared for)."""
         return self._run_typed(
-            Dispatched, self._plans.one("execute", {"token": token}, signed=False)
+            Dispatched, self._plans.execute(token, self._runs(token))
         )
 
     def invoke(
