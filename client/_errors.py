@@ -60,7 +60,7 @@ class KeyFileError(ClientError):
 class MayHaveRun(ClientError):
     """An attempt may have run, and nothing will ever run it again by itself.
 
-    Raised for a dispatch (`invoke`, `execute`) whose answer leaves the
+    Raised for a dispatch (`invoke`, `execute`, `call`) whose answer leaves the
     attempt in doubt:
 
     - an ``unknown`` outcome, by ``invoke(..., retry=...)``, which never
@@ -114,7 +114,7 @@ class DispatchTimedOut(MayHaveRun, TimeoutError):
     request was sent: the attempt may have run.
 
     Raised instead of the cancellation when the deadline of an anyio or trio
-    cancel scope around an `invoke` or `execute` (``anyio.fail_after``,
+    cancel scope around an `invoke`, `execute` or `call` (``anyio.fail_after``,
     ``move_on_after``, ``trio.fail_after``, ...) passes while the answer is
     awaited, and by the blocking `Session` when the `Client`'s socket timeout
     passes then. It is a `TimeoutError` (what ``anyio.fail_after`` raises),

@@ -10,8 +10,8 @@ The exit status tells a script what happened (`Exit`, also in ``--help``
 and docs/operations.md): 0 done; 1 refused by the daemon (``error: <code>:
 <message>`` on stderr, nothing was done); 2 usage (the command line, or a
 key or file it names, cannot be used); 3 the attempt's fate is unknown,
-the answer to a write was lost after it was sent, or an `invoke` was
-answered with an error that can come after the claim (it may have run); 4 the
+the answer to a write was lost after it was sent, or an `invoke` or `call`
+was answered with an error that can come after the claim (it may have run); 4 the
 act failed (definite: no effect); 69 the daemon cannot be reached; 130
 interrupted.
 """
@@ -69,7 +69,7 @@ class Exit(enum.IntEnum):
     """The command line, or a key or file it names, cannot be used: nothing was sent."""
     MAY_HAVE_RUN = 3
     """The attempt's fate is unknown, a write's answer was lost after it was sent, or an
-    invoke was answered with an error that can come after the claim (``internal``)."""
+    invoke or call was answered with an error that can come after the claim (``internal``)."""
     FAILED = 4
     """The act failed: a definite outcome without effect (the op may be invoked again)."""
     UNREACHABLE = 69
@@ -83,8 +83,8 @@ _EXIT_TEXT = {
     Exit.REFUSED: "refused by the daemon (the code is printed)",
     Exit.USAGE: "usage (the command line, or a key or file it names)",
     Exit.MAY_HAVE_RUN: "the attempt's fate is unknown, the answer was lost after "
-    "sending, or an invoke was answered with an error that can come after the claim "
-    "(it may have run)",
+    "sending, or an invoke or call was answered with an error that can come after the "
+    "claim (it may have run)",
     Exit.FAILED: "the act failed (definite, no effect)",
     Exit.UNREACHABLE: "the daemon cannot be reached",
     Exit.INTERRUPTED: "interrupted",

@@ -515,7 +515,8 @@ def markdown_table() -> str:
         lines.append(f"| `{code}` | `{cls.__name__}` | {meaning} |")
     reasons = ", ".join(f"`{r}`" for r in sorted(TOKEN_VOID_REASONS))
     lines += ["", f"`token_void` `data.reason` is one of: {reasons}."]
-    dispatches = " and ".join(f"`{m}`" for m in sorted(DISPATCH_METHODS))
+    *first, last = (f"`{m}`" for m in sorted(DISPATCH_METHODS))
+    dispatches = f"{', '.join(first)} and {last}" if first else last
     after = ", ".join(f"`{c}`" for c in AFTER_CLAIM_CODES)
     lines += [
         "",

@@ -123,6 +123,30 @@ class TestAnswersAfterTheClaim:
         assert (info.value.op, info.value.attempt) == ("o", 3)
         assert "wardctl op show o" in str(info.value)
 
+    def test_execute_of_a_prepared_token_names_its_attempt_from_the_prepare(self) -> None:
+        """The daemon's answer names nothing: the session names the op and attempt
+        the token was prepared for (the token itself never appears)."""
+        token = b"t" * 32
+        prepared = {"token": token, "attempt": {"attempt": 4}}
+        client = ScriptedClient(
+            {"prepare": [prepared], "execute": [Internal("the reply failed")]},
+            [{"attempts": [{"attempt": n} for n in (1, 2, 3)]}],
+        )
+        s = session(client)
+        assert s.prepare("o").attempt.attempt == 4
+        with pytest.raises(MayHaveRun) as info:
+            s.execute(token)
+        assert (info.value.op, info.value.attempt) == ("o", 4)
+        assert "attempt 4 of op o may have run" in str(info.value)
+        assert repr(token) not in str(info.value) and "tttt" not in str(info.value)
+
+    def test_call_answered_internal_may_have_run(self) -> None:
+        data = {"reason": "fail_stop", "op": "c", "attempt": 2}
+        client = ScriptedClient({"call": [Internal("lost", data)]}, [])
+        with pytest.raises(MayHaveRun) as info:
+            session(client).call("p", "c", "echo", b"x")
+        assert (info.value.op, info.value.attempt) == ("c", 2)
+
     def test_a_code_this_client_does_not_know_may_have_run(self) -> None:
         newer = error_for("from_a_newer_daemon", "what?")
         client = ScriptedClient({"invoke": [newer]}, [{"attempts": []}])
