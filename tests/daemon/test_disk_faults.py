@@ -83,15 +83,17 @@ class TestDiskFull:
         # the effect happened once; nothing re-ran it
         assert env.ledger_lines(env.cli_ledger) == [f"{a.id}/g/1"]
 
-    def test_wardctl_says_an_invoke_whose_outcome_was_lost_may_have_run(self, daemon):
+    @pytest.mark.parametrize("command", [("invoke", "g"), ("call", "p", "g", "gated")])
+    def test_wardctl_says_a_dispatch_whose_outcome_was_lost_may_have_run(self, daemon, command):
         """The act had its effect, the outcome's write failed (fail-stop): the
-        invoke's internal is no refusal. wardctl exits 3 naming the attempt, and
-        the next start marks it unknown."""
+        internal answered to invoke (or call) is no refusal. wardctl exits 3
+        naming the attempt, and the next start marks it unknown."""
         env = daemon.env
         set_up(env, "gated")
-        wardctl(env, "submit", "p", "g", "gated")
+        if command[0] == "invoke":
+            wardctl(env, "submit", "p", "g", "gated")
         invoke = subprocess.Popen(
-            [sys.executable, "-m", "wardd.client.wardctl", "invoke", "g"],
+            [sys.executable, "-m", "wardd.client.wardctl", *command],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
