@@ -209,7 +209,7 @@ class TestTimeouts:
                 assert (timed_out.op, timed_out.attempt, timed_out.method) == ("op-t", 1, "invoke")
                 assert "attempt 1 of op op-t may have run" in str(timed_out)
                 assert "wardctl op show op-t" in str(timed_out)
-                assert d.env.started_marker("op-t").exists()
+                await wait_for_file(d.env.started_marker("op-t"))  # it was sent: it runs
                 assert (await session.get_operation("op-t")).state == "running"
                 d.env.open_gate("op-t")
                 while (await session.get_operation("op-t")).state == "running":
