@@ -23,6 +23,7 @@ from wardd.client import (
     Called,
     ClientError,
     ConnectionClosed,
+    MayHaveRun,
     Neuron,
 )
 from wardd.protocol import PlacementStale, UnknownProg, WarddError
@@ -165,6 +166,9 @@ class Guard:
         except ConnectionClosed as exc:  # sent, and the answer lost: it may have run
             log.warning("mcp_answer_lost", op=op, error=str(exc))
             return Lost("the daemon's answer was lost after the request was sent")
+        except MayHaveRun as exc:  # an error that can come after the claim: no refusal
+            log.warning("mcp_may_have_run", op=op, error=str(exc))
+            return Lost(str(exc), exc.attempt)
         except (WarddError, ClientError) as exc:
             return _refused(exc)
         await _finish(session, called)

@@ -8,12 +8,16 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from wardd.client.mcpserver._config import parse_mcp_config
+from wardd.client import MayHaveRun, Neuron
+from wardd.client.mcpserver._config import McpConfig, parse_mcp_config
+from wardd.client.mcpserver._guard import Guard
 from wardd.client.mcpserver._keys import KeyRefused, OpKey, canonical_json, choose_op
 from wardd.client.mcpserver._results import Finished, Lost, Refused, Unreachable, tool_result
 from wardd.daemon.config import ConfigError
+from wardd.protocol import Internal
 
 TOOL = {"description": "Charge", "input_schema": {"type": "object"}}
 
@@ -223,3 +227,21 @@ class TestResults:
         result = tool_result(OpKey("call-1", "random"), Finished(1, "succeeded", b"x"))
         assert 'pass it as _meta["wardd/idempotency_key"]' in result.content[0].text  # type: ignore[union-attr]
         assert result.meta["wardd/key"] == "random"  # type: ignore[index]
+
+
+class TestGuardAnswers:
+    def test_an_answer_after_the_claim_is_unknown_never_refused(self, tmp_path: Path) -> None:
+        """An internal answered to the call (the session's MayHaveRun) reaches the
+        model as unknown, naming the attempt: never as a refusal."""
+        lost = Internal("the outcome could not be stored", {"reason": "fail_stop"})
+
+        class Session:
+            async def call(self, *args: Any) -> Any:
+                raise MayHaveRun("op-1", 3, answer=lost)
+
+        cfg = McpConfig("t", tmp_path / "s", tmp_path / "k", "agent", "w0", 10, ())
+        guard = Guard(cfg, Neuron.generate())
+        answer = anyio.run(guard._call, Session(), "op-1", "pay.charge", b"{}")
+        assert isinstance(answer, Lost) and answer.attempt == 3
+        result = tool_result(KEYED, answer)
+        assert result.structured_content["status"] == "unknown"  # type: ignore[index]
