@@ -70,8 +70,9 @@ class GuardedTool:
 
     - `MayHaveRun` (naming the op, and the attempt when the daemon named
       it) when the outcome is unknown, an earlier attempt of the op is
-      unknown, or the answer was lost after the request was sent: never ask
-      again; resolve it first (docs/recovery.md);
+      unknown, the daemon answered an error that can come after the claim
+      (``internal``), or the answer was lost after the request was sent:
+      never ask again; resolve it first (docs/recovery.md);
     - `ActFailed` when the act failed with no effect (``failed`` or
       ``not_executed``);
     - `wardd.protocol.Terminal` when the op was cancelled (or pruned) and
