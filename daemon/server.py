@@ -168,14 +168,15 @@ def shrink_to_frame(item: Any, max_frame: int) -> Any:
     Whatever its shape, a part too large is replaced by ``{omitted_bytes:
     n, digest: hex}``: the length of its deterministic CBOR encoding and
     that encoding's sha256 (`canonical_digest`), so that every reply that
-    carries a stored value (``invoke``, ``get_operation``, ``history``, a
-    listing) can always be sent. Top down, a map or array over the bound
-    is replaced whole when each of its parts is under a quarter of the bound
-    (``list(range(300000))``), else it keeps its parts and each is shrunk
-    in turn (a deep value keeps its shape around its large part; an op's
-    attempts stay a list). The reply's own map and its ``result`` or
-    ``error`` map are never replaced, only shrunk. The bound starts at half
-    the frame and falls by four until the reply fits."""
+    carries a stored value (``invoke``, ``get_operation``, ``consume``,
+    ``call``) can always be sent. An act's stored value over the bound is
+    replaced as a whole, however deep (`_is_stored_value`). Elsewhere, top
+    down, a map or array over the bound is replaced whole when each of its
+    parts is under a quarter of the bound, else it keeps its parts and each
+    is shrunk in turn (an op's attempts stay a list). The reply's own map
+    and its ``result`` or ``error`` map are never replaced, only shrunk.
+    The bound starts at half the frame and falls by four until the reply
+    fits."""
     try:
         check_value(item)
     except (TypeError, ValueError):
@@ -222,8 +223,21 @@ def _fit(v: Any, limit: int, depth: int, sizes: dict[int, int]) -> Any:
     if depth >= _ENVELOPE and _all_under(parts, limit // 4, sizes):
         return _omission(v)  # made of many small parts: replaced whole
     if isinstance(v, dict):
-        return {k: _fit(x, limit, depth + 1, sizes) for k, x in v.items()}
+        return {
+            k: _omission(x)
+            if _is_stored_value(k, v) and _size(x, sizes) > limit
+            else _fit(x, limit, depth + 1, sizes)
+            for k, x in v.items()
+        }
     return [_fit(x, limit, depth + 1, sizes) for x in v]
+
+
+def _is_stored_value(key: Any, parent: dict[Any, Any]) -> bool:
+    """Whether ``parent[key]`` is an act's stored value, replaced as a whole
+    (contract §3.2.3): a ``value`` (an outcome's, a retained result's, a
+    receipt's), or the ``result`` beside ``status`` in a dispatch's answer
+    (``invoke``, ``execute``, ``call``)."""
+    return key == "value" or (key == "result" and "status" in parent)
 
 
 def _size(v: Any, sizes: dict[int, int]) -> int:

@@ -87,8 +87,10 @@ class WarddError(Exception):
     """
 
     code: ClassVar[str] = "internal"
-    #: The code can answer a dispatch after its claim (see `may_have_run`).
+    #: The code can answer a dispatch after its claim (see `may_have_run`)...
     after_claim: ClassVar[bool] = False
+    #: ...except with one of these ``data.reason``: decided before the claim.
+    before_claim_reasons: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, *, listed: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -172,6 +174,7 @@ class Internal(WarddError):
 
     code = "internal"
     after_claim = True
+    before_claim_reasons = frozenset({"claim_failed"})
 
 
 class UnknownMethod(WarddError):
@@ -483,13 +486,18 @@ def may_have_run(method: str, error: WarddError) -> bool:
     """Whether `error`, the answer to a request of `method`, leaves the attempt in doubt.
 
     True for a dispatch (`DISPATCH_METHODS`) answered with a code that can come after
-    the claim (`AFTER_CLAIM_CODES`) or with a code this table does not know (a newer
-    daemon's): the act may have had its effect, and the answer is no refusal. Every
-    other code refuses a dispatch before its claim: nothing ran.
+    the claim (`AFTER_CLAIM_CODES`), unless its ``data.reason`` says it was decided
+    before (``internal`` with ``claim_failed``: the act was not called), or with a
+    code this table does not know (a newer daemon's): the act may have had its
+    effect, and the answer is no refusal. Every other answer refuses a dispatch
+    before its claim: nothing ran.
     """
     if method not in DISPATCH_METHODS:
         return False
-    return error.after_claim or error.code not in _TABLE
+    if error.code not in _TABLE:
+        return True
+    reason = error.data.get("reason") if isinstance(error.data, Mapping) else None
+    return error.after_claim and reason not in type(error).before_claim_reasons
 
 
 def error_for(code: str, message: str, data: dict[str, Any] | None = None) -> WarddError:
@@ -508,6 +516,15 @@ def error_for(code: str, message: str, data: dict[str, Any] | None = None) -> Wa
     return error
 
 
+def _after_claim_code(code: str) -> str:
+    """`code` as the table's note names it, with the reasons decided before the claim."""
+    reasons = sorted(_TABLE[code][0].before_claim_reasons)
+    if not reasons:
+        return f"`{code}`"
+    said = ", ".join(f"`{r}`" for r in reasons)
+    return f"`{code}` (except with `data.reason` {said}, decided before the claim)"
+
+
 def markdown_table() -> str:
     """The error table as markdown: one row per code, with its class and meaning."""
     lines = ["| code | exception | meaning |", "|---|---|---|"]
@@ -517,7 +534,7 @@ def markdown_table() -> str:
     lines += ["", f"`token_void` `data.reason` is one of: {reasons}."]
     *first, last = (f"`{m}`" for m in sorted(DISPATCH_METHODS))
     dispatches = f"{', '.join(first)} and {last}" if first else last
-    after = ", ".join(f"`{c}`" for c in AFTER_CLAIM_CODES)
+    after = ", ".join(_after_claim_code(code) for code in AFTER_CLAIM_CODES)
     lines += [
         "",
         f"Codes that can answer {dispatches} after the claim: {after}. Such an answer, "

@@ -157,6 +157,10 @@ class TestAnswersAfterTheClaim:
         client = ScriptedClient({"cancel": [Internal("x")]}, [])
         with pytest.raises(Internal):
             session(client).cancel("o")
+        unclaimed = Internal("the claim could not be committed", {"reason": "claim_failed"})
+        client = ScriptedClient({"invoke": [unclaimed]}, [{"attempts": []}])
+        with pytest.raises(Internal):  # decided before the claim: the act was not called
+            session(client).invoke("o")
         client = ScriptedClient({"execute": [TokenVoid("v", {"reason": "revoked"})]}, [])
         with pytest.raises(TokenVoid):
             session(client).execute(b"t" * 32)

@@ -584,9 +584,9 @@ class TestErrors:
         }  # fmt: skip
 
     def test_which_answers_to_a_dispatch_may_have_run(self) -> None:
-        """internal (and a code the table does not list) can answer invoke or execute
-        after the claim; every other code refuses before it; other methods are never
-        in doubt this way."""
+        """internal (unless its reason is claim_failed) and a code the table does not
+        list can answer a dispatch after the claim; every other code refuses before it;
+        other methods are never in doubt this way."""
         assert wp.DISPATCH_METHODS == {"invoke", "execute", "call"}
         assert wp.AFTER_CLAIM_CODES == ("internal",)
         newer = wp.error_for("from_the_future", "new")
@@ -595,6 +595,9 @@ class TestErrors:
             assert wp.may_have_run(method, newer)
             for code, (cls, _meaning) in wp.ERRORS.items():
                 assert wp.may_have_run(method, cls("x")) is (code == "internal")
+            # the claim's commit failed: the act was not called
+            assert not wp.may_have_run(method, wp.Internal("x", {"reason": "claim_failed"}))
+            assert wp.may_have_run(method, wp.Internal("x", {"reason": "fail_stop"}))
         assert not wp.may_have_run("cancel", wp.Internal("x"))
         assert not wp.may_have_run("prepare", newer)
 

@@ -182,17 +182,28 @@ class TestShrinkToFrame:
         assert got["id"] == 7 and got["result"]["status"] == "succeeded"
         assert got["result"]["result"] == omission_of(value)
 
-    def test_a_deep_value_keeps_its_small_parts(self) -> None:
-        inner: Any = [b"x" * 1000] * 1500
-        value: Any = inner
+    def test_a_stored_value_is_replaced_whole_however_deep(self) -> None:
+        """An act's value (under `value`, or a dispatch answer's `result`) over the
+        bound is one {omitted_bytes, digest} of the whole value."""
+        value: Any = [b"x" * 1000] * 1500
         for level in range(50):
             value = {"level": level, "inner": value}
         got = self.fits({"id": 1, "result": {"value": value, "args": b"a"}})["result"]
+        assert got == {"value": omission_of(value), "args": b"a"}
+        answer = {"op": "o", "attempt": 1, "status": "succeeded", "result": value}
+        assert self.fits({"id": 2, "result": answer})["result"]["result"] == omission_of(value)
+
+    def test_other_deep_parts_keep_their_small_parts(self) -> None:
+        inner: Any = [b"x" * 1000] * 1500
+        other: Any = inner
+        for level in range(50):
+            other = {"level": level, "inner": other}
+        got = self.fits({"id": 1, "result": {"other": other, "args": b"a"}})["result"]
         assert got["args"] == b"a"
         for level in reversed(range(50)):
-            assert got["value"]["level"] == level
-            got = {"value": got["value"]["inner"]}
-        assert got["value"] == omission_of(inner)
+            assert got["other"]["level"] == level
+            got = {"other": got["other"]["inner"]}
+        assert got["other"] == omission_of(inner)
 
     def test_a_large_string_beside_small_ones_is_the_only_part_replaced(self) -> None:
         big = "é" * 600_000
