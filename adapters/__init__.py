@@ -1,6 +1,6 @@
 """wardd.adapters: the acts' adapters and the contract between them and the daemon.
 
-Built in: ``echo`` (always present), ``file.append``, ``cli``, ``python`` and ``http``
+Built in: ``echo`` (always present), ``file.append``, ``cli``, ``python``, ``http`` and ``mcp``
 (contract §6).
 Third-party adapters register in the ``wardd.adapters`` entry-point group and
 are built by `build_adapter` (see `wardd.adapters._registry`).
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._cli import CliAdapter, SecretFile
     from ._file_append import FileAppendAdapter
     from ._http import HttpAdapter
+    from ._mcp import McpAdapter
     from ._python import PythonAdapter
 
 # the built-in adapters' classes, imported on first use: class name -> adapter
@@ -66,6 +67,7 @@ __all__ = [
     "EntryPointAdapter",
     "FileAppendAdapter",
     "HttpAdapter",
+    "McpAdapter",
     "OutcomeUnknown",
     "PythonAdapter",
     "Receipt",

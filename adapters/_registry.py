@@ -1,7 +1,7 @@
 """`build_adapter`: from an act's TOML table to an adapter (contract §6).
 
-``adapter = "file.append"``, ``adapter = "cli"`` and ``adapter = "http"``
-are built in. Any other
+``adapter = "file.append"``, ``adapter = "cli"``, ``adapter = "http"`` and
+``adapter = "mcp"`` are built in. Any other
 name is looked up in the ``wardd.adapters`` entry-point group
 (``importlib.metadata.entry_points``); the loaded object (a class, or any
 callable returning an adapter) is called with the table's other keys as
@@ -38,12 +38,14 @@ ENTRY_POINT_GROUP = "wardd.adapters"
 
 # adapter name -> (its module, its class): a built-in adapter's module is
 # imported when an act uses it, not with the package (``http`` brings urllib3,
-# ``cli`` its process handling: a daemon without such an act starts without them)
+# ``cli`` its process handling, ``mcp`` the MCP SDK: a daemon without such an act
+# starts without them)
 _BUILT_IN: dict[str, tuple[str, str]] = {
     "cli": ("_cli", "CliAdapter"),
     "file.append": ("_file_append", "FileAppendAdapter"),
     "python": ("_python", "PythonAdapter"),
     "http": ("_http", "HttpAdapter"),
+    "mcp": ("_mcp", "McpAdapter"),
 }
 
 
