@@ -22,6 +22,16 @@ claim: a random id of that one daemon run, which no daemon on another
 database ever gives its programs. Only processes of the
 daemon's own uid are readable, which are the only ones it can have
 started. Linux ``/proc`` only; elsewhere nothing is found.
+
+An ``mcp`` act's stdio server is not one call's program: it is started
+once and serves many calls, so it carries no key. It carries
+``WARDD_MCP_ACT=<act>`` and, from the first call on, ``WARDD_BOOT`` (the
+adapter restarts a server it started before a call told it the boot). A
+server of an earlier boot may still be running a call of that boot (the
+daemon died in its middle): at start, a live process with both marks whose
+boot is that of a claimed call left open is killed, group and all, before
+any receipt asks a new server about that call; each open attempt of that
+act and boot is then marked with ``orphan_killed: true``.
 """
 
 from __future__ import annotations
@@ -29,12 +39,22 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 
-__all__ = ["BOOT_VAR", "KEY_VAR", "any_marked", "find_orphans", "kill_groups", "wait_gone"]
+__all__ = [
+    "ACT_VAR",
+    "BOOT_VAR",
+    "KEY_VAR",
+    "any_marked",
+    "find_orphans",
+    "find_servers",
+    "kill_groups",
+    "wait_gone",
+]
 
 KEY_VAR = b"WARDD_IDEMPOTENCY_KEY="
 BOOT_VAR = b"WARDD_BOOT="
+ACT_VAR = b"WARDD_MCP_ACT="
 _ENVIRON_MAX = 1 << 20  # an environment larger than this is not one of ours
 
 
@@ -46,8 +66,24 @@ def find_orphans(wanted: Mapping[str, str], proc: str = "/proc") -> dict[str, li
     if not want:
         return found
     for pid, key, boot in _marked(proc):
+        if key.startswith(ACT_VAR):
+            continue
         if want.get(key) == boot:
             found.setdefault(key.decode(), []).append(pid)
+    for pids in found.values():
+        pids.sort()
+    return found
+
+
+def find_servers(boots: Collection[str], proc: str = "/proc") -> dict[tuple[str, str], list[int]]:
+    """``(act, boot) -> pids`` of the live processes marked as an ``mcp`` act's
+    server (``WARDD_MCP_ACT``) of one of ``boots``."""
+    want = {b.encode() for b in boots}
+    found: dict[tuple[str, str], list[int]] = {}
+    for pid, mark, boot in _marked(proc):
+        if mark.startswith(ACT_VAR) and boot in want:
+            act = mark[len(ACT_VAR) :].decode("utf-8", "replace")
+            found.setdefault((act, boot.decode()), []).append(pid)
     for pids in found.values():
         pids.sort()
     return found
@@ -61,7 +97,8 @@ def any_marked(proc: str = "/proc") -> bool:
 
 
 def _marked(proc: str) -> Iterator[tuple[int, bytes, bytes]]:
-    """(pid, key, boot) of each live process but this one that holds both marks."""
+    """(pid, key, boot) of each live process but this one that holds both marks;
+    an mcp server's "key" is its whole ``WARDD_MCP_ACT=<act>`` item."""
     me = os.getpid()
     try:
         entries = list(os.scandir(proc))
@@ -75,7 +112,8 @@ def _marked(proc: str) -> Iterator[tuple[int, bytes, bytes]]:
 
 
 def _marks_of(path: str) -> tuple[bytes | None, bytes | None]:
-    """The ``WARDD_IDEMPOTENCY_KEY`` and ``WARDD_BOOT`` values in an environ file."""
+    """The ``WARDD_IDEMPOTENCY_KEY`` value (or the whole ``WARDD_MCP_ACT`` item)
+    and the ``WARDD_BOOT`` value in an environ file."""
     try:
         with open(path, "rb") as f:
             environ = f.read(_ENVIRON_MAX)
@@ -85,6 +123,8 @@ def _marks_of(path: str) -> tuple[bytes | None, bytes | None]:
     for item in environ.split(b"\0"):
         if item.startswith(KEY_VAR):
             key = item[len(KEY_VAR) :]
+        elif item.startswith(ACT_VAR) and key is None:
+            key = item
         elif item.startswith(BOOT_VAR):
             boot = item[len(BOOT_VAR) :]
     return key, boot

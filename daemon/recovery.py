@@ -61,7 +61,7 @@ from wardd.protocol import OpState, Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
 from ._logging import log_lines
-from ._orphans import any_marked, find_orphans, kill_groups, wait_gone
+from ._orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone
 from ._records import now, wire_safe
 from .core import attempts as core
 from .store import load
@@ -240,34 +240,44 @@ class Recovery:
         finished.set()
 
     async def _kill_orphans(self) -> set[int]:
-        """Kill what an earlier boot's claimed calls left running (``_orphans``);
-        the attempt ids that had an orphan."""
+        """Kill what an earlier boot's claimed calls left running (``_orphans``):
+        their ``cli`` programs and the ``mcp`` servers of their boots; the
+        attempt ids that had an orphan."""
         # no process carries the marks (the usual start): no claimed call to list
         if not await trio.to_thread.run_sync(any_marked):
             return set()
-        by_key = {c.key: c for c in self._reads.claimed_calls_of_earlier_boots(self._boot)}
+        calls = self._reads.claimed_calls_of_earlier_boots(self._boot)
+        by_key = {c.key: c for c in calls}
         if not by_key:
             return set()
         wanted = {k: c.boot for k, c in by_key.items()}  # ours: the key and its claim's boot
         found = await trio.to_thread.run_sync(find_orphans, wanted)
+        servers = await trio.to_thread.run_sync(find_servers, {c.boot for c in calls})
         had: set[int] = set()
         for key, pids in found.items():
             call = by_key[key]
-            groups = kill_groups(pids)
-            if groups:
+            if await self._kill_logged(pids, neuron=call.neuron, op=call.op, attempt=call.attempt):
                 had.add(call.attempt_id)
-                # killed means gone before anything is marked or served
-                left = await trio.to_thread.run_sync(wait_gone, pids, ORPHAN_EXIT_WAIT_S)
-                log.warning(
-                    "orphan_killed",
-                    neuron=call.neuron,
-                    op=call.op,
-                    attempt=call.attempt,
-                    pids=pids,
-                    groups=groups,
-                    **({"still_exiting": left} if left else {}),
-                )
+        for (act, boot), pids in servers.items():
+            if await self._kill_logged(pids, act=act, boot=boot):
+                had |= {c.attempt_id for c in calls if c.act == act and c.boot == boot}
         return had
+
+    async def _kill_logged(self, pids: list[int], **where: Any) -> bool:
+        """Kill the groups of ``pids`` and wait for them gone (killed means
+        gone before anything is marked or served); whether any was killed."""
+        groups = kill_groups(pids)
+        if not groups:
+            return False
+        left = await trio.to_thread.run_sync(wait_gone, pids, ORPHAN_EXIT_WAIT_S)
+        log.warning(
+            "orphan_killed",
+            **where,
+            pids=pids,
+            groups=groups,
+            **({"still_exiting": left} if left else {}),
+        )
+        return True
 
     async def background_receipts(self) -> None:
         limiter = trio.CapacityLimiter(RECEIPT_CONCURRENCY)

@@ -55,6 +55,7 @@ class ClaimedCall:
     op: str
     attempt: int
     boot: str  # the boot that claimed it: its program carries it as WARDD_BOOT
+    act: str = ""  # an mcp act's server carries it as WARDD_MCP_ACT
 
     @property
     def key(self) -> str:
@@ -143,6 +144,7 @@ def claimed_call(r: sqlite3.Row) -> ClaimedCall:
         op=r["op"],
         attempt=r["attempt"],
         boot=r["boot"],
+        act=r["act"],
     )
 
 
@@ -422,7 +424,7 @@ class Reads:
         """Guarded attempts claimed by a boot other than ``boot`` and left
         ``running`` or ``unknown``: their programs may still run."""
         rows = self._q(
-            "SELECT a.id, n.neuron, o.op, a.attempt, c.boot FROM attempts a"
+            "SELECT a.id, n.neuron, o.op, a.attempt, c.boot, o.act FROM attempts a"
             " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
             " JOIN claims c ON c.attempt_id = a.id"
             " WHERE a.kind = 'guarded' AND a.boot != ?"

@@ -422,6 +422,6 @@ class TestWireForms:
             Candidate(21, NEURON, "op-1", 1, "echo", True, {"pid": 42})
         ]
         assert reads.claimed_calls_of_earlier_boots("b-now") == [
-            ClaimedCall(21, NEURON, "op-1", 1, "b0")
+            ClaimedCall(21, NEURON, "op-1", 1, "b0", "echo")
         ]
         assert reads.claimed_calls_of_earlier_boots("b0") == []
