@@ -18,7 +18,7 @@ Tools:
   executed), ``"before"`` waits for the gate file ``<marks>/go`` first and
   has its effect only then (a crash leaves it not executed, and a server
   killed meanwhile never has it);
-- ``leak()``: answers ``$WARDD_TEST_SECRET`` in its content, then fails with it;
+- ``leak()``: answers ``$PEER_TEST_SECRET`` in its content, then fails with it;
 - ``find_by_key(key)``: ``{"status": "executed", "value": {"key": key}}``
   for a key in the ledger, else ``{"status": "not_executed"}``.
 """
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 
 def _append(path: Path, line: str) -> None:
@@ -65,7 +66,7 @@ def build(record: Path, ledger: Path, marks: Path | None) -> MCPServer:
     def boom(ctx: Context) -> str:
         """Fail as a tool."""
         seen(ctx, "boom")
-        raise ValueError("boom: the tool failed half-way")
+        raise ToolError("boom: the tool failed half-way")
 
     @server.tool()
     def slow(ctx: Context, mode: str = "after") -> dict[str, Any]:
@@ -87,9 +88,9 @@ def build(record: Path, ledger: Path, marks: Path | None) -> MCPServer:
     def leak(ctx: Context) -> str:
         """Put the secret in a result's text (first call) and in an error (second)."""
         seen(ctx, "leak")
-        secret = os.environ.get("WARDD_TEST_SECRET", "")
+        secret = os.environ.get("PEER_TEST_SECRET", "")
         if (marks is not None) and (marks / "leaked").exists():
-            raise ValueError(f"denied for {secret}")
+            raise ToolError(f"denied for {secret}")
         if marks is not None:
             (marks / "leaked").write_text("1")
         return f"you run with {secret}"
