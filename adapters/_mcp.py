@@ -290,6 +290,29 @@ class McpAdapter:
         """The daemon's stop: kill the stdio server's group, end the loop, refuse calls."""
         self._link.close()
 
+    def check_at_start(self) -> str | None:
+        """The daemon's start-time check of a ``url`` server (in the background,
+        after ``READY=1``): connect and list its tools. None when the tool is
+        listed (or the server is a stdio one, started at its first call);
+        otherwise why not, free of secrets, for the log."""
+        if self.url is None:
+            return None
+        probe = ToolCall(
+            key=f"check {self.tag}",
+            tool=self.tool,
+            arguments={},
+            meta=None,
+            idempotency_key=None,
+            timeout_s=self.timeout_s,
+            probe=True,
+        )
+        reply = self._link.submit(probe)
+        if not reply.listed:
+            return f"the tool {self.tool!r} is not in the server's tools/list"
+        if reply.why != "listed":
+            return f"the server is not reachable now ({reply.why}); checked again at the first call"
+        return None
+
     def call(self, request: ActRequest) -> Any:
         """Call the tool once (see the module docstring for how it ends)."""
         if len(request.args) > self.max_arg_bytes:

@@ -92,6 +92,7 @@ class ToolCall:
     idempotency_key: str | None  # params.idempotencyKey, or None
     timeout_s: float
     boot: str | None = None
+    probe: bool = False  # only connect and look the tool up: nothing is called
 
 
 @attrs.frozen
@@ -258,6 +259,8 @@ class Link:
             conn = await self._connection(call.boot)
             if call.tool not in conn.tools:
                 return Reply(sent=False, listed=False, why="not in the server's tools/list")
+            if call.probe:
+                return Reply(sent=False, why="listed")
             if conn.dead.is_set():
                 return Reply(sent=False, why="the connection ended before the request was sent")
             progress.sent = True

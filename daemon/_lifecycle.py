@@ -218,3 +218,20 @@ def busy_calls(pool: WorkerPool) -> list[dict[str, Any]]:
         for b in (st.busy for st in pool.states)
         if b is not None
     ]
+
+
+async def check_acts(adapters: Mapping[str, Adapter]) -> None:
+    """After ``READY=1``, in the background: each adapter that offers a
+    start-time check (``check_at_start() -> str | None``, the ``mcp``
+    adapter's look-up of its tool) runs it on a thread; a reason is logged
+    at warning (``act_check_failed``), nothing else changes."""
+    for tag, adapter in adapters.items():
+        check = getattr(adapter, "check_at_start", None)
+        if not callable(check):
+            continue
+        try:
+            reason = await trio.to_thread.run_sync(check, abandon_on_cancel=True)
+        except Exception as exc:  # noqa: BLE001 - a check never stops the daemon
+            reason = f"the check raised {type(exc).__name__}"
+        if reason is not None:
+            log.warning("act_check_failed", act=tag, reason=reason)

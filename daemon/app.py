@@ -285,6 +285,7 @@ class Daemon:
             self.life.recovered.set()
             services.start_soon(self.recovery.background_receipts)
             services.start_soon(self.pruner.run)  # contract §3.9
+            services.start_soon(life_.check_acts, self.adapters)
             notifier.ready()
             log.info("ready", boot=self.boot)
             await self.signals.stop.wait()

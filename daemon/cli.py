@@ -190,7 +190,7 @@ def _config_warnings(cfg: Any) -> list[str]:
                     "every call fails until it does"
                 )
         env = table.get("env")
-        if table.get("adapter") == "cli" and isinstance(env, dict):
+        if table.get("adapter") in ("cli", "mcp") and isinstance(env, dict):
             for name, value in env.items():
                 path = value.get("file") if isinstance(value, dict) else None
                 if isinstance(path, str) and not os.access(path, os.R_OK):

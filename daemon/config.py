@@ -149,6 +149,21 @@ metrics_listen = ""
 # receipt_url = "https://api.example.com/v1/charges/by-key/{key}"   # optional: a GET by key:
 #                                # 200 -> executed, 404 -> not_executed, else unknown
 # max_response_bytes = 983040    # default max_frame - 65536; the body beyond is cut (truncated)
+#
+# [acts."gh.create_issue"]       # one tools/call of another MCP server's tool per call
+# adapter = "mcp"
+# command = ["/usr/local/bin/github-mcp", "--stdio"]   # a stdio server, started and kept by wardd;
+# # url = "http://127.0.0.1:8931/mcp"                  # or a streamable HTTP server (one of them)
+# tool = "create_issue"          # the server's tool; args are its arguments (a JSON object)
+# idempotency = "meta"           # the fence key in _meta["wardd/idempotency_key"] and
+#                                # params.idempotencyKey; "argument:NAME": also as that argument;
+#                                # "none": not sent
+# env = { GITHUB_TOKEN = { file = "/run/secrets/gh" } }   # stdio only; {file = ...}: a secret
+# timeout_s = 60                 # the whole call; past it -> unknown (before sending: failed)
+# tool_errors = "unknown"        # a result with isError: true -> unknown; "failed": definite
+# receipt_tool = "find_issue_by_key"   # optional: called with {"key": <fence key>}, answers
+#                                # {"status": "executed", "value": …} or {"status": "not_executed"}
+# max_arg_bytes = 65536
 """
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -422,10 +437,10 @@ def _acts(data: Mapping[str, Any], source: str, max_frame: int) -> tuple[ActConf
 
 
 def _check_programs(source: str, where: str, table: Mapping[str, Any]) -> None:
-    """A ``cli`` act's programs are absolute paths to existing executable files."""
-    if table.get("adapter") != "cli":
-        return
-    for key in ("argv", "receipt_argv"):
+    """A ``cli`` act's programs, and an ``mcp`` act's stdio server, are
+    absolute paths to existing executable files."""
+    keys = {"cli": ("argv", "receipt_argv"), "mcp": ("command",)}.get(str(table.get("adapter")))
+    for key in keys or ():
         if key not in table:
             continue
         program = table[key][0]  # a non-empty list of strings: the adapter checked it

@@ -186,8 +186,10 @@ class TestOutcomes:
         assert a.invoke("x")["status"] == "failed"
         assert server.calls() == []
 
-    def test_a_server_that_cannot_start_is_failed(self, make_daemon, tmp_path):
-        env = Env(acts={"t.gone": {"adapter": "mcp", "command": ["/nonexistent"], "tool": "x"}})
+    def test_a_server_that_exits_at_once_is_failed(self, make_daemon, tmp_path):
+        """A command that is no MCP server (it exits before the session is
+        initialized): nothing was sent."""
+        env = Env(acts={"t.gone": {"adapter": "mcp", "command": ["/bin/false"], "tool": "x"}})
         a = Actor(make_daemon(env), acts=("t.gone",))
         a.submit("g", "t.gone")
         r = a.invoke("g")
@@ -230,7 +232,12 @@ class TestStreamableHttp:
                 "h.nope": {"adapter": "mcp", "url": url, "tool": "nope"},
             }
         )
-        a = Actor(make_daemon(env), acts=("h.create", "h.boom", "h.nope"))
+        d = make_daemon(env)
+        a = Actor(d, acts=("h.create", "h.boom", "h.nope"))
+        # checked at start (after READY=1): the missing tool is logged, the others are not
+        wait_for(lambda: "act_check_failed" in d.log_text(), what="the start's tool check")
+        checks = [ln for ln in d.log_text().splitlines() if "act_check_failed" in ln]
+        assert len(checks) == 1 and "h.nope" in checks[0] and "tools/list" in checks[0]
         a.submit("c", "h.create", b'{"title": "over http"}')
         r = a.invoke("c")
         assert r["status"] == "succeeded" and r["result"]["title"] == "over http"
