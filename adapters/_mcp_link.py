@@ -256,7 +256,7 @@ class Link:
         try:
             if call.key in self._aborted:
                 return Reply(sent=False, aborted=True, why="aborted before it was sent")
-            conn = await self._connection(call.boot)
+            conn = await self._connection(call.boot, call.timeout_s)
             if call.tool not in conn.tools:
                 return Reply(sent=False, listed=False, why="not in the server's tools/list")
             if call.probe:
@@ -271,9 +271,9 @@ class Link:
                 sent=progress.sent, error_code=exc.code, why=f"MCP error {exc.code}: {exc}"
             )
         except Exception as exc:  # noqa: BLE001 - how far it got decides, not what broke
-            return Reply(sent=progress.sent, why=f"{type(exc).__name__}: {exc}")
+            return Reply(sent=progress.sent, why=_describe(exc))
 
-    async def _connection(self, boot: str | None) -> _Conn:
+    async def _connection(self, boot: str | None, timeout_s: float) -> _Conn:
         """The open connection, or a new one (started now) when there is none,
         it ended, or it is a stdio server started before the boot was known."""
         assert self._opening is not None and self._group is not None
@@ -290,34 +290,43 @@ class Link:
             if conn is not None:
                 conn.close.set()
                 await conn.dead.wait()
-            new: _Conn = await self._group.start(self._hold, boot)
+            new: _Conn = await self._group.start(self._hold, boot, timeout_s)
             self._conn = new
             return new
 
-    async def _hold(self, boot: str | None, *, task_status: anyio.abc.TaskStatus[_Conn]) -> None:
+    async def _hold(
+        self, boot: str | None, timeout_s: float, *, task_status: anyio.abc.TaskStatus[_Conn]
+    ) -> None:
         """Open the transport and the session, list the tools, hand the
-        connection over; keep it until it ends or is closed."""
+        connection over; keep it until it ends or is closed. What goes wrong
+        before the hand-over is raised to the caller of ``start`` (nothing was
+        sent); after it, the connection's end, however it came, is only its end."""
         dead, close = anyio.Event(), anyio.Event()
         instance = _random.token_hex(8)
         conn: _Conn | None = None
+        pid: int | None = None
         try:
             async with self._transport(boot, instance) as (read, write):
+                pid = await self._leader(instance)  # spawned (exec done): its group is known
                 relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
                 async with anyio.create_task_group() as group:
                     group.start_soon(_relay, read, relay_in, dead, close)
                     async with ClientSession(relay_out, write, client_info=_CLIENT) as session:
-                        await session.initialize()
-                        tools = await _list_tools(session)
-                        pid = await self._leader(instance)
+                        with anyio.fail_after(timeout_s):
+                            await session.initialize()
+                            tools = await _list_tools(session)
                         conn = _Conn(session, tools, pid, instance, boot, dead, close)
                         task_status.started(conn)
                         await close.wait()
                     group.cancel_scope.cancel()
+        except Exception:
+            if conn is None:
+                raise
         finally:
             dead.set()
-            if conn is not None and conn.pid is not None:
+            if pid is not None:
                 with self._lock:
-                    self._pids.discard(conn.pid)
+                    self._pids.discard(pid)
 
     async def _leader(self, instance: str) -> int | None:
         if self.endpoint.command is None:
@@ -372,6 +381,13 @@ async def _list_tools(session: Any) -> frozenset[str]:
         if not cursor:
             break
     return frozenset(names)
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of the first error inside a task group's exception group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _kill_group(pid: int, instance: str | None) -> None:

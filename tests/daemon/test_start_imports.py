@@ -29,6 +29,7 @@ class TestBuiltInAdaptersLoadWhenUsed:
         modules = imported(d.log_text())
         assert "wardd.daemon.app" in modules  # the lines are there
         assert not {m for m in modules if m.split(".")[0] == "urllib3"}
+        assert not {m for m in modules if m.split(".")[0] in ("mcp", "mcp_types", "pydantic")}
 
     def test_an_http_act_imports_it(self, make_daemon):
         """The same check is not blind: with an ``http`` act configured,
