@@ -86,7 +86,7 @@ def gone(pid: int) -> bool:
 
 
 @pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[Server, str]]:
+def http_server(tmp_path: Path) -> Iterator[tuple[Server, str, subprocess.Popen[bytes]]]:
     """A streamable HTTP peer on 127.0.0.1 in a process of its own, ended at the end."""
     server = Server(tmp_path / "http-peer")
     port_file = tmp_path / "port"
@@ -105,7 +105,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[Server, str]]:
                 return s.connect_ex(("127.0.0.1", port)) == 0
 
         wait_for(listening, what="the server to listen")
-        yield server, f"http://127.0.0.1:{port}/mcp"
+        yield server, f"http://127.0.0.1:{port}/mcp", proc
     finally:
         proc.kill()
         proc.wait()
@@ -221,10 +221,25 @@ class TestOutcomes:
         assert a.invoke("s2")["status"] == "succeeded"
         assert len({c["pid"] for c in server.calls("slow")}) == 2
 
+    def test_a_call_past_its_timeout_is_unknown(self, make_daemon, tmp_path):
+        """The server is up (a first call ran); the second call is held past
+        timeout_s after it was sent: unknown."""
+        server = Server(tmp_path / "peer")
+        env = Env(acts={"t.slow": stdio_act(server, "slow", timeout_s=3)})
+        a = Actor(make_daemon(env), acts=("t.slow",))
+        (server.marks / "go").touch()
+        a.submit("s1", "t.slow", b'{"mode": "before"}')
+        assert a.invoke("s1")["status"] == "succeeded"
+        (server.marks / "go").unlink()
+        a.submit("s2", "t.slow", b'{"mode": "before"}')
+        r = a.invoke("s2")
+        assert r["status"] == "unknown" and "timed out after 3 s" in r["error"]
+        assert len(server.calls("slow")) == 2
+
 
 class TestStreamableHttp:
     def test_success_key_and_tool_error_over_http(self, make_daemon, http_server):
-        server, url = http_server
+        server, url, _ = http_server
         env = Env(
             acts={
                 "h.create": {"adapter": "mcp", "url": url, "tool": "create"},
@@ -249,6 +264,18 @@ class TestStreamableHttp:
         a.submit("n", "h.nope")
         assert a.invoke("n")["status"] == "failed"
         assert [c["tool"] for c in server.calls()] == ["create", "boom"]
+
+    def test_a_server_killed_in_the_middle_of_a_call_is_unknown(self, make_daemon, http_server):
+        server, url, proc = http_server
+        env = Env(acts={"h.slow": {"adapter": "mcp", "url": url, "tool": "slow"}})
+        d = make_daemon(env)
+        a = Actor(d, acts=("h.slow",))
+        a.submit("s", "h.slow", b'{"mode": "before"}')
+        call = Background(a.invoke, "s", 1, d.connect())
+        wait_for(lambda: server.started_pids() != [], what="the slow call to start")
+        proc.kill()
+        r = call.result()
+        assert r["status"] == "unknown" and "after the request was sent" in r["error"]
 
     def test_an_unreachable_url_is_failed(self, make_daemon):
         with socket.socket() as s:
