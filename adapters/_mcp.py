@@ -60,7 +60,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import cbor2
@@ -228,16 +228,20 @@ class McpAdapter:
     timeout_s: float = DEFAULT_TIMEOUT_S
     receipt_tool: str | None = None
     tool_errors: str = "unknown"
+    boot: str | None = None  # the daemon's: its stdio servers carry it (WARDD_BOOT)
+    uses_boot: ClassVar[bool] = True
     kind: str = attrs.field(default="mcp", init=False)
     in_process: bool = attrs.field(default=True, init=False)
     abortable: bool = attrs.field(default=True, init=False)
     _link: Link = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._link = Link(self.tag, Endpoint(self.command, self.url, self._environment))
+        self._link = Link(self.tag, Endpoint(self.command, self.url, self._environment), self.boot)
 
     @classmethod
-    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> McpAdapter:
+    def from_table(
+        cls, tag: str, table: Mapping[str, Any], *, max_frame: int, boot: str | None = None
+    ) -> McpAdapter:
         """Build from the act's table (nothing is started); raises `AdapterConfigError`."""
         _config.refuse_unknown_keys(table, _KEYS)
         if ("command" in table) == ("url" in table):
@@ -271,6 +275,7 @@ class McpAdapter:
             if receipt is None
             else _config.text(receipt, "receipt_tool", what="a tool name string"),
             tool_errors=str(tool_errors),
+            boot=boot,
         )
 
     @property
@@ -333,7 +338,6 @@ class McpAdapter:
             meta=meta,
             idempotency_key=None if meta is None else key,
             timeout_s=self.timeout_s,
-            boot=request.boot,
         )
         secrets = self._secrets()
         try:

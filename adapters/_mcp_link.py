@@ -25,11 +25,11 @@ A stdio server is started in its own session (process group) by the SDK,
 with an environment of the SDK's defaults (``HOME``, ``LOGNAME``, ``PATH``,
 ``SHELL``, ``TERM``, ``USER``), the configured ``env`` (secrets read from
 their files at each server start), and the marks ``WARDD_MCP_ACT`` (the
-act), ``WARDD_MCP_SERVER`` (a random id of this one server run) and, once a
-call has told the adapter its boot, ``WARDD_BOOT``. Its leader's pid is
-found by the server-run mark, so that an ``abort`` and the daemon's stop
-can SIGKILL its process group at once (the SDK's own close waits seconds
-between its steps). Its stderr goes to ``/dev/null``: a server may print
+act), ``WARDD_MCP_SERVER`` (a random id of this one server run) and
+``WARDD_BOOT`` (the daemon's boot, given to the adapter when it is built).
+Its leader's pid is found by the server-run mark, so that an ``abort`` and
+the daemon's stop can SIGKILL its process group at once (the SDK's own
+close waits seconds between its steps). Its stderr goes to ``/dev/null``: a server may print
 its environment, secrets included, and nothing of it reaches wardd's logs.
 """
 
@@ -91,7 +91,6 @@ class ToolCall:
     meta: Mapping[str, Any] | None
     idempotency_key: str | None  # params.idempotencyKey, or None
     timeout_s: float
-    boot: str | None = None
     probe: bool = False  # only connect and look the tool up: nothing is called
 
 
@@ -124,7 +123,6 @@ class _Conn:
     tools: frozenset[str]
     pid: int | None  # the stdio server's leader (its process group)
     instance: str
-    boot: str | None
     dead: anyio.Event
     close: anyio.Event
 
@@ -132,9 +130,10 @@ class _Conn:
 class Link:
     """The event-loop thread, the connection it holds, and the calls in flight."""
 
-    def __init__(self, tag: str, endpoint: Endpoint) -> None:
+    def __init__(self, tag: str, endpoint: Endpoint, boot: str | None = None) -> None:
         self.tag = tag
         self.endpoint = endpoint
+        self.boot = boot  # the daemon's, for WARDD_BOOT (None: check-config, tests)
         self._lock = threading.Lock()
         self._cm: contextlib.AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
@@ -256,7 +255,7 @@ class Link:
         try:
             if call.key in self._aborted:
                 return Reply(sent=False, aborted=True, why="aborted before it was sent")
-            conn = await self._connection(call.boot, call.timeout_s)
+            conn = await self._connection(call.timeout_s)
             if call.tool not in conn.tools:
                 return Reply(sent=False, listed=False, why="not in the server's tools/list")
             if call.probe:
@@ -273,30 +272,18 @@ class Link:
         except Exception as exc:  # noqa: BLE001 - how far it got decides, not what broke
             return Reply(sent=progress.sent, why=_describe(exc))
 
-    async def _connection(self, boot: str | None, timeout_s: float) -> _Conn:
-        """The open connection, or a new one (started now) when there is none,
-        it ended, or it is a stdio server started before the boot was known."""
+    async def _connection(self, timeout_s: float) -> _Conn:
+        """The open connection, or a new one (started now) when there is none or it ended."""
         assert self._opening is not None and self._group is not None
         async with self._opening:
             conn = self._conn
-            stale = (
-                conn is not None
-                and boot is not None
-                and conn.pid is not None
-                and (conn.boot != boot)
-            )
-            if conn is not None and not conn.dead.is_set() and not stale:
+            if conn is not None and not conn.dead.is_set():
                 return conn
-            if conn is not None:
-                conn.close.set()
-                await conn.dead.wait()
-            new: _Conn = await self._group.start(self._hold, boot, timeout_s)
+            new: _Conn = await self._group.start(self._hold, timeout_s)
             self._conn = new
             return new
 
-    async def _hold(
-        self, boot: str | None, timeout_s: float, *, task_status: anyio.abc.TaskStatus[_Conn]
-    ) -> None:
+    async def _hold(self, timeout_s: float, *, task_status: anyio.abc.TaskStatus[_Conn]) -> None:
         """Open the transport and the session, list the tools, hand the
         connection over; keep it until it ends or is closed. What goes wrong
         before the hand-over is raised to the caller of ``start`` (nothing was
@@ -306,7 +293,7 @@ class Link:
         conn: _Conn | None = None
         pid: int | None = None
         try:
-            async with self._transport(boot, instance) as (read, write):
+            async with self._transport(instance) as (read, write):
                 pid = await self._leader(instance)  # spawned (exec done): its group is known
                 relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
                 async with anyio.create_task_group() as group:
@@ -315,7 +302,7 @@ class Link:
                         with anyio.fail_after(timeout_s):
                             await session.initialize()
                             tools = await _list_tools(session)
-                        conn = _Conn(session, tools, pid, instance, boot, dead, close)
+                        conn = _Conn(session, tools, pid, instance, dead, close)
                         task_status.started(conn)
                         await close.wait()
                     group.cancel_scope.cancel()
@@ -337,17 +324,15 @@ class Link:
                 self._pids.add(pid)
         return pid
 
-    def _transport(
-        self, boot: str | None, instance: str
-    ) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _transport(self, instance: str) -> contextlib.AbstractAsyncContextManager[Any]:
         if self.endpoint.url is not None:
             return streamable_http_client(self.endpoint.url)
         assert self.endpoint.command is not None
         env, _ = self.endpoint.environment()
         env[ACT_VAR] = self.tag
         env[SERVER_VAR] = instance
-        if boot is not None:
-            env[BOOT_VAR] = boot
+        if self.boot is not None:
+            env[BOOT_VAR] = self.boot
         argv = self.endpoint.command
         params = StdioServerParameters(command=argv[0], args=list(argv[1:]), env=env)
         assert self._devnull is not None

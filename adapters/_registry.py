@@ -55,12 +55,17 @@ def built_in(name: str) -> Any:
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 
-def build_adapter(tag: str, table: Mapping[str, Any], *, max_frame: int) -> Adapter:
+def build_adapter(
+    tag: str, table: Mapping[str, Any], *, max_frame: int, boot: str | None = None
+) -> Adapter:
     """Build the adapter of act ``tag`` from its ``[acts."<tag>"]`` table.
 
     Raises `AdapterConfigError` with the offending key (relative to the table)
     and the reason. ``max_frame`` is the daemon's frame bound; the ``cli``
-    adapter keeps at most ``max_frame - 65536`` bytes of stdout.
+    adapter keeps at most ``max_frame - 65536`` bytes of stdout. ``boot`` is
+    the running daemon's (None for ``check-config``): a built-in adapter that
+    declares ``uses_boot`` gets it, to mark the processes it keeps across
+    calls (``mcp``'s stdio servers) as this boot's.
     """
     if max_frame <= 65536:
         raise ValueError(f"max_frame must exceed 65536, got {max_frame}")
@@ -70,7 +75,10 @@ def build_adapter(tag: str, table: Mapping[str, Any], *, max_frame: int) -> Adap
     if not isinstance(name, str):
         raise AdapterConfigError("adapter", "must be a string")
     if name in _BUILT_IN:
-        build: Callable[..., Adapter] = built_in(name).from_table
+        cls = built_in(name)
+        build: Callable[..., Adapter] = cls.from_table
+        if getattr(cls, "uses_boot", False):
+            return build(tag, table, max_frame=max_frame, boot=boot)
         return build(tag, table, max_frame=max_frame)
     return _from_entry_point(tag, name, table, max_frame=max_frame)
 

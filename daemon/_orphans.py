@@ -25,8 +25,8 @@ started. Linux ``/proc`` only; elsewhere nothing is found.
 
 An ``mcp`` act's stdio server is not one call's program: it is started
 once and serves many calls, so it carries no key. It carries
-``WARDD_MCP_ACT=<act>`` and, from the first call on, ``WARDD_BOOT`` (the
-adapter restarts a server it started before a call told it the boot). A
+``WARDD_MCP_ACT=<act>`` and ``WARDD_BOOT`` (the daemon gives the adapter
+its boot when it builds it). A
 server of an earlier boot may still be running a call of that boot (the
 daemon died in its middle): at start, a live process with both marks whose
 boot is that of a claimed call left open is killed, group and all, before

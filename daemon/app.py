@@ -83,7 +83,7 @@ class Daemon:
         self._background: trio.Nursery | None = None
         # signals caught before the event loop took them over (set by the CLI)
         self.early_signals: EarlySignals | None = None
-        self.adapters = build_adapters(config)
+        self.adapters = build_adapters(config, self.boot)
         self.act_bounds: dict[str, int] = {tag: a.max_arg_bytes for tag, a in self.adapters.items()}
         self._db_size = SizeOnDisk(self.db_path)
 
@@ -345,7 +345,8 @@ class Daemon:
             "network": self.config.network,
             **merged_status(
                 self.writer.counters.figures.wire(),  # kept by the writer: no statement
-                self.db_path, self._db_size(),  # the size: at most a second old
+                self.db_path,
+                self._db_size(),  # the size: at most a second old
                 workers=self.pool.snapshot(),
                 counts=self.dispatcher.counts(),
                 digests=self.digests,
@@ -387,11 +388,12 @@ class SizeOnDisk:
         return self._size
 
 
-def build_adapters(config: Config) -> dict[str, Adapter]:
-    """Each configured act's adapter, and ``echo``'s (always present)."""
+def build_adapters(config: Config, boot: str | None = None) -> dict[str, Adapter]:
+    """Each configured act's adapter, and ``echo``'s (always present); ``boot``
+    goes to the adapters whose processes outlive a call (``mcp``'s servers)."""
     adapters: dict[str, Adapter] = {"echo": echo_adapter()}
     for act in config.acts:
-        adapters[act.tag] = build_adapter(act.tag, act.table, max_frame=config.max_frame)
+        adapters[act.tag] = build_adapter(act.tag, act.table, max_frame=config.max_frame, boot=boot)
     return adapters
 
 

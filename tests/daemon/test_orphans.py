@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.daemon.harness import Actor, Background, Daemon, Env, wait_for
 from wardd.client import Neuron
-from wardd.daemon._orphans import any_marked, find_orphans, kill_groups, wait_gone
+from wardd.daemon._orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone
 
 
 def alive(pid: int) -> bool:
@@ -167,6 +167,28 @@ class TestFindOrphans:
         (tmp_path / "110" / "environ").write_bytes(b"WARDD_BOOT=zz\0WARDD_IDEMPOTENCY_KEY=q/r/9\0")
         assert any_marked(str(tmp_path))
         assert not any_marked(str(tmp_path / "missing"))
+
+    def test_finds_mcp_servers_by_their_act_and_a_wanted_boot(self, tmp_path):
+        """An mcp act's server carries WARDD_MCP_ACT and WARDD_BOOT, never a key:
+        found only with a boot asked for; a server without a boot (started for a
+        receipt) is never ours to kill, and a cli program is not a server."""
+        for pid, environ in {
+            "201": b"WARDD_MCP_ACT=gh.create\0WARDD_MCP_SERVER=aa\0WARDD_BOOT=b1\0",
+            "202": b"WARDD_BOOT=b1\0WARDD_MCP_ACT=gh.create\0",  # its child: the same marks
+            "203": b"WARDD_MCP_ACT=gh.list\0WARDD_BOOT=b2\0",
+            "204": b"WARDD_MCP_ACT=gh.create\0",  # no boot
+            "205": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1\0",  # a cli program
+        }.items():
+            (tmp_path / pid).mkdir()
+            (tmp_path / pid / "environ").write_bytes(environ)
+        assert find_servers({"b1"}, str(tmp_path)) == {("gh.create", "b1"): [201, 202]}
+        assert find_servers({"b1", "b2"}, str(tmp_path)) == {
+            ("gh.create", "b1"): [201, 202],
+            ("gh.list", "b2"): [203],
+        }
+        assert find_servers(set(), str(tmp_path)) == {}
+        assert find_orphans({"n/a/1": "b1"}, str(tmp_path)) == {"n/a/1": [205]}
+        assert any_marked(str(tmp_path))
 
     def test_never_kills_the_daemons_own_group(self):
         """kill_groups skips the caller's own process group."""
