@@ -19,6 +19,9 @@ Tools:
   has its effect only then (a crash leaves it not executed, and a server
   killed meanwhile never has it);
 - ``leak()``: answers ``$PEER_TEST_SECRET`` in its content, then fails with it;
+- ``soak(mode, delay)``: the crash soak's act: ``ok`` has its effect and
+  answers, ``pre`` has it and answers after ``delay`` s, ``post`` waits
+  ``delay`` s and then has it, ``error`` has it and answers a tool error;
 - ``find_by_key(key)``: ``{"status": "executed", "value": {"key": key}}``
   for a key in the ledger, else ``{"status": "not_executed"}``.
 """
@@ -94,6 +97,19 @@ def build(record: Path, ledger: Path, marks: Path | None) -> MCPServer:
         if marks is not None:
             (marks / "leaked").write_text("1")
         return f"you run with {secret}"
+
+    @server.tool()
+    def soak(ctx: Context, mode: str = "ok", delay: float = 0) -> dict[str, Any]:
+        """The crash soak's act; see the module docstring."""
+        fence = str(seen(ctx, "soak"))
+        if mode == "post":
+            time.sleep(delay)
+        _append(ledger, fence)
+        if mode == "pre":
+            time.sleep(delay)
+        if mode == "error":
+            raise ToolError("failed after the effect")
+        return {"key": fence}
 
     @server.tool()
     def find_by_key(ctx: Context, key: str) -> dict[str, Any]:

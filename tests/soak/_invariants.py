@@ -22,7 +22,7 @@ import cbor2
 from tests.daemon.harness import counts_differ
 
 #: Acts whose every run leaves exactly one ledger line keyed by its attempt.
-EFFECT_ACTS = frozenset({"ledger", "quick", "slow", "flaky"})
+EFFECT_ACTS = frozenset({"ledger", "quick", "slow", "flaky", "tool"})
 #: Acts whose success always left one: the above, and the http act ``pay``
 #: (its API records the key before it answers 2xx; a no-effect call leaves none).
 SUCCESS_EFFECT_ACTS = EFFECT_ACTS | {"pay"}
@@ -150,6 +150,7 @@ LEFT JOIN claims c ON c.attempt_id = a.id LEFT JOIN outcomes oc ON oc.attempt_id
 LEFT JOIN marks m ON m.op_id = o.id AND m.attempt = a.attempt
 ORDER BY o.id, a.attempt
 """
+
 
 @attrs.define
 class DbView:

@@ -45,6 +45,7 @@ import random
 import shlex
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -67,10 +68,22 @@ from wardd.client import Client, ClientError, Neuron
 from wardd.protocol import Pager, RebindRequired, TokenVoid, UnknownOperation, WarddError
 
 PROGS = ("pa", "pb")
+MCP_PEER = Path(__file__).resolve().parents[1] / "daemon" / "_mcp_peer.py"  # the mcp act's server
 #: act -> weight in the workload
-ACTS = {"ledger": 5, "quick": 4, "slow": 3, "flaky": 1, "echo": 3, "nofx": 1, "pay": 3}
+ACTS = {
+    "ledger": 5,
+    "quick": 4,
+    "slow": 3,
+    "flaky": 1,
+    "echo": 3,
+    "nofx": 1,
+    "pay": 3,
+    "tool": 3,
+}
 #: the http act's requests (KeyLedger modes), by weight
 PAY_MODES = {"ok": 4, "slow-pre": 2, "slow-post": 2, "after-500": 1, "fail": 1}
+#: the mcp act's calls (the peer's ``soak`` tool modes), by weight
+TOOL_MODES = {"ok": 4, "pre": 2, "post": 2, "error": 1}
 WORKERS = ("w0", "w1")
 ORPHAN_TIMEOUT = 30.0
 
@@ -78,8 +91,25 @@ ORPHAN_TIMEOUT = 30.0
 def soak_env(api: Peer) -> Env:
     """The acts write their idempotency key to a ledger of their own; slow ones
     write it before or after a pause, so a kill lands before or after the effect.
-    ``pay`` is an ``http`` act whose API (``api``) keeps its own ledger."""
+    ``pay`` is an ``http`` act whose API (``api``) keeps its own ledger;
+    ``tool`` is an ``mcp`` act whose stdio server (the tests' MCP peer) does,
+    with a receipt tool that reads it."""
     env = Env(workers=2, token_ttl_s=1.0)
+    peer = env.root / "mcp-peer"
+    peer.mkdir()
+    env.acts["tool"] = {
+        "adapter": "mcp",
+        "command": [
+            sys.executable,
+            str(MCP_PEER),
+            *("--record", str(peer / "record.jsonl")),
+            *("--ledger", str(env.root / "mcp-ledger.log")),
+            *("--marks", str(peer)),
+        ],
+        "tool": "soak",
+        "receipt_tool": "find_by_key",
+        "timeout_s": 10,
+    }
     env.acts["pay"] = {
         "adapter": "http",
         "url": api.url("/charges"),
@@ -184,7 +214,11 @@ class Cluster:
 
     def effects(self) -> tuple[Counter[tuple[str, str, int]], int]:
         return read_effects(
-            self.env.ledger, *self.rotated, self.env.cli_ledger, self.env.root / "api-ledger.log"
+            self.env.ledger,
+            *self.rotated,
+            self.env.cli_ledger,
+            self.env.root / "api-ledger.log",
+            self.env.root / "mcp-ledger.log",
         )
 
     def api_truth(self, key: str) -> str:
@@ -401,10 +435,11 @@ class Cluster:
                     )
                 elif u["act"] in self.file_append_acts():
                     self.stats.add("file_append_unknown_after_ready")
-                if u["act"] == "pay" and u["kind"] == "guarded":
-                    # in-process receipts run before serving and the API always answers
+                if u["act"] in ("pay", "tool") and u["kind"] == "guarded":
+                    # in-process receipts run before serving and the API (the mcp
+                    # act's receipt tool) always answers
                     self.violations.append(
-                        f"{where}: an http attempt unknown after READY: {ev} (contract §3.6)"
+                        f"{where}: an {u['act']} attempt unknown after READY: {ev} (§3.6)"
                     )
             self.check_touched(c, boot)
 
@@ -486,6 +521,16 @@ class Cluster:
         return {(o.neuron, o.op, a.attempt) for o, a in _pay_attempts(db)}
 
     @staticmethod
+    def by_receipt(db: Any, act: str, status: str) -> int:
+        return sum(
+            1
+            for o in db.ops.values()
+            if o.act == act
+            for a in o.attempts
+            if a.outcome == (status, "receipt")
+        )
+
+    @staticmethod
     def pay_by_receipt(db: Any, status: str) -> int:
         return sum(1 for _, a in _pay_attempts(db) if a.outcome == (status, "receipt"))
 
@@ -526,6 +571,14 @@ class Cluster:
                 "receipt_executed": self.pay_by_receipt(db, "succeeded"),
                 "receipt_not_executed": self.pay_by_receipt(db, "not_executed"),
             },
+            "mcp": {
+                "attempts": sum(len(o.attempts) for o in db.ops.values() if o.act == "tool"),
+                "effects": sum(
+                    n for (nid, op, _), n in effects.items() if _act_of(db, nid, op) == "tool"
+                ),
+                "receipt_executed": self.by_receipt(db, "tool", "succeeded"),
+                "receipt_not_executed": self.by_receipt(db, "tool", "not_executed"),
+            },
             "unknown_with_receipt_hint": sum(
                 1
                 for o in db.ops.values()
@@ -539,6 +592,11 @@ class Cluster:
             },
             "violations": len(self.violations),
         }
+
+
+def _act_of(db: Any, neuron: str, op: str) -> str | None:
+    o = db.ops.get((neuron, op))
+    return None if o is None else str(o.act)
 
 
 def _pay_attempts(db: Any) -> list[tuple[Any, Any]]:
@@ -644,6 +702,10 @@ class Driver(Worker):
         if act == "pay":
             mode = self.rng.choices(list(PAY_MODES), weights=list(PAY_MODES.values()))[0]
             args = f"{mode} {self.rng.choice(['0', '0.02', '0.1', '0.2'])}".encode()
+        if act == "tool":
+            mode = self.rng.choices(list(TOOL_MODES), weights=list(TOOL_MODES.values()))[0]
+            delay = self.rng.choice([0, 0.02, 0.1, 0.2])
+            args = json.dumps({"mode": mode, "delay": delay}).encode()
         if act == "slow":
             mode = self.rng.choice(["pre", "post"])
             args = f"{mode} {self.rng.choice(['0', '0.02', '0.1', '0.2'])}\n".encode()

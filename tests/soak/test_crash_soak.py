@@ -11,6 +11,10 @@ against the ledgers the acts write themselves (see ``_soak`` and
 - Both run an ``http`` act against an API with a receipt by key (in this
   process, on 127.0.0.1): its unknown attempts are resolved by the receipt
   at each start, and none is unknown after READY.
+- Both run an ``mcp`` act against a stdio MCP server (the tests' peer, a
+  child of the daemon) with a receipt tool: a server left by a killed
+  daemon ends (or is killed at the start), and the receipt resolves its
+  unknown attempts at each start; none is unknown after READY.
 - Both rotate the ``file.append`` ledger between kills (rename, rename with
   a new file, copy-truncate) and restart now and then with two acts served
   by each other's adapter; the first kills do each of these for sure.
@@ -55,6 +59,7 @@ def test_crash_soak_bounded():
     assert set(figures["rotations"]) == {"rename", "create", "copytruncate"}
     assert figures["reconfigurations"] >= 2
     assert figures["http"]["effects"] > 0  # the http act ran, and its receipts were asked
+    assert figures["mcp"]["effects"] > 0  # so did the mcp act
 
 
 @pytest.mark.soak

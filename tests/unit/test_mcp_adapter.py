@@ -111,8 +111,11 @@ class TestTable:
         )
         assert isinstance(a, McpAdapter) and a.in_process and a.abortable
         assert (a.idempotency, a.timeout_s, a.tool_errors) == ("meta", 60.0, "unknown")
-        assert not a.receipt_supported
+        assert not a.receipt_supported and a.boot is None  # check-config: no boot
         assert {t.name for t in threading.enumerate()} == before
+        table = {"adapter": "mcp", "command": ["/bin/srv"], "tool": "x"}
+        running = build_adapter("gh.x", table, max_frame=MAX_FRAME, boot="b1")
+        assert isinstance(running, McpAdapter) and running.boot == "b1"  # WARDD_BOOT
 
     def test_argument_placement_and_a_receipt(self):
         a = build_adapter(
