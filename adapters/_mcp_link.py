@@ -143,7 +143,7 @@ class Link:
         self._group: anyio.abc.TaskGroup | None = None
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._aborted: dict[str, None] = {}
-        self._pids: set[int] = set()  # live stdio leaders, for the stop's kill
+        self._pids: dict[int, str] = {}  # live stdio leaders and their run marks, for the stop
         self._devnull: TextIO | None = None
 
     # -- the workers' side ------------------------------------------------------------------
@@ -186,11 +186,10 @@ class Link:
         group, end the loop (its connection closed) and its thread."""
         with self._lock:
             self._closed = True
-            cm, portal, pids = self._cm, self._portal, set(self._pids)
+            cm, portal, pids = self._cm, self._portal, dict(self._pids)
             self._cm = self._portal = None
-        for pid in pids:
-            conn = self._conn
-            _kill_group(pid, conn.instance if conn is not None and conn.pid == pid else None)
+        for pid, instance in pids.items():
+            _kill_group(pid, instance)
         if portal is not None and cm is not None:
             with contextlib.suppress(RuntimeError):
                 portal.call(portal.stop, True)
@@ -313,7 +312,7 @@ class Link:
             dead.set()
             if pid is not None:
                 with self._lock:
-                    self._pids.discard(pid)
+                    self._pids.pop(pid, None)
 
     async def _leader(self, instance: str) -> int | None:
         if self.endpoint.command is None:
@@ -321,7 +320,7 @@ class Link:
         pid = await anyio.to_thread.run_sync(_find_leader, instance)
         if pid is not None:
             with self._lock:
-                self._pids.add(pid)
+                self._pids[pid] = instance
         return pid
 
     def _transport(self, instance: str) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -375,10 +374,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _kill_group(pid: int, instance: str | None) -> None:
+def _kill_group(pid: int, instance: str) -> None:
     """SIGKILL the group led by ``pid``, when it is still our server run (its
     mark checked just before: a reaped pid may have been reused)."""
-    if instance is not None and _marked_instance(pid) != instance:
+    if _marked_instance(pid) != instance:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)

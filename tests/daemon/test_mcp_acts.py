@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import pytest
 
 from tests.daemon._audit import Audit, all_reads, forms, pieces
@@ -119,7 +120,8 @@ class TestOutcomes:
         key is in _meta["wardd/idempotency_key"] and params.idempotencyKey."""
         server = Server(tmp_path / "peer")
         env = Env(acts={"gh.create": stdio_act(server, "create")})
-        a = Actor(make_daemon(env), acts=("gh.create",))
+        d = make_daemon(env)
+        a = Actor(d, acts=("gh.create",))
         a.submit("c1", "gh.create", b'{"title": "first"}')
         r = a.invoke("c1")
         assert r["status"] == "succeeded"
@@ -128,12 +130,12 @@ class TestOutcomes:
         assert got["params"]["_meta"]["wardd/idempotency_key"] == key(a, "c1")
         assert got["params"]["idempotencyKey"] == key(a, "c1")
         assert got["params"]["arguments"] == {"title": "first"}
-        import cbor2
-
         a.submit("c2", "gh.create", cbor2.dumps({"title": "second"}))
         assert a.invoke("c2")["result"]["title"] == "second"
         assert server.effects() == [key(a, "c1"), key(a, "c2")]
-        assert len({c["pid"] for c in server.calls()}) == 1  # one long-lived server
+        (pid,) = {c["pid"] for c in server.calls()}  # one long-lived server
+        assert d.terminate() == 0
+        assert gone(pid)  # stopped with the daemon
 
     def test_the_key_as_an_argument(self, make_daemon, tmp_path):
         """idempotency = "argument:key": the key also goes as the argument ``key``;
