@@ -364,6 +364,22 @@ class TestReceipts:
         (server.marks / "go").touch()
         assert server.effects() == []
 
+    def test_a_tool_error_after_the_effect_is_resolved_executed_by_check_receipts(
+        self, make_daemon, tmp_path
+    ):
+        """soak(mode=error) has its effect, then answers a tool error: unknown;
+        check_receipts asks the receipt tool (in-process, as at start): succeeded."""
+        server = Server(tmp_path / "peer")
+        env = Env(acts={"t.soak": stdio_act(server, "soak", receipt_tool="find_by_key")})
+        a = Actor(make_daemon(env), acts=("t.soak",))
+        a.submit("e", "t.soak", b'{"mode": "error"}')
+        assert a.invoke("e")["status"] == "unknown"
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
+        out = a.op("e")["attempts"][0]["outcome"]
+        assert out["status"] == "succeeded" and out["source"] == "receipt"
+        assert out["value"] == {"key": key(a, "e")}
+        assert len(server.calls("soak")) == 1  # never called again
+
 
 class TestSecrets:
     def test_a_secret_env_value_reaches_the_server_and_nothing_else(self, make_daemon, tmp_path):
