@@ -49,9 +49,10 @@ def _report(figures: dict, violations: list[str], cluster) -> None:
 
 # 50 restarts of a real daemon take 40-60 s on a quiet 2-core machine and
 # 100-115 s on a loaded one; with the mcp act (a Python stdio server started
-# once per boot that uses it) 187 s was measured on a machine shared with
-# other jobs: the suite's 120 s per test would cut a passing run.
-@pytest.mark.timeout(300)
+# once per boot that uses it) 187 s and 244 s were measured on a machine
+# shared with other jobs (load average 10): the suite's 120 s per test would
+# cut a passing run.
+@pytest.mark.timeout(420)
 def test_crash_soak_bounded():
     """50 SIGKILLs at random moments: every invariant holds after each kill and restart."""
     figures, violations, cluster = run_soak(kills=50, neurons=3, delay=(0.02, 0.45), seed=SEED)
