@@ -22,10 +22,19 @@ followed and nothing is ever retried):
   or before the response is complete, ``timeout_s`` passing, an ``abort`` —
   → `OutcomeUnknown`: the server may have acted on the request.
 
+"Complete" is the response's own framing (`_http_wire`): its header block
+ended with the blank line, and its body with ``Content-Length`` bytes or the
+last chunk, unless it has none by definition (1xx, 204, 304, a ``HEAD``). A
+response cut before that, or whose body runs to the close, is
+`OutcomeUnknown` whatever its status; so is a receipt's answer.
+
 Decisions:
 
 - The client is urllib3's low-level `HTTPConnection` (no pool, no
-  retries, no redirects: those live in urllib3's pools, which are not used).
+  retries, no redirects: those live in urllib3's pools, which are not used),
+  its response read by `_http_wire.FramedResponse`. The whole body is read
+  (what exceeds ``max_response_bytes`` is dropped as it comes), so that its
+  end can be checked.
   Its ``connect()`` is a call of its own, so "no byte was sent" is exactly
   "``connect()`` raised", and the socket it leaves is the one closed on an
   abort, at ``kill_all`` and at the deadline.
@@ -88,7 +97,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.response import BaseHTTPResponse
 
 from . import _config, _redact
@@ -100,6 +108,7 @@ from ._base import (
     OutcomeUnknown,
     Receipt,
 )
+from ._http_wire import Connection, FramedConnection, FramedTlsConnection, ResponseCut
 
 _KEYS = (
     "adapter",
@@ -387,7 +396,7 @@ class Flights:
             if flight.aborted or flight.timed_out or self._closed:
                 _shutdown(handle)
 
-    def end(self, flight: _Flight, conn: HTTPConnection) -> None:
+    def end(self, flight: _Flight, conn: Connection) -> None:
         """The call is over: forget it and close its connection (under the lock)."""
         with self._cond:
             flight.done = True
@@ -740,13 +749,15 @@ class HttpAdapter:
         return OutcomeUnknown(f"{self.tag}: the exchange failed after the request began ({reason})")
 
 
-def _connection(target: Target, timeout_s: float) -> HTTPConnection:
+def _connection(target: Target, timeout_s: float) -> Connection:
     if target.https:
-        return HTTPSConnection(target.host, target.port, timeout=timeout_s)
-    return HTTPConnection(target.host, target.port, timeout=timeout_s)
+        return FramedTlsConnection(target.host, target.port, timeout=timeout_s)
+    return FramedConnection(target.host, target.port, timeout=timeout_s)
 
 
-def _send_and_read(conn: HTTPConnection, req: _Request) -> _Response:
+def _send_and_read(conn: Connection, req: _Request) -> _Response:
+    """Send the request and read the whole response; `ResponseCut` when it ended
+    before its framing did (`_http_wire`: then its status answers nothing)."""
     conn.request(
         req.method,
         req.target.target,
@@ -756,15 +767,22 @@ def _send_and_read(conn: HTTPConnection, req: _Request) -> _Response:
         decode_content=False,
     )
     resp = conn.getresponse()
+    framed = conn.framed
+    assert framed is not None  # the response just read is one
     secrets, keep = req.secrets, req.keep_body
     try:
+        if not framed.head_ended:  # the body's framing is not even known
+            raise ResponseCut(f"HTTP {resp.status}: {framed.cut()}")
         # keep the longest secret's length more than is shown: an occurrence crossing
         # the cut is whole in what was read, and so redacted whole (_redact)
-        raw, complete = _read_head(resp, keep + _redact.longest(secrets))
+        raw, more = _read_body(resp, keep + _redact.longest(secrets))
     finally:
         resp.close()
+    why = framed.cut()
+    if why is not None:
+        raise ResponseCut(f"HTTP {resp.status}: {why}")
     kept = _redact.redact_window(raw, secrets, 0, min(len(raw), keep))
-    truncated = not complete or len(raw) > keep or len(kept) > keep
+    truncated = more or len(raw) > keep or len(kept) > keep
     kept_headers = {
         name: _redact.redact_text(resp.headers[name], secrets)
         for name in ("content-type", "location")
@@ -773,15 +791,17 @@ def _send_and_read(conn: HTTPConnection, req: _Request) -> _Response:
     return _Response(resp.status, kept_headers, kept[:keep], truncated)
 
 
-def _read_head(resp: BaseHTTPResponse, size: int) -> tuple[bytes, bool]:
-    """Up to ``size`` bytes of the body, read as it streams in, and whether that was all."""
+def _read_body(resp: BaseHTTPResponse, size: int) -> tuple[bytes, bool]:
+    """The body's first ``size`` bytes, and whether it held more. The body is
+    read to its end (the rest dropped as it streams in), so that its framing
+    can be checked; ``timeout_s`` bounds the time that takes."""
     data = bytearray()
-    while len(data) <= size:
-        chunk = resp.read(min(_READ_SIZE, size + 1 - len(data)))
-        if not chunk:
-            return bytes(data), True
-        data += chunk
-    return bytes(data[:size]), False
+    more = False
+    while chunk := resp.read(_READ_SIZE):
+        room = size - len(data)
+        more = more or len(chunk) > room
+        data += chunk[: max(room, 0)]
+    return bytes(data), more
 
 
 def _body_excerpt(body: bytes) -> str:

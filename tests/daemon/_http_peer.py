@@ -7,7 +7,8 @@ its own that a test can SIGKILL), recording every request it received.
 What it answers is the test's `Script`: a function of the request that
 returns a `Reply`. A reply may first wait on a `threading.Event` (a server
 slower than the call's ``timeout_s``, held until the test lets it go), may
-trickle its bytes, or may close the connection without an answer.
+trickle its bytes, may send some bytes of its own one by one and close (a
+cut answer), or may close the connection without an answer.
 
 `KeyLedger` is an API with idempotency keys and a receipt endpoint, as the
 ``http`` adapter's ``receipt_url`` expects one: ``POST`` records the effect
@@ -52,6 +53,7 @@ class Reply:
     hold: threading.Event | None = None  # wait for it before answering
     trickle: float = 0.0  # seconds between two header lines, sent forever
     hang_up: bool = False  # close without an answer
+    raw: bytes | None = None  # these bytes, one write per byte, then the close (a cut answer)
 
 
 Script = Callable[[Received], Reply]
@@ -80,12 +82,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if reply.trickle:
             self._trickle(reply.trickle)
             return
+        if reply.raw is not None:
+            self._cut(reply.raw)
+            return
         self.send_response(reply.status)
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(reply.body)))
         self.end_headers()
         self.wfile.write(reply.body)
+
+    def _cut(self, raw: bytes) -> None:
+        """``raw`` byte by byte (each its own write), then the close: an answer
+        cut wherever ``raw`` ends, which the client may read in any pieces."""
+        self.close_connection = True
+        try:
+            for i in range(len(raw)):
+                self.wfile.write(raw[i : i + 1])
+                self.wfile.flush()
+        except OSError:
+            pass  # the client went away first: the cut is only earlier
 
     def _trickle(self, pause: float) -> None:
         """A status line, then one header line per ``pause``: never the end of the headers."""
@@ -102,7 +118,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.server.peer.trickles_cut += 1
                 self.server.peer.arrived.notify_all()
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

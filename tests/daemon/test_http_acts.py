@@ -14,6 +14,10 @@ which records what it received, and ends it in a fixture. The rules:
 - ``abort`` closes the connection: unknown with ``aborted: true``;
 - a SIGKILL of the daemon during a call, then a start: the receipt GET
   resolves it, ``executed`` or ``not_executed``;
+- a response cut before its framing ended (the header block's blank line,
+  Content-Length, the last chunk), after the server made the effect, is
+  unknown for the call and for the receipt, whatever its status: a cut 404
+  to the start's receipt leaves the attempt unknown and nothing runs twice;
 - a secret header reaches the server and nothing else.
 """
 
@@ -34,8 +38,8 @@ from pathlib import Path
 import pytest
 
 from tests.daemon._audit import Audit, all_reads, forms, pieces
-from tests.daemon._http_peer import KeyLedger, Peer, Reply
-from tests.daemon.harness import Actor, Background, Env, key, wait_for
+from tests.daemon._http_peer import KeyLedger, Peer, Received, Reply, Script
+from tests.daemon.harness import Actor, Background, Env, code_of, key, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -334,6 +338,110 @@ class TestReceipts:
         api.hold.set()
         api.wait_idle()
         assert api.effects == {} and not api.ledger.exists()
+
+
+# responses cut before their framing ended, named by the op that gets them
+CUTS = {
+    "status-line": b"HTTP/1.1 404 Not Found\r\n",
+    "status-cut": b"HTTP/1.1 404 Not Fo",
+    "header-cut": b"HTTP/1.1 404 Not Found\r\nContent-Ty",
+    "no-blank-line": b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n",
+    "short-body": b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot",
+    "no-last-chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+}
+
+
+def cut_by_op(api: KeyLedger, *, calls: bool, receipts: bool) -> Script:
+    """The `KeyLedger` API, whose answers to the calls and/or the receipt GETs
+    are cut as `CUTS` names them by the op (``r-<cut>`` for a receipt's op);
+    a call still has its effect first."""
+
+    def script(r: Received) -> Reply:
+        said = api(r)
+        if r.method == "GET":
+            op = urllib.parse.unquote(r.path.rsplit("/", 1)[-1]).split("/")[1]
+            return Reply(raw=CUTS[op.removeprefix("r-")]) if receipts else said
+        op = r.headers["idempotency-key"].split("/")[1]
+        return Reply(raw=CUTS[op]) if calls and op in CUTS else said
+
+    return script
+
+
+class TestCutResponses:
+    @staticmethod
+    def daemon_with_cuts(make_daemon, peers, release, *, calls: bool, receipts: bool):
+        env = Env()
+        api = KeyLedger(env.root / "api-ledger.log")
+        release.append(api.hold)
+        peer = Peer(cut_by_op(api, calls=calls, receipts=receipts))
+        peers.append(peer)
+        env.acts["pay"] = http_act(peer.url(), receipt_url=peer.url("/by-key/{key}"))
+        env.write_config()
+        d = make_daemon(env)
+        return api, peer, d, Actor(d, acts=("pay",))
+
+    def test_a_call_answered_by_a_cut_response_after_its_effect_is_unknown(
+        self, make_daemon, peers, release
+    ):
+        """The API makes the effect, then answers 404 (a no-effect status) or 200,
+        cut before its framing ended: never failed or succeeded, but unknown,
+        and the op is blocked, not pending."""
+        api, peer, _, a = self.daemon_with_cuts(
+            make_daemon, peers, release, calls=True, receipts=False
+        )
+        for op in CUTS:
+            a.submit(op, "pay", b"ok")
+            r = a.invoke(op)
+            assert r["status"] == "unknown", (op, r)
+            assert "after the request began" in r["error"], (op, r)
+            assert a.state(op) == "unknown"
+            assert a.op(op)["attempts"][0]["evidence"]["claimed"] is True
+        assert sorted(api.effects) == sorted(key(a, op) for op in CUTS)
+        assert len(peer.requests) == len(CUTS)
+
+    def test_a_receipt_answered_by_a_cut_response_leaves_the_attempt_unknown(
+        self, make_daemon, peers, release
+    ):
+        """Unknown attempts (a 500 after the effect); check_receipts' GETs are
+        answered 404 or 200 cut: nothing is resolved, the attempts stay unknown."""
+        api, peer, _, a = self.daemon_with_cuts(
+            make_daemon, peers, release, calls=False, receipts=True
+        )
+        ops = [f"r-{cut}" for cut in CUTS]
+        for op in ops:
+            a.submit(op, "pay", b"after-500")
+            assert a.invoke(op)["status"] == "unknown"
+        assert a.call("check_receipts", {}) == {"checked": len(ops), "resolved": 0}
+        for op in ops:
+            att = a.op(op)["attempts"][0]
+            assert att["state"] == "unknown" and "outcome" not in att, (op, att)
+        assert [r.method for r in peer.requests] == ["POST"] * len(ops) + ["GET"] * len(ops)
+
+    def test_sigkill_during_a_call_then_a_cut_404_to_the_start_receipt_runs_nothing_twice(
+        self, make_daemon, peers, release
+    ):
+        """The API makes the effect and holds its answer; the daemon is SIGKILLed;
+        the start's receipt GET is answered ``HTTP/1.1 404 Not Found\\r\\n`` and
+        the close. The attempt stays unknown (not not_executed), the op blocked:
+        no attempt 2 can run, and the API made one effect."""
+        api, peer, d, a = self.daemon_with_cuts(
+            make_daemon, peers, release, calls=False, receipts=True
+        )
+        op = "r-status-line"
+        recorded = lambda: peer.wait_for(lambda: len(api.effects) == 1, "the effect")  # noqa: E731
+        TestReceipts.crash_during(d, a, op, b"held", recorded)
+        assert [r.method for r in peer.requests] == ["POST", "GET"]  # the start asked
+        att = a.op(op)["attempts"][0]
+        assert att["state"] == "unknown" and "outcome" not in att
+        assert "header block never ended" in att["evidence"]["receipt_detail"]
+        assert a.state(op) == "unknown"
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 0}
+        a.bind()  # this boot's placement: the refusal is the op's own
+        assert code_of(a.invoke, op, 2).code == "attempt_unknown"
+        api.hold.set()
+        api.wait_idle()
+        assert api.ledger.read_bytes().count(b"\n") == 1
+        assert [r.method for r in peer.requests] == ["POST", "GET", "GET"]
 
 
 class TestSecrets:

@@ -381,6 +381,107 @@ class TestReceipt:
         assert peer.requests == []
 
 
+# whole responses whose every proper prefix is a cut one (docs/contract.md §6)
+WHOLE_404 = (
+    b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nnot found"
+)
+WHOLE_200_CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+)
+
+
+class TestCutResponses:
+    """A status answers only once the response ended as its framing says: the
+    header block by its blank line, the body by Content-Length or the last
+    chunk. Cut anywhere before that, after the server had the request, it is
+    unknown: never failed, succeeded, executed or not_executed."""
+
+    @staticmethod
+    def cutting(peers: list[Peer]) -> tuple[Peer, list[bytes]]:
+        """A server that answers each request with the bytes last put in the list, then closes."""
+        raw = [b""]
+        peer = Peer(lambda r: Reply(raw=raw[-1]))
+        peers.append(peer)
+        return peer, raw
+
+    @pytest.mark.parametrize("whole", [WHOLE_404, WHOLE_200_CHUNKED], ids=["404", "200-chunked"])
+    def test_every_prefix_of_a_response_is_unknown_for_the_call_and_the_receipt(
+        self, peers, whole
+    ):
+        peer, raw = self.cutting(peers)
+        a = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}"))
+        for n in range(len(whole)):
+            raw.append(whole[:n])
+            with pytest.raises(OutcomeUnknown) as ei:
+                a.call(request(f"c{n}"))
+            assert not isinstance(ei.value, DefiniteFailure), whole[:n]
+            got = a.receipt(f"n1/r{n}/1", a.claim_info())
+            assert (got.answer, got.value) == ("unknown", None), whole[:n]
+        assert len(peer.requests) == 2 * len(whole)  # each call reached the server
+
+    def test_the_whole_responses_are_definite(self, peers):
+        """The control: the same bytes, whole, are a failed call and a not_executed
+        receipt (404), a succeeded call and an executed receipt (200 chunked)."""
+        peer, raw = self.cutting(peers)
+        a = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}"))
+        raw.append(WHOLE_404)
+        with pytest.raises(DefiniteFailure, match="HTTP 404"):
+            a.call(request("a"))
+        assert a.receipt("n1/a/1", a.claim_info()).answer == "not_executed"
+        raw.append(WHOLE_200_CHUNKED)
+        assert a.call(request("b"))["body"] == b"hello"
+        assert a.receipt("n1/b/1", a.claim_info()).value == b"hello"
+
+    @pytest.mark.parametrize(
+        "raw, why",
+        [
+            (b"HTTP/1.1 404 Not Found\r\n", "header block never ended"),
+            (b"HTTP/1.1 404 Not Fo", "header block never ended"),
+            (b"HTTP/1.1 404 Not Found\r\nContent-Ty", "header block never ended"),
+            (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n", "header block never ended"),
+            (b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot", "IncompleteRead"),
+            (b"HTTP/1.1 404 Not Found\r\n\r\nnot found", "its end is only the close"),
+            (WHOLE_200_CHUNKED[:-2], "before its last chunk and trailer"),
+        ],
+    )
+    def test_a_cut_response_says_why(self, peers, raw, why):
+        """The call's error names the cut and the status it had."""
+        peer = Peer(lambda r: Reply(raw=raw))
+        peers.append(peer)
+        with pytest.raises(OutcomeUnknown, match=why) as ei:
+            adapter(url=peer.url()).call(request())
+        assert type(ei.value) is OutcomeUnknown
+
+    @pytest.mark.parametrize(
+        "method, raw, status",
+        [
+            ("POST", b"HTTP/1.1 204 No Content\r\n\r\n", 204),
+            ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", 200),
+        ],
+    )
+    def test_a_response_without_a_body_by_definition_ends_with_its_head(
+        self, peers, method, raw, status
+    ):
+        """204 and an answer to HEAD have no body, whatever Content-Length says."""
+        peer = Peer(lambda r: Reply(raw=raw))
+        peers.append(peer)
+        out = adapter(url=peer.url(), method=method).call(request())
+        assert (out["status"], out["body"]) == (status, b"")
+
+    def test_a_body_longer_than_kept_is_still_read_to_its_end(self, peers):
+        """A 200 with Content-Length 100 and max_response_bytes 16: whole, it is
+        succeeded and truncated; cut at 80 bytes, it is unknown."""
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
+        peer, raw = self.cutting(peers)
+        a = adapter(url=peer.url(), max_response_bytes=16)
+        raw.append(head + b"b" * 100)
+        out = a.call(request("a"))
+        assert out["body"] == b"b" * 16 and out["truncated"] is True
+        raw.append(head + b"b" * 80)
+        with pytest.raises(OutcomeUnknown):
+            a.call(request("b"))
+
+
 def test_the_default_config_shows_every_http_key():
     """`wardd default-config` (DEFAULT_TOML) names every key the adapter takes."""
     from wardd.adapters._http import _KEYS
