@@ -25,6 +25,7 @@ from ._base import (
     OutcomeUnknown,
     Receipt,
     ReceiptAnswer,
+    SentCall,
     as_receipt,
     has_receipt,
     idempotency_key,
@@ -53,6 +54,7 @@ def __getattr__(name: str) -> Any:
         return SecretFile
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
     "ENTRY_POINT_GROUP",
@@ -73,6 +75,7 @@ __all__ = [
     "Receipt",
     "ReceiptAnswer",
     "SecretFile",
+    "SentCall",
     "build_adapter",
     "echo_adapter",
     "as_receipt",

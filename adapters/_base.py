@@ -31,6 +31,7 @@ __all__ = [
     "Receipt",
     "ReceiptAnswer",
     "RECEIPT_ANSWERS",
+    "SentCall",
     "as_receipt",
     "has_receipt",
     "idempotency_key",
@@ -116,6 +117,19 @@ class ActRequest:
 
 
 @attrs.frozen
+class SentCall:
+    """What the daemon holds durably about a claimed attempt's call, for a
+    receipt that sends the request again (``receipt_resends``).
+
+    ``args`` are the op's, stored when it was submitted (the call's
+    ``ActRequest.args``); ``claimed_at`` is the claim's commit time, in
+    seconds since the epoch (wall clock)."""
+
+    args: bytes
+    claimed_at: float
+
+
+@attrs.frozen
 class Receipt:
     """An executor receipt's answer about one idempotency key (contract §3.4).
 
@@ -164,6 +178,10 @@ class Adapter(Protocol):
       whose ``claim_info()`` recorded None; ``{}`` (or an older wardd's
       record) for a claim that holds no record of this adapter's — the
       daemon then takes the answer as a hint only.
+    - ``receipt_resends: bool``: the receipt sends the call's request again
+      (``http`` with ``receipt = "replay"``), so the daemon also hands it
+      what it holds of the call: ``receipt(idempotency_key, claim_info,
+      sent)``, ``sent`` a `SentCall` (None for an attempt never claimed).
     - ``claim_info() -> dict | None``: facts stored with the dispatch claim,
       computed on the worker thread just before the claim is committed (so
       before the call), and handed back to ``receipt`` (``file.append``: the

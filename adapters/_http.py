@@ -2,8 +2,8 @@
 
 Table keys: ``adapter``, ``url`` (required), ``method``, ``headers``,
 ``idempotency_header``, ``idempotency_format``, ``timeout_s``,
-``no_effect_statuses``, ``receipt_url``, ``max_response_bytes``,
-``max_arg_bytes``.
+``no_effect_statuses``, ``receipt_url``, ``receipt`` (``"replay"``),
+``replay_window_s``, ``max_response_bytes``, ``max_arg_bytes``.
 
 How a call ends (the request's body is the act's args; no redirect is
 followed and nothing is ever retried):
@@ -80,6 +80,12 @@ Decisions:
   the server never received that key. An attempt never claimed (the
   daemon passes no claim) never began its call: its receipt is
   ``not_executed`` without asking the server.
+- ``receipt = "replay"`` (with ``replay_window_s``, excluding
+  ``receipt_url``) sends the call's request again instead, for APIs that
+  keep their answers by key and offer no lookup (`_http_replay`): the claim
+  then also records the method and headers (a secret one by its file's
+  path), and the daemon hands the receipt the op's args and the claim's
+  time (`SentCall`, ``receipt_resends``).
 """
 
 from __future__ import annotations
@@ -107,8 +113,19 @@ from ._base import (
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
+    SentCall,
 )
-from ._http_wire import Connection, FramedConnection, FramedTlsConnection, ResponseCut
+from ._http_replay import REPLAY, Replay, replay_record
+from ._http_replay import answer as replay_answer
+from ._http_wire import (
+    BAD_VALUE,
+    Connection,
+    FramedConnection,
+    FramedTlsConnection,
+    HeaderSecret,
+    HeaderValue,
+    ResponseCut,
+)
 
 _KEYS = (
     "adapter",
@@ -120,6 +137,8 @@ _KEYS = (
     "timeout_s",
     "no_effect_statuses",
     "receipt_url",
+    "receipt",
+    "replay_window_s",
     "max_response_bytes",
     "max_arg_bytes",
 )
@@ -128,7 +147,6 @@ DEFAULT_IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_NO_EFFECT_STATUSES = (400, 401, 403, 404, 405, 415, 422)
 FRAME_RESERVE = 65536  # room left in a frame beside the body, as for cli stdout
-SECRET_FILE_MAX_BYTES = 65536
 CREDENTIALS_MIN_BYTES = 8  # shorter credentials after a scheme are not redacted on their own
 USER_AGENT = "wardd"
 #: The namespace of ``idempotency_format = "uuid5"``: uuid5(NAMESPACE_URL, "wardd:idempotency-key").
@@ -138,7 +156,6 @@ _MESSAGE_BODY_CHARS = 256
 _ABORTED_KEPT = 1024  # keys are unique per attempt: an old one never matches again
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
 _FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-_BAD_VALUE = re.compile(r"[\x00\r\n]")
 
 
 def key_value(idempotency_key: str, fmt: str) -> str:
@@ -163,30 +180,6 @@ def secret_forms(value: bytes) -> list[bytes]:
 
 
 # -- configuration ---------------------------------------------------------------------------
-
-
-@attrs.frozen
-class HeaderSecret:
-    """A header value read from a file; its content is a secret."""
-
-    path: str
-
-    def read(self) -> bytes:
-        """The value, one trailing newline stripped; `OSError` or `ValueError` when unusable."""
-        with open(self.path, "rb") as f:
-            data = f.read(SECRET_FILE_MAX_BYTES + 1)
-        if len(data) > SECRET_FILE_MAX_BYTES:
-            raise ValueError("exceeds 64 KiB")
-        if data.endswith(b"\r\n"):
-            data = data[:-2]
-        elif data.endswith(b"\n"):
-            data = data[:-1]
-        if _BAD_VALUE.search(data.decode("latin-1")):
-            raise ValueError("holds a NUL, CR or LF byte (not allowed in a header value)")
-        return data
-
-
-HeaderValue = str | HeaderSecret
 
 
 @attrs.frozen
@@ -269,7 +262,7 @@ def _parse_headers(value: object, idem_header: str) -> tuple[tuple[str, HeaderVa
 
 def _parse_header_value(value: object, key: str) -> HeaderValue:
     if isinstance(value, str):
-        if _BAD_VALUE.search(value):
+        if BAD_VALUE.search(value):
             raise AdapterConfigError(key, "must not contain NUL, CR or LF")
         try:
             value.encode("latin-1")
@@ -295,6 +288,33 @@ def _parse_header_value(value: object, key: str) -> HeaderValue:
             raise AdapterConfigError(f"{key}.file", why) from None
         return secret
     raise AdapterConfigError(key, 'must be a string or a table {file = "/path"}')
+
+
+def _receipt_keys(table: Mapping[str, Any], idem: str) -> tuple[str | None, float | None]:
+    """(``receipt_url``, the ``replay_window_s`` of ``receipt = "replay"``): one at most."""
+    url, how, window = table.get("receipt_url"), table.get("receipt"), table.get("replay_window_s")
+    if how is not None and how != REPLAY:
+        raise AdapterConfigError(
+            "receipt", f'must be "replay" (send the request again to learn its fate), got {how!r}'
+        )
+    if how is None and window is not None:
+        raise AdapterConfigError("replay_window_s", 'only with receipt = "replay"')
+    if how is not None and url is not None:
+        raise AdapterConfigError("receipt", '"replay" and receipt_url exclude each other')
+    if how is not None and window is None:
+        raise AdapterConfigError(
+            "replay_window_s",
+            'missing: required with receipt = "replay" (how long the API keeps a key, in seconds)',
+        )
+    if (url is not None or how is not None) and not idem:
+        # the server never sees a key: its 404 for one cannot say "not applied",
+        # and a request sent again would act again (§6)
+        key = "receipt_url" if url is not None else "receipt"
+        raise AdapterConfigError(key, 'needs an idempotency_header (not ""): the key is never sent')
+    return (
+        None if url is None else _receipt_target(url),
+        None if how is None else _config.positive_seconds(window, "replay_window_s"),
+    )
 
 
 def _receipt_target(value: object) -> str:
@@ -486,6 +506,16 @@ class _Response:
     body: bytes  # redacted, at most the limit
     truncated: bool
 
+    @property
+    def value(self) -> dict[str, Any]:
+        """The result of a 2xx (a call's value, and a replay's)."""
+        return {
+            "status": self.status,
+            "headers": self.headers,
+            "body": self.body,
+            "truncated": self.truncated,
+        }
+
 
 @attrs.define(eq=False)
 class HttpAdapter:
@@ -502,6 +532,7 @@ class HttpAdapter:
     timeout_s: float = DEFAULT_TIMEOUT_S
     no_effect_statuses: frozenset[int] = frozenset(DEFAULT_NO_EFFECT_STATUSES)
     receipt_url: str | None = None
+    replay_window_s: float | None = None  # set: receipt = "replay" (`_http_replay`)
     kind: str = attrs.field(default="http", init=False)
     in_process: bool = attrs.field(default=True, init=False)
     abortable: bool = attrs.field(default=True, init=False)
@@ -532,12 +563,7 @@ class HttpAdapter:
             raise AdapterConfigError(
                 "max_response_bytes", f"must be an integer from 0 to max_frame - 65536 ({limit})"
             )
-        receipt = table.get("receipt_url")
-        if receipt is not None and not idem:
-            # the server never sees a key: its 404 for one cannot say "not applied" (§6)
-            raise AdapterConfigError(
-                "receipt_url", 'needs an idempotency_header (not ""): the key is never sent'
-            )
+        receipt, window = _receipt_keys(table, idem)
         return cls(
             tag=tag,
             target=target,
@@ -552,13 +578,19 @@ class HttpAdapter:
                 table.get("no_effect_statuses", list(DEFAULT_NO_EFFECT_STATUSES)),
                 "no_effect_statuses",
             ),
-            receipt_url=None if receipt is None else _receipt_target(receipt),
+            receipt_url=receipt,
+            replay_window_s=window,
         )
 
     @property
     def receipt_supported(self) -> bool:
-        """A receipt is offered only when ``receipt_url`` is configured."""
-        return self.receipt_url is not None
+        """A receipt is offered only with ``receipt_url`` or ``receipt = "replay"``."""
+        return self.receipt_url is not None or self.replay_window_s is not None
+
+    @property
+    def receipt_resends(self) -> bool:
+        """``receipt = "replay"``: the receipt needs the call's args and time (`SentCall`)."""
+        return self.replay_window_s is not None
 
     @property
     def live(self) -> int:
@@ -566,13 +598,18 @@ class HttpAdapter:
         return self._flights.live
 
     def claim_info(self) -> dict[str, Any]:
-        """Where the call goes and how its key is sent, for its receipt (module docstring)."""
-        return {
+        """Where the call goes and how its key is sent, for its receipt (module
+        docstring); with ``receipt = "replay"``, the rest of the request but its
+        body (`_http_replay.replay_record`)."""
+        info = {
             "url": self.target.url,
             "receipt_url": self.receipt_url,
             "idempotency_header": self.idempotency_header,
             "idempotency_format": self.idempotency_format,
         }
+        if self.replay_window_s is not None:
+            info |= replay_record(self.method, self.headers, self.replay_window_s)
+        return info
 
     def abort(self, idempotency_key: str) -> None:
         """Shut the connection of the call for ``idempotency_key``: it ends unknown."""
@@ -587,7 +624,9 @@ class HttpAdapter:
         if len(request.args) > self.max_arg_bytes:
             raise DefiniteFailure(f"args of {len(request.args)} bytes exceed {self.max_arg_bytes}")
         headers, secrets = self._headers(
-            self.idempotency_header, key_value(request.idempotency_key, self.idempotency_format)
+            self.headers,
+            self.idempotency_header,
+            key_value(request.idempotency_key, self.idempotency_format),
         )
         got = self._exchange(
             _Request(
@@ -602,28 +641,35 @@ class HttpAdapter:
         )
         said = _body_excerpt(got.body)
         if 200 <= got.status <= 299:
-            return {
-                "status": got.status,
-                "headers": got.headers,
-                "body": got.body,
-                "truncated": got.truncated,
-            }
+            return got.value
         if got.status in self.no_effect_statuses:
             raise DefiniteFailure(f"{self.tag}: HTTP {got.status} (a no-effect status){said}")
         raise OutcomeUnknown(f"{self.tag}: HTTP {got.status}{said}")
 
-    def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
-        """GET the receipt URL for the key; never raises (module docstring)."""
+    def receipt(
+        self,
+        idempotency_key: str,
+        claim_info: Mapping[str, Any] | None = None,
+        sent: SentCall | None = None,
+    ) -> Receipt:
+        """GET the receipt URL for the key, or (``receipt = "replay"``) send the
+        call's request again; never raises (module docstring, `_http_replay`)."""
         if claim_info is None:  # never claimed: the call never began, so nothing was sent
             return Receipt("not_executed")
+        if self.replay_window_s is not None:
+            return self._replay(idempotency_key, claim_info, sent)
+        return self._look_up(idempotency_key, claim_info)
+
+    def _look_up(self, idempotency_key: str, claim_info: Mapping[str, Any]) -> Receipt:
+        """GET the receipt URL the claim recorded for the key as the call sent it."""
         url, header, fmt, hint = self._receipt_plan(claim_info)
         if url is None:
             return Receipt("unknown", detail="no receipt_url configured")
-        sent = key_value(idempotency_key, fmt)
+        key = key_value(idempotency_key, fmt)
         secrets: list[bytes] = []
         try:
-            headers, secrets = self._headers(header, sent)
-            target = Target.parse(url.replace("{key}", urllib.parse.quote(sent, safe="")), "url")
+            headers, secrets = self._headers(self.headers, header, key)
+            target = Target.parse(url.replace("{key}", urllib.parse.quote(key, safe="")), "url")
             got = self._exchange(
                 _Request(
                     f"receipt {idempotency_key}",
@@ -673,11 +719,48 @@ class HttpAdapter:
             return url, header, str(fmt), no_key
         return url, header, str(fmt), None
 
-    def _headers(self, key_header: str, key: str) -> tuple[dict[str, str], list[bytes]]:
-        """The request's headers and the secret values in them (read now)."""
+    def _replay(
+        self, idempotency_key: str, claim_info: Mapping[str, Any], sent: SentCall | None
+    ) -> Receipt:
+        """Send the request the claim recorded again, with the op's args as its
+        body, while the replay window lasts (`_http_replay`)."""
+        assert self.replay_window_s is not None
+        replay = Replay.from_record(claim_info)
+        if isinstance(replay, str):
+            return Receipt("unknown", detail=replay)
+        if sent is None:
+            return Receipt("unknown", detail="no record of the call's args was handed over")
+        late = replay.too_late(sent, self.replay_window_s)
+        if late is not None:
+            return Receipt("unknown", detail=late)
+        secrets: list[bytes] = []
+        try:
+            key = key_value(idempotency_key, replay.key_format)
+            headers, secrets = self._headers(replay.headers, replay.key_header, key)
+            target = Target.parse(replay.url, "url")
+            req = _Request(
+                f"receipt {idempotency_key}",
+                target,
+                replay.method,
+                sent.args,
+                headers,
+                secrets,
+                self.max_response_bytes,
+            )
+            got = self._exchange(req)
+        except Exception as exc:  # noqa: BLE001 - a receipt never raises: it cannot tell
+            reason = _redact.redact_text(_describe(exc), secrets)
+            return Receipt("unknown", detail=f"the replay failed ({reason})")
+        return replay_answer(got.status, got.value, self.no_effect_statuses)
+
+    def _headers(
+        self, items: Sequence[tuple[str, HeaderValue]], key_header: str, key: str
+    ) -> tuple[dict[str, str], list[bytes]]:
+        """The request's headers from ``items`` and the key, and the secret values
+        in them (read now)."""
         out: dict[str, str] = {}
         secrets: list[bytes] = []
-        for name, value in self.headers:
+        for name, value in items:
             if isinstance(value, HeaderSecret):
                 try:
                     data = value.read()

@@ -148,6 +148,11 @@ metrics_listen = ""
 # no_effect_statuses = [400, 401, 403, 404, 405, 415, 422]   # -> failed; other non-2xx -> unknown
 # receipt_url = "https://api.example.com/v1/charges/by-key/{key}"   # optional: a GET by key:
 #                                # 200 -> executed, 404 -> not_executed, else unknown
+# receipt = "replay"             # instead of receipt_url, for an API with no lookup by key
+#                                # (Stripe-style): send the same request, same key, again:
+#                                # 2xx -> executed, no_effect_statuses -> not_executed, else unknown
+# replay_window_s = 86400        # required with replay: how long the API keeps a key; a claim
+#                                # older than this is never sent again (-> unknown)
 # max_response_bytes = 983040    # default max_frame - 65536; the body beyond is cut (truncated)
 #
 # [acts."gh.create_issue"]       # one tools/call of another MCP server's tool per call

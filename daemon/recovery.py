@@ -43,7 +43,9 @@ claim holds no adapter record, gets no automatic answer at all — whatever
 its receipt says is a hint (``evidence.receipt_hint`` and
 ``evidence.receipt_detail``), and the attempt stays unknown. Never claimed
 (``claimed: false``) and "claimed without a record" are told apart by the
-claim row, not by the record.
+claim row, not by the record. An adapter whose receipt sends the call
+again (``receipt_resends``: ``http`` with ``receipt = "replay"``) is also
+handed the op's args and the claim's time (`SentCall`), read just before.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ import attrs
 import structlog
 import trio
 
-from wardd.adapters import Adapter, Receipt, as_receipt, has_receipt
+from wardd.adapters import Adapter, Receipt, SentCall, as_receipt, has_receipt
 from wardd.protocol import OpState, Overloaded, WarddError
 
 from ._claims import ReceiptQuestion, receipt_question
@@ -297,8 +299,10 @@ class Recovery:
             if self._stopping:
                 return False
             question = receipt_question(adapter, c.claimed, c.claim_info)
+            resends = getattr(adapter, "receipt_resends", False) is True
+            sent = self._reads.sent_call(c.attempt_id) if resends else None
             receipt = await trio.to_thread.run_sync(
-                _receipt, adapter, c, question, abandon_on_cancel=True
+                _receipt, adapter, c, question, sent, abandon_on_cancel=True
             )
             if self._stopping:  # a receipt the shutdown killed says only "unknown"
                 return False
@@ -404,19 +408,25 @@ def _ignore_event(event: str, **about: Any) -> None:
     """``notify`` until the daemon sets its own."""
 
 
-def _receipt(adapter: Adapter, c: Candidate, question: ReceiptQuestion) -> Receipt:
-    """Ask the adapter (on a thread); a hint-only answer's detail says why it is one."""
-    got = _ask(adapter, c, question.claim_info)
+def _receipt(
+    adapter: Adapter, c: Candidate, question: ReceiptQuestion, sent: SentCall | None
+) -> Receipt:
+    """Ask the adapter (on a thread); a hint-only answer's detail says why it is one.
+    ``sent`` is what the daemon holds of the call, for an adapter whose receipt
+    sends it again (``receipt_resends``); None for any other."""
+    got = _ask(adapter, c, question.claim_info, sent)
     if question.binding:
         return got
     detail = question.why if not got.detail else f"{question.why}; {got.detail}"
     return attrs.evolve(got, detail=detail)
 
 
-def _ask(adapter: Adapter, c: Candidate, claim_info: Any) -> Receipt:
+def _ask(adapter: Adapter, c: Candidate, claim_info: Any, sent: SentCall | None) -> Receipt:
     try:
         fn = adapter.receipt  # type: ignore[attr-defined]
-        if hasattr(adapter, "claim_info"):
+        if getattr(adapter, "receipt_resends", False) is True:
+            got = fn(c.key, claim_info, sent)
+        elif hasattr(adapter, "claim_info"):
             got = fn(c.key, claim_info)
         else:
             got = fn(c.key)

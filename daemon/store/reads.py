@@ -16,11 +16,11 @@ from typing import Any
 
 import attrs
 
-from wardd.adapters import idempotency_key
+from wardd.adapters import SentCall, idempotency_key
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
 from .._records import dec
-from .prune import tombstone_row, tombstone_view
+from .prune import to_ms, tombstone_row, tombstone_view
 from .schema import OP_LIFE, OP_RECORDS, attempts_in
 
 __all__ = ["Candidate", "ClaimedCall", "Reads"]
@@ -200,6 +200,18 @@ class Reads:
     def neuron_exists(self, neuron: str) -> bool:
         """Whether ``neuron`` is registered (contract §4: a signed request's last check)."""
         return bool(self._q("SELECT 1 FROM neurons WHERE neuron = ?", (neuron,)))
+
+    def sent_call(self, attempt_id: int) -> SentCall | None:
+        """The op's args and the claim's time of a claimed attempt (for a
+        receipt that sends its request again), or None when not claimed."""
+        rows = self._q(
+            "SELECT o.args, a.claimed_at FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " WHERE a.id = ? AND a.claimed_at IS NOT NULL",
+            (attempt_id,),
+        )
+        if not rows:
+            return None
+        return SentCall(bytes(rows[0]["args"]), to_ms(rows[0]["claimed_at"]) / 1000)
 
     def attempt_state(self, attempt_id: int) -> tuple[str, str | None] | None:
         """(state, void reason) of an attempt by its row id, or None."""

@@ -247,6 +247,78 @@ class KeyLedger:
                 raise AssertionError("the API still serves a request")
 
 
+class SavedByKey:
+    """An API that keeps its answers by idempotency key, as Stripe does, with
+    no lookup by key: the ``http`` adapter's ``receipt = "replay"`` sends the
+    same request again to learn its fate.
+
+    ``POST`` args ``b"<outcome> [<first>]"``: ``ok`` makes the effect (the
+    key appended to `effects`) and answers 200, ``bad`` makes none and
+    answers 400; the answer is saved under the key. The same key again gets
+    the saved answer and nothing is done; a key whose first request is still
+    being served gets 409. ``<first>`` acts on a key's first request only:
+    ``lost`` closes the connection before anything is done or saved (a
+    request that never landed), ``dropped`` closes it once the answer is
+    saved, unsent; ``held`` waits on `hold` with the answer saved,
+    ``held-before`` waits on it before anything is done (the key in flight).
+    """
+
+    def __init__(self, key_header: str = "idempotency-key") -> None:
+        self.key_header = key_header
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.saved: dict[str, Reply] = {}
+        self.running: set[str] = set()
+        self.seen: dict[str, int] = {}  # requests per key
+        self.effects: list[str] = []
+        self.hold = threading.Event()
+
+    def __call__(self, r: Received) -> Reply:
+        key = r.headers.get(self.key_header, "")
+        outcome, _, first = r.body.partition(b" ")
+        with self.lock:
+            self.seen[key] = self.seen.get(key, 0) + 1
+            first = first if self.seen[key] == 1 else b""
+            if key in self.saved:
+                return self.saved[key]
+            if key in self.running:
+                return Reply(409, b'{"error": "the key\'s first request is in flight"}')
+            if first == b"lost":
+                return Reply(hang_up=True)
+            self.running.add(key)
+        try:
+            if first == b"held-before":
+                self.hold.wait(60)
+            reply = self._serve(key, outcome)
+            if first == b"dropped":
+                return Reply(hang_up=True)
+            if first == b"held":
+                self.hold.wait(60)
+            return reply
+        finally:
+            with self.lock:
+                self.running.discard(key)
+                self.changed.notify_all()
+
+    def _serve(self, key: str, outcome: bytes) -> Reply:
+        with self.lock:
+            if outcome == b"ok":
+                self.effects.append(key)
+                said = json.dumps({"id": f"ch_{len(self.effects)}", "key": key}).encode()
+                reply = Reply(200, said, {"Content-Type": "application/json"})
+            else:
+                reply = Reply(400, b'{"error": "amount must be positive"}')
+            self.saved[key] = reply
+            self.changed.notify_all()
+            return reply
+
+    def wait_saved(self, n: int, timeout: float = 30.0) -> None:
+        """Until ``n`` answers are saved."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: len(self.saved) >= n, timeout):
+                raise AssertionError(f"the API saved {len(self.saved)} answers, not {n}")
+
+
 def _main() -> None:
     """A peer process: writes its port to --port-file, marks each request it
     reads with a file in --marks, then holds every answer until it is killed."""

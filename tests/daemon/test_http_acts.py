@@ -18,11 +18,17 @@ which records what it received, and ends it in a fixture. The rules:
   Content-Length, the last chunk), after the server made the effect, is
   unknown for the call and for the receipt, whatever its status: a cut 404
   to the start's receipt leaves the attempt unknown and nothing runs twice;
+- ``receipt = "replay"`` against an API that keeps its answers by key (as
+  Stripe does): the request sent again with the same key settles an
+  unknown attempt (a saved 200 → executed, a request that never landed is
+  made once → executed, a saved 400 → not_executed, 409 → unknown), and a
+  claim older than ``replay_window_s`` is unknown with nothing sent;
 - a secret header reaches the server and nothing else.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -38,7 +44,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon._audit import Audit, all_reads, forms, pieces
-from tests.daemon._http_peer import KeyLedger, Peer, Received, Reply, Script
+from tests.daemon._http_peer import KeyLedger, Peer, Received, Reply, SavedByKey, Script
 from tests.daemon.harness import Actor, Background, Env, code_of, key, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -444,6 +450,111 @@ class TestCutResponses:
         assert [r.method for r in peer.requests] == ["POST", "GET", "GET"]
 
 
+class TestReplay:
+    @staticmethod
+    def daemon_with_api(make_daemon, peers, release, tmp_path, **table):
+        """A daemon whose act ``pay`` calls a `SavedByKey` API with ``receipt = "replay"``
+        and a secret Authorization header."""
+        api = SavedByKey()
+        release.append(api.hold)
+        peer = Peer(api)
+        peers.append(peer)
+        secret = ("Bearer " + secrets.token_urlsafe(24)).encode()
+        (tmp_path / "pay.auth").write_bytes(secret + b"\n")
+        headers = {
+            "Content-Type": "application/json",
+            "Authorization": {"file": str(tmp_path / "pay.auth")},
+        }
+        table = {"receipt": "replay", "replay_window_s": 86400, "headers": headers, **table}
+        env = Env(acts={"pay": http_act(peer.url(), **table)})
+        d = make_daemon(env)
+        return api, peer, d, Actor(d, acts=("pay",)), secret
+
+    def test_a_request_that_landed_is_executed_by_the_identical_replay_at_start(
+        self, make_daemon, peers, release, tmp_path
+    ):
+        """The API saved its 200 and holds the answer; SIGKILL; the start sends the
+        identical request (method, path, body, key, headers, the secret read again
+        from its file) and gets the saved 200: succeeded by receipt, the response
+        as value; the API saw the key twice and acted once. The secret is in no
+        database file."""
+        api, peer, d, a, secret = self.daemon_with_api(make_daemon, peers, release, tmp_path)
+        saved = lambda: api.wait_saved(1)  # noqa: E731
+        TestReceipts.crash_during(d, a, "c1", b"ok held", saved)
+        att = a.op("c1")["attempts"][0]
+        assert att["state"] == "succeeded" and att["outcome"]["source"] == "receipt"
+        value = att["outcome"]["value"]
+        assert value["status"] == 200 and value["truncated"] is False
+        assert json.loads(value["body"]) == {"id": "ch_1", "key": key(a, "c1")}
+        first, again = peer.requests
+        assert (again.method, again.path, again.body) == (first.method, first.path, first.body)
+        for name in ("idempotency-key", "content-type", "authorization", "user-agent"):
+            assert again.headers[name] == first.headers[name], name
+        assert first.headers["authorization"].encode() == secret
+        assert api.seen == {key(a, "c1"): 2} and api.effects == [key(a, "c1")]
+        assert a.state("c1") == "retained"
+        files = [p.read_bytes() for p in d.env.database.parent.iterdir() if p.is_file()]
+        assert not any(secret in f or secret.split()[1] in f for f in files)
+
+    def test_a_request_that_never_landed_is_made_once_by_the_replay(
+        self, make_daemon, peers, release, tmp_path
+    ):
+        """The API closed the connection before doing anything: unknown; the
+        replay (check_receipts) makes the charge: executed, one effect."""
+        api, peer, _, a, _ = self.daemon_with_api(make_daemon, peers, release, tmp_path)
+        a.submit("c2", "pay", b"ok lost")
+        assert a.invoke("c2")["status"] == "unknown" and api.effects == []
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
+        out = a.op("c2")["attempts"][0]["outcome"]
+        assert out["status"] == "succeeded" and out["source"] == "receipt"
+        assert api.effects == [key(a, "c2")] and api.seen == {key(a, "c2"): 2}
+
+    def test_a_saved_400_is_not_executed(self, make_daemon, peers, release, tmp_path):
+        """The API saved a 400 and closed before sending it: unknown; the replay
+        gets the saved 400 (a no-effect status): not_executed, the op pending."""
+        api, _, _, a, _ = self.daemon_with_api(make_daemon, peers, release, tmp_path)
+        a.submit("c3", "pay", b"bad dropped")
+        assert a.invoke("c3")["status"] == "unknown"
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
+        att = a.op("c3")["attempts"][0]
+        assert att["state"] == "not_executed" and att["outcome"]["source"] == "receipt"
+        assert a.state("c3") == "pending" and api.effects == []
+
+    def test_a_409_for_a_key_in_flight_leaves_the_attempt_unknown_until_it_is_saved(
+        self, make_daemon, peers, release, tmp_path
+    ):
+        """SIGKILL while the API still serves the first request (before any effect);
+        the start's replay gets 409: unknown, with the hint. Once the API has
+        finished, check_receipts' replay gets the saved 200: executed, one effect."""
+        api, _, d, a, _ = self.daemon_with_api(make_daemon, peers, release, tmp_path)
+        arrived = lambda: wait_for(lambda: api.seen, what="the request")  # noqa: E731
+        TestReceipts.crash_during(d, a, "c4", b"ok held-before", arrived)
+        att = a.op("c4")["attempts"][0]
+        assert att["state"] == "unknown"
+        assert "HTTP 409" in att["evidence"]["receipt_detail"]
+        api.hold.set()
+        api.wait_saved(1)
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
+        assert a.op("c4")["attempts"][0]["state"] == "succeeded"
+        assert api.effects == [key(a, "c4")] and api.seen == {key(a, "c4"): 3}
+
+    def test_a_claim_older_than_the_window_is_unknown_and_nothing_is_sent(
+        self, make_daemon, peers, release, tmp_path
+    ):
+        """replay_window_s = 0.001: by check_receipts the claim is older; the
+        receipt sends nothing and the attempt stays unknown, saying why."""
+        api, peer, _, a, _ = self.daemon_with_api(
+            make_daemon, peers, release, tmp_path, replay_window_s=0.001
+        )
+        a.submit("c5", "pay", b"ok lost")
+        assert a.invoke("c5")["status"] == "unknown"
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 0}
+        att = a.op("c5")["attempts"][0]
+        assert att["state"] == "unknown"
+        assert "past the replay window of 0.001 s" in att["evidence"]["receipt_detail"]
+        assert len(peer.requests) == 1 and api.effects == []
+
+
 class TestSecrets:
     def test_a_secret_header_reaches_the_server_and_nothing_else(
         self, make_daemon, peers, release, tmp_path
@@ -530,6 +641,32 @@ class TestConfig:
                 {"url": "http://h/x", "receipt_url": "http://h/by-key"},
                 'acts."pay.charge".receipt_url',
                 "{key}",
+            ),
+            (
+                {
+                    "url": "http://h/x",
+                    "receipt": "replay",
+                    "replay_window_s": 60,
+                    "receipt_url": "http://h/{key}",
+                },
+                'acts."pay.charge".receipt',
+                "exclude each other",
+            ),
+            (
+                {"url": "http://h/x", "receipt": "replay"},
+                'acts."pay.charge".replay_window_s',
+                'required with receipt = "replay"',
+            ),
+            (
+                {"url": "http://h/x", "replay_window_s": 60},
+                'acts."pay.charge".replay_window_s',
+                'only with receipt = "replay"',
+            ),
+            ({"url": "http://h/x", "receipt": "lookup"}, 'acts."pay.charge".receipt', '"replay"'),
+            (
+                {"url": "http://h/x", "receipt": "replay", "replay_window_s": 0},
+                'acts."pay.charge".replay_window_s',
+                "positive",
             ),
             (
                 {"url": "http://h/x", "headers": {"Authorization": {"file": "/nonexistent/tok"}}},

@@ -25,6 +25,7 @@ from wardd.adapters import (
     DefiniteFailure,
     HttpAdapter,
     OutcomeUnknown,
+    SentCall,
     build_adapter,
 )
 from wardd.adapters._http import KEY_NAMESPACE, _Flight, key_value, secret_forms
@@ -110,6 +111,30 @@ class TestTable:
             (
                 {"url": "http://h/", "idempotency_header": "", "receipt_url": "http://h/{key}"},
                 "receipt_url",
+            ),
+            ({"url": "http://h/", "receipt": "replay"}, "replay_window_s"),
+            ({"url": "http://h/", "receipt": "replay", "replay_window_s": -1}, "replay_window_s"),
+            ({"url": "http://h/", "receipt": "replay", "replay_window_s": True}, "replay_window_s"),
+            ({"url": "http://h/", "replay_window_s": 60}, "replay_window_s"),
+            ({"url": "http://h/", "receipt": "url"}, "receipt"),
+            ({"url": "http://h/", "receipt": True}, "receipt"),
+            (
+                {
+                    "url": "http://h/",
+                    "receipt": "replay",
+                    "replay_window_s": 60,
+                    "receipt_url": "http://h/{key}",
+                },
+                "receipt",
+            ),
+            (
+                {
+                    "url": "http://h/",
+                    "receipt": "replay",
+                    "replay_window_s": 60,
+                    "idempotency_header": "",
+                },
+                "receipt",
             ),
             ({"url": "http://h/", "max_response_bytes": MAX_FRAME}, "max_response_bytes"),
             ({"url": "http://h/", "max_arg_bytes": 0}, "max_arg_bytes"),
@@ -385,9 +410,7 @@ class TestReceipt:
 WHOLE_404 = (
     b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nnot found"
 )
-WHOLE_200_CHUNKED = (
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
-)
+WHOLE_200_CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
 
 
 class TestCutResponses:
@@ -405,9 +428,7 @@ class TestCutResponses:
         return peer, raw
 
     @pytest.mark.parametrize("whole", [WHOLE_404, WHOLE_200_CHUNKED], ids=["404", "200-chunked"])
-    def test_every_prefix_of_a_response_is_unknown_for_the_call_and_the_receipt(
-        self, peers, whole
-    ):
+    def test_every_prefix_of_a_response_is_unknown_for_the_call_and_the_receipt(self, peers, whole):
         peer, raw = self.cutting(peers)
         a = adapter(url=peer.url(), receipt_url=peer.url("/k/{key}"))
         for n in range(len(whole)):
@@ -480,6 +501,103 @@ class TestCutResponses:
         raw.append(head + b"b" * 80)
         with pytest.raises(OutcomeUnknown):
             a.call(request("b"))
+
+
+class TestReplay:
+    """``receipt = "replay"``: the claim records the request but its body (a
+    secret header as its file's path), and the receipt sends it again with
+    the op's args while the window lasts."""
+
+    @staticmethod
+    def replaying(peers: list[Peer], reply: Reply, tmp_path: Path, **table: object):
+        peer = Peer(lambda r: reply)
+        peers.append(peer)
+        (tmp_path / "tok").write_text("Bearer tok_0123456789abcdef\n")
+        a = adapter(
+            url=peer.url(),
+            method="PUT",
+            headers={"X-Plain": "p", "Authorization": {"file": str(tmp_path / "tok")}},
+            idempotency_format="uuid5",
+            **{"receipt": "replay", "replay_window_s": 3600, **table},
+        )
+        return peer, a
+
+    def test_the_claim_records_the_request_without_the_secret(self, peers, tmp_path):
+        peer, a = self.replaying(peers, Reply(200), tmp_path)
+        info = a.claim_info()
+        assert info["receipt"] == "replay" and info["replay_window_s"] == 3600
+        assert info["method"] == "PUT" and info["url"] == peer.url()
+        assert info["headers"] == [
+            ["X-Plain", "p"],
+            ["Authorization", {"file": str(tmp_path / "tok")}],
+        ]
+        assert "tok_0123456789abcdef" not in repr(info)
+        assert a.receipt_supported and a.receipt_resends
+
+    @pytest.mark.parametrize(
+        "reply, answer",
+        [
+            (Reply(201, b"saved"), "executed"),
+            (Reply(422), "not_executed"),
+            (Reply(409), "unknown"),
+            (Reply(425), "unknown"),
+            (Reply(429), "unknown"),
+            (Reply(503), "unknown"),
+            (Reply(raw=b"HTTP/1.1 422 Unprocessable\r\n"), "unknown"),
+            (Reply(hang_up=True), "unknown"),
+        ],
+    )
+    def test_the_identical_request_is_sent_and_its_answer_decides(
+        self, peers, tmp_path, reply, answer
+    ):
+        peer, a = self.replaying(peers, reply, tmp_path)
+        sent = SentCall(b'{"amount": 5}', time.time())
+        got = a.receipt("n1/op/1", a.claim_info(), sent)
+        assert got.answer == answer, got
+        if answer == "executed":
+            assert got.value == {"status": 201, "headers": {}, "body": b"saved", "truncated": False}
+        (r,) = peer.requests
+        assert (r.method, r.path, r.body) == ("PUT", "/charges", b'{"amount": 5}')
+        assert r.headers["idempotency-key"] == key_value("n1/op/1", "uuid5")
+        assert r.headers["authorization"] == "Bearer tok_0123456789abcdef"
+        assert r.headers["x-plain"] == "p"
+
+    def test_the_secret_is_read_again_and_an_unreadable_one_sends_nothing(self, peers, tmp_path):
+        peer, a = self.replaying(peers, Reply(200), tmp_path)
+        info = a.claim_info()
+        (tmp_path / "tok").write_text("Bearer rotated_0123456789\n")
+        assert a.receipt("n1/op/1", info, SentCall(b"x", time.time())).answer == "executed"
+        assert peer.requests[0].headers["authorization"] == "Bearer rotated_0123456789"
+        (tmp_path / "tok").unlink()
+        got = a.receipt("n1/op/2", info, SentCall(b"x", time.time()))
+        assert got.answer == "unknown" and "nothing was sent" in (got.detail or "")
+        assert len(peer.requests) == 1
+
+    @pytest.mark.parametrize("age, recorded, now_window", [(61, 3600, 60), (61, 60, 3600)])
+    def test_past_the_smaller_window_nothing_is_sent(
+        self, peers, tmp_path, age, recorded, now_window
+    ):
+        """The claim's window and the act's current one: the smaller decides."""
+        peer, before = self.replaying(peers, Reply(200), tmp_path, replay_window_s=recorded)
+        now = adapter(url=peer.url(), receipt="replay", replay_window_s=now_window)
+        got = now.receipt("n1/op/1", before.claim_info(), SentCall(b"x", time.time() - age))
+        assert got.answer == "unknown" and "past the replay window of 60 s" in (got.detail or "")
+        assert peer.requests == []
+        fresh = SentCall(b"x", time.time() - 30)
+        assert now.receipt("n1/op/1", before.claim_info(), fresh).answer == "executed"
+
+    def test_without_a_record_of_the_request_nothing_is_sent(self, peers, tmp_path):
+        """A claim made before the act replayed (or a record unreadable), or no
+        args handed over: unknown; never claimed: not_executed; nothing sent."""
+        peer, a = self.replaying(peers, Reply(200), tmp_path)
+        sent = SentCall(b"x", time.time())
+        plain = adapter(url=peer.url()).claim_info()
+        assert 'receipt = "replay"' in (a.receipt("n1/op/1", plain, sent).detail or "")
+        broken = {**a.claim_info(), "headers": [["X", 1]]}
+        assert a.receipt("n1/op/1", broken, sent).answer == "unknown"
+        assert a.receipt("n1/op/1", a.claim_info(), None).answer == "unknown"
+        assert a.receipt("n1/op/1", None, None).answer == "not_executed"
+        assert peer.requests == []
 
 
 def test_the_default_config_shows_every_http_key():
