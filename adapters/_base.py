@@ -178,8 +178,9 @@ class Adapter(Protocol):
       whose ``claim_info()`` recorded None; ``{}`` (or an older wardd's
       record) for a claim that holds no record of this adapter's — the
       daemon then takes the answer as a hint only.
-    - ``receipt_resends: bool``: the receipt sends the call's request again
-      (``http`` with ``receipt = "replay"``), so the daemon also hands it
+    - ``receipt_resends: bool`` (built-in adapters; an entry point's is not
+      forwarded): the receipt sends the call's request again (``http``
+      with ``receipt = "replay"``), so the daemon also hands it
       what it holds of the call: ``receipt(idempotency_key, claim_info,
       sent)``, ``sent`` a `SentCall` (None for an attempt never claimed).
     - ``claim_info() -> dict | None``: facts stored with the dispatch claim,

@@ -20,7 +20,10 @@ The receipt (`HttpAdapter.receipt`):
   current one): the API may have forgotten the key, and the same request
   would then act a second time. Time only grows, so this is for ever;
 - otherwise sends the identical request: method, URL, body, headers, the
-  same key header with the same value;
+  same key header with the same value (the daemon asks only while the op
+  could still run its act: a replay may make the effect now, so an op
+  cancelled, a grant revoked, a prog paused or exhausted since the call
+  gets ``unknown`` without this receipt being asked, `core.resend_refusal`);
 - answers from a complete response (`_http_wire`): 2xx → ``executed``, the
   value being the response as a call's (``{status, headers, body,
   truncated}``); a status in ``no_effect_statuses`` → ``not_executed``;

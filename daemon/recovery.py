@@ -69,7 +69,7 @@ from .core import attempts as core
 from .store import load
 from .store.apply import apply
 from .store.marks import Mark, open_attempts, write_marks
-from .store.reads import Candidate, Reads
+from .store.reads import Candidate, Reads, Resend
 from .store.writer import Writer
 
 __all__ = ["Recovery"]
@@ -299,11 +299,15 @@ class Recovery:
             if self._stopping:
                 return False
             question = receipt_question(adapter, c.claimed, c.claim_info)
-            resends = getattr(adapter, "receipt_resends", False) is True
-            sent = self._reads.sent_call(c.attempt_id) if resends else None
-            receipt = await trio.to_thread.run_sync(
-                _receipt, adapter, c, question, sent, abandon_on_cancel=True
-            )
+            resend = self._reads.resend(c.attempt_id) if _resends(adapter) else None
+            refusal = None if resend is None else _resend_refusal(resend)
+            if refusal is not None:  # sent again, the request could act now: never
+                receipt = Receipt("unknown", detail=refusal)
+            else:
+                sent = None if resend is None else resend.sent
+                receipt = await trio.to_thread.run_sync(
+                    _receipt, adapter, c, question, sent, abandon_on_cancel=True
+                )
             if self._stopping:  # a receipt the shutdown killed says only "unknown"
                 return False
             in_process = bool(getattr(adapter, "in_process", False))
@@ -408,6 +412,19 @@ def _ignore_event(event: str, **about: Any) -> None:
     """``notify`` until the daemon sets its own."""
 
 
+def _resends(adapter: Adapter) -> bool:
+    """The adapter's receipt sends the call again (``receipt_resends``)."""
+    return getattr(adapter, "receipt_resends", False) is True
+
+
+def _resend_refusal(r: Resend) -> str | None:
+    """Why the call must not be sent again now (its op could not run it), or None."""
+    why = core.resend_refusal(r.cancelled, r.grant, r.exhausted, r.prog_state, r.act)
+    if why is None:
+        return None
+    return f"the request was not sent again: the op could not run its act now ({why})"
+
+
 def _receipt(
     adapter: Adapter, c: Candidate, question: ReceiptQuestion, sent: SentCall | None
 ) -> Receipt:
@@ -424,7 +441,7 @@ def _receipt(
 def _ask(adapter: Adapter, c: Candidate, claim_info: Any, sent: SentCall | None) -> Receipt:
     try:
         fn = adapter.receipt  # type: ignore[attr-defined]
-        if getattr(adapter, "receipt_resends", False) is True:
+        if _resends(adapter):
             got = fn(c.key, claim_info, sent)
         elif hasattr(adapter, "claim_info"):
             got = fn(c.key, claim_info)

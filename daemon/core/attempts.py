@@ -48,6 +48,7 @@ from .records import (
     AttemptKind,
     AttemptRef,
     BootContext,
+    Grant,
     Neuron,
     Op,
     OpView,
@@ -74,6 +75,7 @@ __all__ = [
     "pruned_token",
     "receipt",
     "receipt_conflict",
+    "resend_refusal",
     "reverify",
     "shutdown_void",
     "unknown_evidence",
@@ -316,6 +318,26 @@ def reverify(view: OpView, ref: AttemptRef) -> str | None:
     if prog.exhausted:
         return "budget_exhausted"
     if prog.state != ProgState.ACTIVE:
+        return "prog_inactive"
+    return None
+
+
+def resend_refusal(
+    cancelled: bool, grant: Grant | None, exhausted: bool, prog_state: str, act: str
+) -> str | None:
+    """contract §6 (``http``, ``receipt = "replay"``): a receipt that sends the
+    call's request again makes the effect now if the first request never
+    reached the API, so it is sent only while the op could still run its act:
+    the checks of `reverify` that are not about the placement or the epoch
+    (a restart always leaves the placement stale). Returns the void reason of
+    the first that fails, or None."""
+    if cancelled:
+        return "cancelled"
+    if grant is None or not grant.allows(act):
+        return "revoked"
+    if exhausted:
+        return "budget_exhausted"
+    if prog_state != ProgState.ACTIVE:
         return "prog_inactive"
     return None
 

@@ -20,10 +20,11 @@ from wardd.adapters import SentCall, idempotency_key
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
 from .._records import dec
+from ..core.records import Grant
 from .prune import to_ms, tombstone_row, tombstone_view
 from .schema import OP_LIFE, OP_RECORDS, attempts_in
 
-__all__ = ["Candidate", "ClaimedCall", "Reads"]
+__all__ = ["Candidate", "ClaimedCall", "Reads", "Resend"]
 
 PAGE_HEADROOM = 4096
 
@@ -43,6 +44,19 @@ class Candidate:
     @property
     def key(self) -> str:
         return idempotency_key(self.neuron, self.op, self.attempt)
+
+
+@attrs.frozen
+class Resend:
+    """A claimed call a receipt would send again (``receipt_resends``): what
+    the daemon holds of it, and whether its op could still run now."""
+
+    sent: SentCall
+    cancelled: bool  # the op's
+    act: str
+    prog_state: str
+    exhausted: bool
+    grant: Grant | None
 
 
 @attrs.frozen
@@ -201,17 +215,31 @@ class Reads:
         """Whether ``neuron`` is registered (contract §4: a signed request's last check)."""
         return bool(self._q("SELECT 1 FROM neurons WHERE neuron = ?", (neuron,)))
 
-    def sent_call(self, attempt_id: int) -> SentCall | None:
-        """The op's args and the claim's time of a claimed attempt (for a
-        receipt that sends its request again), or None when not claimed."""
+    def resend(self, attempt_id: int) -> Resend | None:
+        """What a receipt that sends a claimed attempt's request again needs
+        (the op's args, the claim's time) and the op's context now; None when
+        the attempt was never claimed."""
         rows = self._q(
-            "SELECT o.args, a.claimed_at FROM attempts a JOIN operations o ON o.id = a.op_id"
+            "SELECT o.args, a.claimed_at, o.cancelled, o.act, p.state, p.exhausted,"
+            " p.grant_acts, p.grant_enabled FROM attempts a"
+            " JOIN operations o ON o.id = a.op_id JOIN progs p ON p.id = o.prog_id"
             " WHERE a.id = ? AND a.claimed_at IS NOT NULL",
             (attempt_id,),
         )
         if not rows:
             return None
-        return SentCall(bytes(rows[0]["args"]), to_ms(rows[0]["claimed_at"]) / 1000)
+        r = rows[0]
+        enabled = r["grant_enabled"]
+        return Resend(
+            sent=SentCall(bytes(r["args"]), to_ms(r["claimed_at"]) / 1000),
+            cancelled=bool(r["cancelled"]),
+            act=r["act"],
+            prog_state=r["state"],
+            exhausted=bool(r["exhausted"]),
+            grant=None
+            if enabled is None
+            else Grant(frozenset(dec(r["grant_acts"])), bool(enabled)),
+        )
 
     def attempt_state(self, attempt_id: int) -> tuple[str, str | None] | None:
         """(state, void reason) of an attempt by its row id, or None."""

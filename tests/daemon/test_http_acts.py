@@ -555,6 +555,31 @@ class TestReplay:
         assert len(peer.requests) == 1 and api.effects == []
 
 
+    @pytest.mark.parametrize("stop", ["cancel", "revoke", "pause"])
+    def test_an_op_that_could_not_run_now_is_never_sent_again(
+        self, make_daemon, peers, release, tmp_path, stop
+    ):
+        """A request that never landed; then the op is cancelled, the grant
+        revoked, or the prog paused: the replay would make the charge now, so
+        check_receipts sends nothing and the attempt stays unknown, saying why."""
+        api, peer, _, a, _ = self.daemon_with_api(make_daemon, peers, release, tmp_path)
+        a.submit("c6", "pay", b"ok lost")
+        assert a.invoke("c6")["status"] == "unknown"
+        if stop == "cancel":
+            a.call("cancel", {"op": "c6"})
+        elif stop == "revoke":
+            a.grant(["echo"])
+        else:
+            a.call("set_prog_state", a.prog_state_params("active", "paused"))
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 0}
+        att = a.op("c6")["attempts"][0]
+        assert att["state"] == "unknown"
+        assert "was not sent again: the op could not run its act now" in (
+            att["evidence"]["receipt_detail"]
+        )
+        assert len(peer.requests) == 1 and api.effects == []
+
+
 class TestSecrets:
     def test_a_secret_header_reaches_the_server_and_nothing_else(
         self, make_daemon, peers, release, tmp_path

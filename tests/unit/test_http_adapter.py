@@ -29,6 +29,8 @@ from wardd.adapters import (
     build_adapter,
 )
 from wardd.adapters._http import KEY_NAMESPACE, _Flight, key_value, secret_forms
+from wardd.daemon.core.attempts import resend_refusal
+from wardd.daemon.core.records import Grant
 
 MAX_FRAME = 1 << 20
 
@@ -633,3 +635,23 @@ def test_a_call_cut_past_its_deadline_reads_as_timed_out_before_the_watchdog_run
     early = _Flight("k", deadline=time.monotonic() + 60)
     err = a._cut_short(early, "connection reset", [])
     assert "the exchange failed after the request began" in str(err)
+
+
+class TestResendRefusal:
+    """The daemon sends a replay only while the op could still run its act
+    (`core.resend_refusal`): the replay may make the effect now."""
+
+    @pytest.mark.parametrize(
+        "cancelled, grant, exhausted, state, why",
+        [
+            (False, Grant(frozenset({"pay"}), True), False, "active", None),
+            (True, Grant(frozenset({"pay"}), True), False, "active", "cancelled"),
+            (False, None, False, "active", "revoked"),
+            (False, Grant(frozenset({"pay"}), False), False, "active", "revoked"),
+            (False, Grant(frozenset({"echo"}), True), False, "active", "revoked"),
+            (False, Grant(frozenset({"pay"}), True), True, "active", "budget_exhausted"),
+            (False, Grant(frozenset({"pay"}), True), False, "paused", "prog_inactive"),
+        ],
+    )
+    def test_the_first_reason_that_applies(self, cancelled, grant, exhausted, state, why):
+        assert resend_refusal(cancelled, grant, exhausted, state, "pay") == why
