@@ -42,7 +42,7 @@ import attrs
 from ._base import Receipt, SentCall
 from ._http_wire import BAD_VALUE, HeaderSecret, HeaderValue
 
-__all__ = ["REPLAY", "Replay", "replay_record"]
+__all__ = ["REPLAY", "Replay", "answer", "replay_record"]
 
 REPLAY = "replay"  # the one value of the ``receipt`` key
 
@@ -93,10 +93,11 @@ class Replay:
             return "the claim's record of the request is unreadable"
         return cls(url, method, headers, key_header, key_format, float(window_s))
 
-    def too_late(self, sent: SentCall, window_s: float, now: float | None = None) -> str | None:
-        """Why the request must not be sent again (the window has passed), or None."""
+    def too_late(self, sent: SentCall, window_s: float) -> str | None:
+        """Why the request must not be sent again (the smaller of the claim's
+        window and ``window_s``, the act's now, has passed), or None."""
         window = min(window_s, self.window_s)
-        age = (time.time() if now is None else now) - sent.claimed_at
+        age = time.time() - sent.claimed_at
         if age < window:
             return None
         return (
