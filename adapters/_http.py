@@ -662,7 +662,7 @@ class HttpAdapter:
 
     def _look_up(self, idempotency_key: str, claim_info: Mapping[str, Any]) -> Receipt:
         """GET the receipt URL the claim recorded for the key as the call sent it."""
-        url, header, fmt, hint = self._receipt_plan(claim_info)
+        url, header, fmt, hint = _receipt_plan(claim_info, self)
         if url is None:
             return Receipt("unknown", detail="no receipt_url configured")
         key = key_value(idempotency_key, fmt)
@@ -691,33 +691,6 @@ class HttpAdapter:
         if got.status == 404:
             return Receipt("unknown", detail=f"receipt_url answered 404, but {hint}")
         return Receipt("unknown", detail=f"receipt_url answered HTTP {got.status}")
-
-    def _receipt_plan(
-        self, claim_info: Mapping[str, Any]
-    ) -> tuple[str | None, str, str, str | None]:
-        """(receipt URL, key header, key format, why a 404 is only a hint) for a claim.
-
-        A 404 means ``not_executed`` only when the call sent its key to the
-        server and the receipt asks for that key there; otherwise the fourth
-        item says why not."""
-        no_key = 'the call sent no key (idempotency_header was "")'
-        if not isinstance(claim_info, Mapping) or "idempotency_format" not in claim_info:
-            # a claim of another adapter, or of an older wardd
-            hint = None if self.idempotency_header else no_key
-            return self.receipt_url, self.idempotency_header, self.idempotency_format, hint
-        url = claim_info.get("receipt_url")
-        header = claim_info.get("idempotency_header")
-        fmt = claim_info.get("idempotency_format")
-        if not isinstance(header, str) or fmt not in ("key", "uuid5"):
-            return None, "", "key", "the claim is unreadable"
-        if url is None:
-            why = "the claim was made without receipt_url"
-            return self.receipt_url, header, str(fmt), why
-        if not isinstance(url, str):
-            return None, "", "key", "the claim is unreadable"
-        if not header:
-            return url, header, str(fmt), no_key
-        return url, header, str(fmt), None
 
     def _replay(
         self, idempotency_key: str, claim_info: Mapping[str, Any], sent: SentCall | None
@@ -830,6 +803,34 @@ class HttpAdapter:
                 f"{self.tag}: timed out after {self.timeout_s:g} s; connection closed ({reason})"
             )
         return OutcomeUnknown(f"{self.tag}: the exchange failed after the request began ({reason})")
+
+
+def _receipt_plan(
+    claim_info: Mapping[str, Any], now: HttpAdapter
+) -> tuple[str | None, str, str, str | None]:
+    """(receipt URL, key header, key format, why a 404 is only a hint) for a
+    claim, ``now`` being the act's adapter as configured today.
+
+    A 404 means ``not_executed`` only when the call sent its key to the
+    server and the receipt asks for that key there; otherwise the fourth
+    item says why not."""
+    no_key = 'the call sent no key (idempotency_header was "")'
+    if not isinstance(claim_info, Mapping) or "idempotency_format" not in claim_info:
+        # a claim of another adapter, or of an older wardd
+        hint = None if now.idempotency_header else no_key
+        return now.receipt_url, now.idempotency_header, now.idempotency_format, hint
+    url = claim_info.get("receipt_url")
+    header = claim_info.get("idempotency_header")
+    fmt = claim_info.get("idempotency_format")
+    if not isinstance(header, str) or fmt not in ("key", "uuid5"):
+        return None, "", "key", "the claim is unreadable"
+    if url is None:
+        return now.receipt_url, header, str(fmt), "the claim was made without receipt_url"
+    if not isinstance(url, str):
+        return None, "", "key", "the claim is unreadable"
+    if not header:
+        return url, header, str(fmt), no_key
+    return url, header, str(fmt), None
 
 
 def _connection(target: Target, timeout_s: float) -> Connection:
