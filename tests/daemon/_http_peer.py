@@ -252,43 +252,52 @@ class SavedByKey:
     no lookup by key: the ``http`` adapter's ``receipt = "replay"`` sends the
     same request again to learn its fate.
 
-    ``POST`` args ``b"<outcome> [<first>]"``: ``ok`` makes the effect (the
-    key appended to `effects`) and answers 200, ``bad`` makes none and
-    answers 400; the answer is saved under the key. The same key again gets
-    the saved answer and nothing is done; a key whose first request is still
-    being served gets 409. ``<first>`` acts on a key's first request only:
+    ``POST`` args ``b"<outcome> [<first> [<seconds>]]"``: ``ok`` makes the
+    effect (the key appended to `effects`, and as a ``<key>\tok`` line to
+    ``ledger`` when given, like the other test acts' ledgers) and answers
+    200, ``bad`` makes none and answers 400; the answer is saved under the
+    key. The same key again gets the saved answer and nothing is done; a key
+    whose first request is still being served (or that `truth` fenced) gets
+    409. ``<first>`` acts on a key's first request only:
     ``lost`` closes the connection before anything is done or saved (a
     request that never landed), ``dropped`` closes it once the answer is
     saved, unsent; ``held`` waits on `hold` with the answer saved,
-    ``held-before`` waits on it before anything is done (the key in flight).
+    ``held-before`` waits on it before anything is done (the key in flight);
+    ``slow`` takes ``<seconds>`` before anything is done (a slow API, as the
+    soak's).
     """
 
-    def __init__(self, key_header: str = "idempotency-key") -> None:
+    def __init__(self, key_header: str = "idempotency-key", ledger: Path | None = None) -> None:
         self.key_header = key_header
+        self.ledger = ledger
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.saved: dict[str, Reply] = {}
         self.running: set[str] = set()
+        self.fenced: set[str] = set()  # `truth` said not_executed: never acted on
         self.seen: dict[str, int] = {}  # requests per key
         self.effects: list[str] = []
         self.hold = threading.Event()
 
     def __call__(self, r: Received) -> Reply:
         key = r.headers.get(self.key_header, "")
-        outcome, _, first = r.body.partition(b" ")
+        outcome, _, rest = r.body.partition(b" ")
+        first, _, pause = rest.partition(b" ")
         with self.lock:
             self.seen[key] = self.seen.get(key, 0) + 1
             first = first if self.seen[key] == 1 else b""
             if key in self.saved:
                 return self.saved[key]
-            if key in self.running:
-                return Reply(409, b'{"error": "the key\'s first request is in flight"}')
+            if key in self.running or key in self.fenced:
+                return Reply(409, b'{"error": "the key is in use"}')
             if first == b"lost":
                 return Reply(hang_up=True)
             self.running.add(key)
         try:
             if first == b"held-before":
                 self.hold.wait(60)
+            if first == b"slow":
+                time.sleep(float(pause))  # the API's own slowness, not a synchronization
             reply = self._serve(key, outcome)
             if first == b"dropped":
                 return Reply(hang_up=True)
@@ -304,6 +313,9 @@ class SavedByKey:
         with self.lock:
             if outcome == b"ok":
                 self.effects.append(key)
+                if self.ledger is not None:
+                    with self.ledger.open("ab") as f:
+                        f.write(key.encode() + b"\tok\n")
                 said = json.dumps({"id": f"ch_{len(self.effects)}", "key": key}).encode()
                 reply = Reply(200, said, {"Content-Type": "application/json"})
             else:
@@ -311,6 +323,25 @@ class SavedByKey:
             self.saved[key] = reply
             self.changed.notify_all()
             return reply
+
+    def truth(self, key: str, timeout: float = 30.0) -> str:
+        """Once the key's first request is no longer served: ``succeeded`` if it
+        made its effect, else ``not_executed`` — and the key is then fenced (a
+        request for it that arrives later is answered 409 and acts on nothing),
+        as `KeyLedger`'s 404 fences one, so the answer stays true."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: key not in self.running, timeout):
+                raise AssertionError(f"the API still serves {key}")
+            if key in self.effects:
+                return "succeeded"
+            self.fenced.add(key)
+            return "not_executed"
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Until no request is being served."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: not self.running, timeout):
+                raise AssertionError("the API still serves a request")
 
     def wait_saved(self, n: int, timeout: float = 30.0) -> None:
         """Until ``n`` answers are saved."""

@@ -23,9 +23,10 @@ from tests.daemon.harness import counts_differ
 
 #: Acts whose every run leaves exactly one ledger line keyed by its attempt.
 EFFECT_ACTS = frozenset({"ledger", "quick", "slow", "flaky", "tool"})
-#: Acts whose success always left one: the above, and the http act ``pay``
-#: (its API records the key before it answers 2xx; a no-effect call leaves none).
-SUCCESS_EFFECT_ACTS = EFFECT_ACTS | {"pay"}
+#: Acts whose success always left one: the above, and the http acts ``pay``
+#: and ``charge`` (their APIs record the key before they answer 2xx, and
+#: ``charge``'s replays answer the saved 2xx; a no-effect call leaves none).
+SUCCESS_EFFECT_ACTS = EFFECT_ACTS | {"pay", "charge"}
 DEFINITE = ("succeeded", "failed", "not_executed")
 STATES = ("prepared", "void", "running", "succeeded", "failed", "not_executed", "unknown")
 

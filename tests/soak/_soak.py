@@ -20,9 +20,9 @@ One cycle:
    still write its effect after the daemon died), then open the database
    read-only: ``PRAGMA integrity_check`` and every invariant, over the
    whole database, against the acts' own ledgers and the clients' acks;
-   and until the ``http`` act's API (a `KeyLedger` on 127.0.0.1 in this
-   process) serves no request any more (a request of the dead daemon may
-   still land its effect);
+   and until the ``http`` acts' APIs (a `KeyLedger` and a `SavedByKey` on
+   127.0.0.1 in this process) serve no request any more (a request of the
+   dead daemon may still land its effect);
 7. now and then, while the daemon is dead, rotate the ``file.append``
    ledger (rename it away, with or without a new empty file, or copy it and
    truncate it: logrotate's ``create`` and ``copytruncate``), and give the
@@ -34,7 +34,9 @@ A reconcile is always truthful: the soak only reconciles an attempt whose
 fate the ledgers settle (its act can no longer run: the call ended, or the
 daemon that ran it is dead and its orphans are gone). For the ``http`` act
 ``pay`` the truth is the API's own receipt answer, which fences a key it
-answers 404 for, as ``receipt_url`` does at each start.
+answers 404 for, as ``receipt_url`` does at each start; for ``charge``
+(``receipt = "replay"``) it is the API's `SavedByKey.truth`, which fences a
+key it made no effect for once its request is no longer served.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.daemon._http_peer import KeyLedger, Peer
+from tests.daemon._http_peer import KeyLedger, Peer, SavedByKey
 from tests.daemon.harness import NETWORK, Daemon, Env
 from tests.soak._invariants import (
     EFFECT_ACTS,
@@ -79,11 +81,22 @@ ACTS = {
     "nofx": 1,
     "pay": 3,
     "tool": 3,
+    "charge": 2,
 }
 #: the http act's requests (KeyLedger modes), by weight
 PAY_MODES = {"ok": 4, "slow-pre": 2, "slow-post": 2, "after-500": 1, "fail": 1}
 #: the mcp act's calls (the peer's ``soak`` tool modes), by weight
 TOOL_MODES = {"ok": 4, "pre": 2, "post": 2, "error": 1}
+#: the replay act's requests (SavedByKey's outcome and first delivery), by weight
+CHARGE_MODES = {
+    "ok": 3,
+    "ok slow 0.1": 2,
+    "ok slow 0.3": 1,
+    "ok lost": 1,
+    "ok dropped": 1,
+    "bad dropped": 1,
+    "bad": 1,
+}
 WORKERS = ("w0", "w1")
 ORPHAN_TIMEOUT = 30.0
 
@@ -92,8 +105,10 @@ def soak_env(api: Peer) -> Env:
     """The acts write their idempotency key to a ledger of their own; slow ones
     write it before or after a pause, so a kill lands before or after the effect.
     ``pay`` is an ``http`` act whose API (``api``) keeps its own ledger;
-    ``tool`` is an ``mcp`` act whose stdio server (the tests' MCP peer) does,
-    with a receipt tool that reads it."""
+    ``charge`` another, whose API keeps its answers by key and whose receipt
+    is a replay (``/replay/…`` on the same server); ``tool`` is an ``mcp`` act
+    whose stdio server (the tests' MCP peer) keeps its own, with a receipt tool
+    that reads it."""
     env = Env(workers=2, token_ttl_s=1.0)
     peer = env.root / "mcp-peer"
     peer.mkdir()
@@ -114,6 +129,13 @@ def soak_env(api: Peer) -> Env:
         "adapter": "http",
         "url": api.url("/charges"),
         "receipt_url": api.url("/by-key/{key}"),
+        "timeout_s": 10,
+    }
+    env.acts["charge"] = {
+        "adapter": "http",
+        "url": api.url("/replay/charges"),
+        "receipt": "replay",
+        "replay_window_s": 3600,
         "timeout_s": 10,
     }
     led = shlex.quote(str(env.cli_ledger))
@@ -166,6 +188,7 @@ class Cluster:
         self.api = Peer(self._serve_api)
         self.env = soak_env(self.api)
         self.api_ledger = KeyLedger(self.env.root / "api-ledger.log")
+        self.replay_api = SavedByKey(ledger=self.env.root / "replay-ledger.log")
         self.daemon = Daemon(self.env)
         self.neurons: list[Neuron] = []
         self.acks = Acks()
@@ -210,6 +233,8 @@ class Cluster:
 
     def _serve_api(self, r: Any) -> Any:
         assert self.api_ledger is not None
+        if r.path.startswith("/replay/"):
+            return self.replay_api(r)
         return self.api_ledger(r)
 
     def effects(self) -> tuple[Counter[tuple[str, str, int]], int]:
@@ -219,6 +244,7 @@ class Cluster:
             self.env.cli_ledger,
             self.env.root / "api-ledger.log",
             self.env.root / "mcp-ledger.log",
+            self.env.root / "replay-ledger.log",
         )
 
     def api_truth(self, key: str) -> str:
@@ -355,6 +381,7 @@ class Cluster:
         """No act of the dead daemon may still be running before the ledgers are read."""
         assert self.api_ledger is not None
         self.api_ledger.wait_idle(ORPHAN_TIMEOUT)
+        self.replay_api.wait_idle(ORPHAN_TIMEOUT)
         marker = str(self.env.root).encode()
         deadline = time.monotonic() + ORPHAN_TIMEOUT
         while True:
@@ -517,8 +544,8 @@ class Cluster:
                     self.violations.append(f"{t.name} still blocked 30 s after the kill")
 
     @staticmethod
-    def pay_keys(db: Any) -> set[tuple[str, str, int]]:
-        return {(o.neuron, o.op, a.attempt) for o, a in _pay_attempts(db)}
+    def pay_keys(db: Any, act: str = "pay") -> set[tuple[str, str, int]]:
+        return {(o.neuron, o.op, a.attempt) for o, a in _pay_attempts(db, act)}
 
     @staticmethod
     def by_receipt(db: Any, act: str, status: str) -> int:
@@ -531,8 +558,8 @@ class Cluster:
         )
 
     @staticmethod
-    def pay_by_receipt(db: Any, status: str) -> int:
-        return sum(1 for _, a in _pay_attempts(db) if a.outcome == (status, "receipt"))
+    def pay_by_receipt(db: Any, status: str, act: str = "pay") -> int:
+        return sum(1 for _, a in _pay_attempts(db, act) if a.outcome == (status, "receipt"))
 
     def figures(self) -> dict[str, Any]:
         effects, torn = self.effects()
@@ -579,6 +606,15 @@ class Cluster:
                 "receipt_executed": self.by_receipt(db, "tool", "succeeded"),
                 "receipt_not_executed": self.by_receipt(db, "tool", "not_executed"),
             },
+            "replay": {
+                "attempts": len(_pay_attempts(db, "charge")),
+                "effects": sum(effects[k] for k in self.pay_keys(db, "charge")),
+                "receipt_executed": self.pay_by_receipt(db, "succeeded", "charge"),
+                "receipt_not_executed": self.pay_by_receipt(db, "not_executed", "charge"),
+                "left_unknown": sum(
+                    1 for _, a in _pay_attempts(db, "charge") if a.state == "unknown"
+                ),
+            },
             "unknown_with_receipt_hint": sum(
                 1
                 for o in db.ops.values()
@@ -599,8 +635,8 @@ def _act_of(db: Any, neuron: str, op: str) -> str | None:
     return None if o is None else str(o.act)
 
 
-def _pay_attempts(db: Any) -> list[tuple[Any, Any]]:
-    return [(o, a) for o in db.ops.values() if o.act == "pay" for a in o.attempts]
+def _pay_attempts(db: Any, act: str = "pay") -> list[tuple[Any, Any]]:
+    return [(o, a) for o in db.ops.values() if o.act == act for a in o.attempts]
 
 
 def _pids() -> list[int]:
@@ -706,6 +742,9 @@ class Driver(Worker):
             mode = self.rng.choices(list(TOOL_MODES), weights=list(TOOL_MODES.values()))[0]
             delay = self.rng.choice([0, 0.02, 0.1, 0.2])
             args = json.dumps({"mode": mode, "delay": delay}).encode()
+        if act == "charge":
+            args = self.rng.choices(list(CHARGE_MODES), weights=list(CHARGE_MODES.values()))[0]
+            args = args.encode()
         if act == "slow":
             mode = self.rng.choice(["pre", "post"])
             args = f"{mode} {self.rng.choice(['0', '0.02', '0.1', '0.2'])}\n".encode()
@@ -790,6 +829,8 @@ class Driver(Worker):
             done = effects.get((n.id, op, a["attempt"]), 0) > 0
             if info["act"] == "pay":
                 status = k.api_truth(f"{n.id}/{op}/{a['attempt']}")
+            elif info["act"] == "charge":
+                status = k.replay_api.truth(f"{n.id}/{op}/{a['attempt']}")
             elif info["act"] in EFFECT_ACTS:
                 status = "succeeded" if done else "not_executed"
             elif info["act"] == "echo" and a["claimed"]:
