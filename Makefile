@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/wardd run
 
+# Two pytest-xdist workers (the machine it is measured on has two cores,
+# docs/reliability.md); WORKERS=0 runs the suite in this one process.
+WORKERS ?= 2
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	@mkdir -p .lint/wardd && for d in protocol daemon client adapters; do ln -sfn ../../$$d .lint/wardd/$$d; done
@@ -32,7 +35,7 @@ unasync: $(STAMP)
 soak: $(STAMP)
 	WARDD_SOAK_KILLS=$${KILLS:-200} WARDD_SOAK_CASES=$${CASES:-100000} \
 	$(BIN)/python -m pytest -q -s -o faulthandler_timeout=0 -m soak \
-	tests/soak tests/daemon/test_fuzz_wire.py
+	tests/soak tests/daemon/test_fuzz_wire.py tests/unit/test_params.py
 
 # Opt-in (not in make test nor CI): a real Prometheus server scraping metrics_listen
 # (docs/operations.md "Metrics"); skipped, saying why, without Debian's prometheus package.

@@ -3,9 +3,11 @@ two-pass definition, for any params a frame can carry."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,12 +70,29 @@ keys = st.one_of(st.sampled_from(NAMES), st.integers(0, 3), st.binary(max_size=2
 params = st.dictionaries(keys, values, max_size=8)
 
 
+def same_refusal(method: str, params: dict[Any, Any]) -> None:
+    m = METHODS[method]
+    assert outcome(check_params, m.params, params, signed=m.signed) == outcome(
+        two_pass, m.params, params, signed=m.signed
+    )
+
+
+SOAK = bool(int(os.environ.get("WARDD_SOAK_CASES", "0") or 0))
+
+
 class TestCheckParams:
-    @settings(max_examples=3000, deadline=None)
+    # The default suite draws as many examples as its other properties (200-400);
+    # `make soak` draws ten times more (the soak form below).
+    @settings(max_examples=300, deadline=None)
     @given(method=st.sampled_from(sorted(METHODS)), params=params)
     def test_one_walk_refuses_as_the_two_pass_definition(self, method, params):
         """Any params: the same refusal (message and details) or none, for every method."""
-        m = METHODS[method]
-        assert outcome(check_params, m.params, params, signed=m.signed) == outcome(
-            two_pass, m.params, params, signed=m.signed
-        )
+        same_refusal(method, params)
+
+    @pytest.mark.soak
+    @pytest.mark.skipif(not SOAK, reason="soak: run by `make soak` (WARDD_SOAK_CASES)")
+    @settings(max_examples=3000, deadline=None)
+    @given(method=st.sampled_from(sorted(METHODS)), params=params)
+    def test_one_walk_refuses_as_the_two_pass_definition_soak(self, method, params):
+        """The same property as above, over ten times as many params (`make soak`)."""
+        same_refusal(method, params)

@@ -825,7 +825,11 @@ class TestSigning:
         assert not verify(signed["neuron"].upper(), signed["sig"], "n", "m", signed)
 
     @pytest.mark.parametrize(
-        "params", [{"x": object()}, {"x": 2**70}, {"x": {1, 2}}, "not a map", None], ids=repr
+        "params",
+        [{"x": object()}, {"x": 2**70}, {"x": {1, 2}}, "not a map", None],
+        # ids the same in every process (an object's repr holds its address):
+        # pytest-xdist's workers must collect the same names
+        ids=["object", "2**70", "set", "not a map", "None"],
     )
     def test_unencodable_params_are_false(self, params: Any) -> None:
         """Params that cannot be encoded make verify False, not an exception."""
