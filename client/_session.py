@@ -130,11 +130,16 @@ def _lost(call: _Call, exc: ConnectionClosed) -> ConnectionClosed:
     """The answer to ``call`` was lost: for a dispatch, say the attempt may have run."""
     if call.method not in DISPATCH_METHODS:
         return exc
-    op, _attempt = _dispatched(call)
+    op, attempt = _dispatched(call)
+    what = f"op {op}" if op else "the token's attempt"
+    if op and attempt:
+        what += f" attempt {attempt}"
     look = f"`wardctl op show {op}`" if op else "get_operation (`wardctl op show OP`)"
+    # The answer is lost, not the request: the daemon may have claimed and run the
+    # attempt, or died before the claim (then no attempt, or one not_executed).
     return ConnectionClosed(
-        f"{exc}: the attempt may have run (its claim may be durable); look with {look} "
-        "before anything else"
+        f"{exc}: {what} may have run, or may never have started; look with {look} before "
+        "anything else"
     )
 
 

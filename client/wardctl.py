@@ -38,6 +38,7 @@ from wardd.protocol import (
     PagingError,
     ProgState,
     WarddError,
+    is_id,
 )
 
 from ._errors import (
@@ -285,6 +286,17 @@ def _positive_count(text: str) -> int:
     return value
 
 
+def _an_id(text: str) -> str:
+    """An op id, prog or act tag as the daemon takes them: checked here, so that a
+    bad one is a usage error (2) before anything is sent (argparse reports it)."""
+    if not is_id(text):
+        shown = text if len(text) <= 64 else text[:64] + "..."
+        raise argparse.ArgumentTypeError(
+            f"{shown!r} is not an id: ids are 1-128 characters of [A-Za-z0-9._:-]"
+        )
+    return text
+
+
 # --------------------------------------------------------------------------------
 # running a command
 
@@ -427,6 +439,14 @@ def _report_refusal(ctx: _Context, exc: WarddError) -> int:
     if exc.data:
         for key, value in exc.data.items():
             print(f"  {key}: {scalar(value)}", file=sys.stderr)
+    if exc.code == "unknown_neuron" and not getattr(ctx.args, "neuron", None):
+        # the neuron asked about is the key's: say which key, and what registers it
+        print(
+            f"  key file: {ctx.key_path}\n"
+            "hint: register this key's neuron with `wardctl register` (or name another "
+            "key: --key PATH or $WARDD_KEY)",
+            file=sys.stderr,
+        )
     return Exit.REFUSED
 
 
@@ -885,9 +905,9 @@ def _invoke(ctx: _Context) -> int:
     op = ctx.args.op
     session = ctx.session()
     ctx.in_flight = (
-        f"the attempt of op {op} may have run (its claim may be durable): look with "
-        f"`wardctl op show {op}` before anything else; an attempt left running or unknown "
-        "is resolved as docs/recovery.md says"
+        f"op {op}'s attempt may have run, or may never have started: look with "
+        f"`wardctl op show {op}` before anything else (no new attempt there, or one "
+        "not_executed: it did not run; one unknown is resolved as docs/recovery.md says)"
     )
     result = session.invoke(op, expected_attempt=ctx.args.attempt).to_wire()
     status = result.get("status")
@@ -897,9 +917,12 @@ def _invoke(ctx: _Context) -> int:
     if result.get("error") is not None:
         lines.append(f"error: {scalar(result['error'])}")
     if status == "unknown":
+        attempt = result.get("attempt")
         lines.append(
-            "the outcome is unknown: resolve it with a receipt (wardctl receipts) or "
-            "wardctl reconcile"
+            "the outcome is unknown: the act may have had its effect. An act with a "
+            "receipt is asked again by `wardctl receipts`; for one without, look at the "
+            f"effect and record it: `wardctl reconcile {op} {attempt} --succeeded` (or "
+            "--not-executed); docs/recovery.md"
         )
     _out(ctx, result, lines)
     if status == "succeeded":
@@ -1127,8 +1150,8 @@ _LIMIT = _arg(
     metavar="N",
     help="show at most the first N (default: all; a last line says when more exist)",
 )
-_PROG = _arg("prog", metavar="PROG")
-_OP = _arg("op", metavar="OP")
+_PROG = _arg("prog", metavar="PROG", type=_an_id)
+_OP = _arg("op", metavar="OP", type=_an_id)
 _EXPECTED_VERSION = _arg(
     "--expected-version",
     type=int,
@@ -1138,8 +1161,8 @@ _EXPECTED_VERSION = _arg(
 #: what `submit` and `call` name: the op's content
 _OP_CONTENT = (
     _PROG,
-    _arg("op", metavar="OP", help="the op id (idempotency key)"),
-    _arg("act", metavar="ACT"),
+    _arg("op", metavar="OP", type=_an_id, help="the op id (idempotency key)"),
+    _arg("act", metavar="ACT", type=_an_id),
     _one_of(
         _arg("--args", metavar="TEXT", help="args as UTF-8 text"),
         _arg("--args-hex", metavar="HEX", help="args as hex digits"),
@@ -1223,7 +1246,7 @@ _OP_COMMANDS = (
 )
 
 _RECONCILE_ARGS = (
-    _arg("op", metavar="OP", nargs="?"),
+    _arg("op", metavar="OP", nargs="?", type=_an_id),
     _arg("attempt", metavar="ATTEMPT", type=int, nargs="?"),
     _arg(
         "--unclaimed",
@@ -1310,7 +1333,7 @@ _COMMANDS = (
         _ops,
         "list operations (with --state unknown: and their evidence)",
         _arg("--state", choices=OP_STATES, help="|".join(OP_STATES)),
-        _arg("--prog", metavar="PROG"),
+        _arg("--prog", metavar="PROG", type=_an_id),
         _NEURON,
         _LIMIT,
         read=True,

@@ -61,7 +61,23 @@ class TestExitStatuses:
         assert refused.returncode == 1 and "error: unknown_operation" in refused.stderr
         usage = wardctl(d.env, "submit", "p", check=False)
         assert usage.returncode == 2 and "usage: wardctl submit" in usage.stderr
+        for argv in (("submit", "p", "a b", "quick"), ("invoke", "x" * 129), ("op", "show", "")):
+            bad_id = wardctl(d.env, *argv, check=False)  # the client's own check: never sent
+            assert bad_id.returncode == 2 and "is not an id: ids are 1-128" in bad_id.stderr
         assert "no operations" in wardctl(d.env, "ops").stdout
+
+    def test_an_unregistered_key_is_named_with_the_command_that_registers_it(self, make_daemon):
+        """unknown_neuron (1) names the key file used and hints `wardctl register`."""
+        d = make_daemon()
+        other = d.env.root / "other.key"
+        wardctl(d.env, "keygen", "--key", str(other))
+        out = wardctl(d.env, "op", "show", "o", "--key", str(other), check=False)
+        assert out.returncode == 1 and "error: unknown_neuron" in out.stderr
+        assert f"key file: {other}" in out.stderr and "wardctl register" in out.stderr
+        wardctl(d.env, "register", "--key", str(other))
+        out = wardctl(d.env, "op", "show", "o", "--key", str(other), check=False)
+        assert out.returncode == 1 and "error: unknown_operation" in out.stderr
+        assert "wardctl register" not in out.stderr
 
     def test_an_unreachable_daemon_is_69(self, make_daemon):
         """A daemon that stopped: every command that needs it exits 69."""

@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.daemon._wardctl import environ, set_up, wardctl
 from tests.daemon.harness import Env
+from wardd.client import Client
 
 # wardctl as a terminal starts a foreground job: SIGINT at its default, which
 # Python turns into KeyboardInterrupt. Started plainly, wardctl would inherit
@@ -50,6 +53,17 @@ def catches(pid: int, sig: int) -> bool:
     raise AssertionError(f"no SigCgt for pid {pid}")
 
 
+def answered(client: Client) -> float:
+    """How many requests the daemon has answered, its metrics reads left out."""
+    text = client.call("metrics", {})["text"]
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "wardd_requests_total" and s.labels["method"] != "metrics"
+    )
+
+
 def wait_for_file(path: Path, within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not path.exists():
@@ -68,7 +82,32 @@ class TestLostAnswers:
             d.kill()
             _, err = proc.communicate(timeout=60)
         assert proc.returncode == 3  # the answer was lost after sending: it may have run
-        assert "may have run" in err and "wardctl op show op-g" in err, err
+        assert "op op-g attempt 1 may have run" in err and "wardctl op show op-g" in err, err
+
+    def test_an_invoke_that_never_started_is_not_said_to_hold_a_claim(self, make_daemon):
+        """An invoke waiting behind a busy worker when the daemon dies: wardctl says
+        it may have run or never started (not that a claim may be durable), and
+        op show, as it says to look, shows no attempt."""
+        d = make_daemon(Env(workers=1))
+        set_up(d.env, "gated quick")
+        wardctl(d.env, "submit", "p", "op-g", "gated")
+        wardctl(d.env, "submit", "p", "op-h", "quick")
+        reader = d.connect()
+        with background(d.env, "invoke", "op-g") as busy:
+            wait_for_file(d.env.started_marker("op-g"))
+            seen = before = answered(reader)
+            with background(d.env, "invoke", "op-h") as queued:
+                while seen == before:  # op-h's wardctl has its first answer: it is under way
+                    assert queued.poll() is None, queued.communicate()
+                    seen = answered(reader)
+                d.kill()
+                _, err = queued.communicate(timeout=60)
+            busy.communicate(timeout=60)
+        assert queued.returncode == 3, err
+        assert "op-h" in err and "may have run, or may never have started" in err, err
+        assert "claim may be durable" not in err
+        d.start()
+        assert "attempts: []" in wardctl(d.env, "op", "show", "op-h").stdout
 
     def test_an_interrupted_invoke_says_the_attempt_may_have_run(self, make_daemon):
         """Ctrl-C during an invoke: exit 130, and the attempt may have run (op show)."""

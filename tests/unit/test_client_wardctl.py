@@ -373,7 +373,10 @@ class TestAgainstAStub:
             capsys, "--socket", path, "--key", str(key), "invoke", "o", "--attempt", "1"
         )
         assert code == Exit.MAY_HAVE_RUN == 3
-        assert "op o attempt 1: unknown" in out and "reconcile" in out
+        assert "op o attempt 1: unknown" in out
+        # true with a receipt or without one: never "resolve it with a receipt" alone
+        assert "An act with a receipt is asked again by `wardctl receipts`" in out
+        assert "`wardctl reconcile o 1 --succeeded`" in out
 
     def test_json_output_hexes_bytes(self, capsys, daemon_stub, tmp_path) -> None:
         """--json renders byte strings as {"hex": ...}."""
