@@ -732,6 +732,63 @@ class TestReplies:
             parse_reply(item)
 
 
+class TestSigningVectors:
+    """Fixed bytes for two requests: the signed bytes depend on cbor2's canonical
+    encoding (hence its pin, `cbor2>=6.2,<7`), and a change there must fail here
+    before a client and a daemon of different builds stop verifying each other."""
+
+    key = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+    neuron = "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
+    submit = {"prog": "notes", "op": "op-1", "act": "echo", "args": b"hello\x00"}
+    submit_input = (
+        "846777617264642f31656c6f63616c667375626d6974a6626f70646f702d3163616374646563686f"
+        "64617267734668656c6c6f006470726f67656e6f746573666e6575726f6e78403033613130376266"
+        "6633636531306265316437306464313865373462633039393637653464363330396261353064356631"
+        "646463383636343132353533316238676e6574776f726b656c6f63616c"
+    )
+    submit_sig = (
+        "8f1e2142357160597c8938a46ce78dbd19ff2e4f72c7ab531b727efbb13cf0b6"
+        "42adb4dbbc164a3c9f6f0c7db1afe61225002f2215b2c4b9dc8e0eaf575c8b0f"
+    )
+    bind = {
+        "expected_generation": 2**32,
+        "descriptor": {
+            "worker": "w0",
+            "boot": "0123456789abcdef0123456789abcdef",
+            "tags": ["a", "bb"],
+            "n": -1,
+            "ok": True,
+            "none": None,
+        },
+    }
+    bind_input = (
+        "846777617264642f31656c6f63616c6e62696e645f706c6163656d656e74a3666e6575726f6e7840"
+        "3033613130376266663363653130626531643730646431386537346263303939363765346436333039"
+        "62613530643566316464633836363431323535333162386a64657363726970746f72a6616e20626f6b"
+        "f564626f6f7478203031323334353637383961626364656630313233343536373839616263646566"
+        "646e6f6e65f6647461677382616162626266776f726b65726277307365787065637465645f67656e"
+        "65726174696f6e1b0000000100000000"
+    )
+    bind_sig = (
+        "65bd58ecd19f85c745eac1528bd6d064b4ce8a84dc294c251f7d68b6f39b408a"
+        "f27c784c6178b8d3c402351ee065e22762cb6da85ba242a2d49217f40e6d9700"
+    )
+
+    @pytest.mark.parametrize("which", ["submit", "bind"])
+    def test_the_signing_input_and_signature_are_these_bytes(self, which: str) -> None:
+        """A submit (bytes args, the network signed in) and a bind_placement (a
+        nested descriptor: a list, a negative, a bool, a null, a 64-bit int)."""
+        method = {"submit": "submit", "bind": "bind_placement"}[which]
+        params = dict(getattr(self, which))
+        if which == "submit":
+            params["network"] = "local"
+        signed = sign(self.key, "local", method, params)
+        assert signed["neuron"] == self.neuron
+        assert signing_input("local", method, signed).hex() == getattr(self, f"{which}_input")
+        assert signed["sig"].hex() == getattr(self, f"{which}_sig")
+        assert verify(self.neuron, signed["sig"], "local", method, signed)
+
+
 class TestSigning:
     key = Ed25519PrivateKey.generate()
 
