@@ -24,7 +24,7 @@ import anyio.lowlevel
 import attrs
 
 from ._core import ClientCore, Connected, Reply, result_of
-from ._errors import ConnectionClosed
+from ._errors import ConnectionClosed, DaemonUnreachable
 from ._paths import socket_path
 
 __all__ = ["AsyncClient", "deadline", "pause", "timed_out"]
@@ -125,13 +125,18 @@ class AsyncClient(Connected):
         Use it as ``async with AsyncClient.connect(path) as client:`` (closed
         at the end of the block) or ``client = await AsyncClient.connect(path)``.
         `path` defaults to ``$WARDD_SOCKET``, else the daemon's default
-        socket. `nursery` is accepted for callers of the trio client and
-        not used: this client runs no task of its own.
+        socket; a socket that cannot be connected to raises
+        `DaemonUnreachable` (nothing was sent). `nursery` is accepted for
+        callers of the trio client and not used: this client runs no task of
+        its own.
         """
         where = os.fspath(path) if path is not None else socket_path()
 
         async def open_() -> AsyncClient:
-            stream = await anyio.connect_unix(where)
+            try:
+                stream = await anyio.connect_unix(where)
+            except OSError as exc:
+                raise DaemonUnreachable.of(where, exc) from exc
             return await cls.over_stream(stream, client_name=client_name, name=where)
 
         return _Opening(open_)

@@ -14,6 +14,7 @@ __all__ = [
     "ActFailed",
     "ClientError",
     "ConnectionClosed",
+    "DaemonUnreachable",
     "DispatchTimedOut",
     "FrameTooLarge",
     "KeyFileError",
@@ -33,6 +34,30 @@ class ConnectionClosed(ClientError):
     by the daemon (contract §3.1: its effect does not depend on the connection
     staying open); read the state back before deciding what to do next.
     """
+
+
+class DaemonUnreachable(ClientError, ConnectionError):
+    """The daemon's socket could not be connected to: nothing was sent.
+
+    `path` is the socket tried and `reason` what the system answered (no such
+    file: no daemon made it; connection refused: none listens on it). The
+    message adds what to check. A `ConnectionError` too, so code written for
+    the bare `OSError` of earlier releases still catches it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"cannot reach wardd at {path}: {reason}. Is the daemon running "
+            "(systemctl --user status wardd, or make run in a checkout)? Another socket: "
+            "pass its path, or set $WARDD_SOCKET"
+        )
+
+    @classmethod
+    def of(cls, path: str, exc: OSError) -> DaemonUnreachable:
+        """The error for `exc`, raised by connecting to `path`."""
+        return cls(path, exc.strerror or str(exc) or type(exc).__name__)
 
 
 class RemoteProtocolError(ClientError):

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from ._core import ClientCore, Connected, Reply, result_of
-from ._errors import ConnectionClosed
+from ._errors import ConnectionClosed, DaemonUnreachable
 from ._paths import socket_path
 
 __all__ = ["Client", "deadline", "pause", "timed_out"]
@@ -45,7 +45,8 @@ class Client(Connected):
     requests and `recv` their replies by id, in any order: replies that come
     first for other ids are kept until asked for.
 
-    `path` defaults to ``$WARDD_SOCKET``, else the daemon's default socket.
+    `path` defaults to ``$WARDD_SOCKET``, else the daemon's default socket;
+    a socket that cannot be connected to raises `DaemonUnreachable`.
     `timeout` bounds each socket operation (None: wait indefinitely). A
     timeout while waiting for a reply raises `TimeoutError` and leaves the
     request outstanding (`recv` it again later); the daemon may well apply
@@ -65,7 +66,10 @@ class Client(Connected):
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.settimeout(timeout)
-            self._sock.connect(self.path)
+            try:
+                self._sock.connect(self.path)
+            except OSError as exc:
+                raise DaemonUnreachable.of(self.path, exc) from exc
             rid, data = self._core.hello_request()
             self._send_bytes(data)
             self.recv(rid)

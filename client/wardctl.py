@@ -44,6 +44,7 @@ from wardd.protocol import (
 from ._errors import (
     ClientError,
     ConnectionClosed,
+    DaemonUnreachable,
     KeyFileError,
     MayHaveRun,
     RemoteProtocolError,
@@ -327,8 +328,10 @@ class _Context:
                 timeout = DEFAULT_READ_TIMEOUT
             try:
                 self._client = Client(self.socket_path, timeout=timeout, client_name="wardctl")
-            except (OSError, ConnectionClosed) as exc:
+            except (OSError, ConnectionClosed) as exc:  # DaemonUnreachable is an OSError
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                if isinstance(exc, DaemonUnreachable):
+                    why = exc.reason
                 raise _Unreachable(
                     f"cannot reach wardd at {self.socket_path}: {why}. Is the daemon running "
                     "(make run, or systemctl --user status wardd)? Another socket: --socket "

@@ -33,9 +33,11 @@ from cryptography.hazmat.primitives.serialization import (
 
 from wardd.client import (
     NO_VALUE,
+    AsyncClient,
     Client,
     ClientCore,
     ConnectionClosed,
+    DaemonUnreachable,
     FrameTooLarge,
     KeyFileError,
     Neuron,
@@ -1041,8 +1043,44 @@ class TestDefaultPaths:
     ) -> None:
         """Client() with no path connects to $WARDD_SOCKET."""
         monkeypatch.setenv("WARDD_SOCKET", str(short_dir / "nothing-here"))
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(DaemonUnreachable) as info:
             Client(timeout=1)
+        assert info.value.path == str(short_dir / "nothing-here")
+
+
+class TestDaemonUnreachable:
+    """Connecting where no daemon listens raises the library's own error, with the
+    socket path, the system's reason and what to check; nothing is sent."""
+
+    def expect(self, error: DaemonUnreachable, path: Path, reason: str) -> None:
+        assert (error.path, error.reason) == (str(path), reason)
+        assert str(error).startswith(f"cannot reach wardd at {path}: {reason}. ")
+        assert "Is the daemon running" in str(error) and "$WARDD_SOCKET" in str(error)
+        assert isinstance(error, ConnectionError)  # code catching OSError still does
+
+    def test_no_socket_file(self, short_dir: Path) -> None:
+        with pytest.raises(DaemonUnreachable) as info:
+            Client(short_dir / "none.sock", timeout=1)
+        self.expect(info.value, short_dir / "none.sock", "No such file or directory")
+
+    def test_a_socket_nobody_listens_on(self, short_dir: Path) -> None:
+        path = short_dir / "dead.sock"
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))  # bound, never listening: what a dead daemon leaves
+        with pytest.raises(DaemonUnreachable) as info:
+            Client(path, timeout=1)
+        self.expect(info.value, path, "Connection refused")
+
+    @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+    def test_the_async_client_raises_it_too(self, short_dir: Path, backend: str) -> None:
+        import anyio
+
+        async def main() -> None:
+            await AsyncClient.connect(short_dir / "none.sock")
+
+        with pytest.raises(DaemonUnreachable) as info:
+            anyio.run(main, backend=backend)
+        self.expect(info.value, short_dir / "none.sock", "No such file or directory")
 
     def test_key_default_is_under_xdg_config_home(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """$XDG_CONFIG_HOME/wardd/neuron.key, else ~/.config/wardd/neuron.key."""
