@@ -205,7 +205,7 @@ class AsyncClient(Connected):
             raise
         self._slots.pop(rid, None)
         if slot.reply is None:
-            self._core.raise_if_failed()
+            self._core.raise_if_failed(in_flight=True)
             raise ConnectionClosed("the connection ended before the daemon answered")
         return slot.reply
 
@@ -245,7 +245,8 @@ class AsyncClient(Connected):
             try:
                 data = await self._io.receive()
             except Exception as exc:  # closed, broken, reset: the connection is over
-                self._fail(ConnectionClosed(f"receiving from the daemon failed: {exc!r}"))
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+                self._fail(ConnectionClosed(f"the connection to the daemon broke: {why}"))
                 return
             self._core.receive_data(data)
             try:

@@ -99,12 +99,16 @@ def result_of(reply: Reply) -> Any:
     return reply.result
 
 
-def _copy_error(error: BaseException) -> BaseException:
-    """A fresh exception equal to `error`, so that several waiters can each raise one."""
+def _copy_error(error: BaseException, *, in_flight: bool = False) -> BaseException:
+    """A fresh exception equal to `error`, so that several waiters can each raise one.
+
+    `in_flight`: for a request sent before the connection failed, whose answer
+    the failure took (said as it happened), else for one that came after it."""
     if isinstance(error, WarddError):
         copy: BaseException = error_for(error.code, error.message, error.data)
         return copy
-    fresh = ConnectionClosed(f"the connection failed earlier: {error}")
+    said = str(error) if in_flight else f"the connection failed earlier: {error}"
+    fresh = ConnectionClosed(said)
     fresh.__cause__ = error
     return fresh
 
@@ -154,10 +158,11 @@ class ClientCore:
         self._closed_by_us = True
         self.fail(ConnectionClosed("the client closed this connection"))
 
-    def raise_if_failed(self) -> None:
-        """Raise (a fresh copy of) why the connection is unusable, if it is."""
+    def raise_if_failed(self, *, in_flight: bool = False) -> None:
+        """Raise (a fresh copy of) why the connection is unusable, if it is
+        (`in_flight`: to a request that was awaiting its answer then)."""
         if self._failure is not None:
-            raise _copy_error(self._failure)
+            raise _copy_error(self._failure, in_flight=in_flight)
 
     # -- sending ----------------------------------------------------------------
     def hello_request(self) -> tuple[int, bytes]:

@@ -154,7 +154,7 @@ class Client(Connected):
         except TimeoutError:
             raise TimeoutError("timed out waiting for the daemon's reply") from None
         except OSError as exc:
-            error = ConnectionClosed(f"receiving from the daemon failed: {exc}")
+            error = ConnectionClosed(f"the connection to the daemon broke: {exc.strerror or exc}")
             self._core.fail(error)
             raise error from exc
         self._core.receive_data(data)

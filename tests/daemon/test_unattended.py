@@ -238,6 +238,11 @@ class TestRetry:
                     d.kill()
                 (exc,) = lost
                 assert "may have run" in str(exc) and "op show k" in str(exc)
+                # in words: who closed, and which attempt is in doubt
+                assert str(exc).startswith(
+                    "the daemon closed the connection before answering: op k attempt 1 may "
+                    "have run, or may never have started"
+                ), str(exc)
 
         run_on(backend, body)
         d.start()

@@ -270,6 +270,22 @@ class TestNeuronSigning:
 
 
 class TestClientCore:
+    def test_a_failure_is_said_as_it_happened_to_a_waiter_and_as_past_to_a_new_request(
+        self,
+    ) -> None:
+        """A request awaiting its answer hears why the connection ended; a later one
+        hears that it failed earlier (and is not sent)."""
+        core = ready_core()
+        core.request("status", {})
+        core.receive_data(b"")
+        with pytest.raises(ConnectionClosed) as ended:
+            core.next_reply()
+        assert str(ended.value) == "the daemon closed the connection before answering"
+        with pytest.raises(ConnectionClosed, match="^the daemon closed the connection before"):
+            core.raise_if_failed(in_flight=True)
+        with pytest.raises(ConnectionClosed, match="^the connection failed earlier: the daemon"):
+            core.request("status", {})
+
     def test_hello_comes_first_and_fixes_the_connection(self) -> None:
         """contract §4: hello first; its reply gives network, boot and max_frame."""
         core = ClientCore(client_name="tester")
