@@ -23,7 +23,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from ._core import ClientCore, Connected, Reply, result_of
+from ._core import ClientCore, Connected, Reply, _copy_error, result_of
 from ._errors import ConnectionClosed, DaemonUnreachable
 from ._paths import socket_path
 
@@ -33,6 +33,8 @@ _RECV_SIZE = 1 << 16
 #: How long one request frame may take to be written whole once its write
 #: began (shielded from cancellation meanwhile) before the connection fails.
 WRITE_TIMEOUT_S = 10.0
+#: `reconnect=True`: the pause after a failed try doubles from the first to the last.
+_RECONNECT_PAUSES = (0.05, 1.0)
 
 
 class _TrioStream(Protocol):
@@ -81,6 +83,7 @@ class _Slot:
 
     done: bool = False
     reply: Reply | None = None
+    error: BaseException | None = None  # why the connection ended before the reply
 
 
 class AsyncClient(Connected):
@@ -99,11 +102,16 @@ class AsyncClient(Connected):
     `WRITE_TIMEOUT_S`), so one task's cancellation never cuts a frame and
     never fails the connection for the others. Only a write that fails or
     times out does (part of a frame may be out).
+
+    With ``connect(..., reconnect=True)``, a request made after the connection
+    was lost (the daemon restarted) first opens a new one; the requests that
+    were waiting for answers when it was lost still raise `ConnectionClosed`.
     """
 
     def __init__(self, stream: Stream, core: ClientCore, path: str) -> None:
         # Use `connect` or `over_stream`; this only wires the parts together.
         self.path = path
+        self._reconnect_within: float | None = None  # seconds; None: never reconnect
         self._io = _Bytes.of(stream)
         self._core = core
         self._slots: dict[int, _Slot] = {}
@@ -119,6 +127,8 @@ class AsyncClient(Connected):
         *,
         client_name: str = "wardctl",
         nursery: object = None,
+        reconnect: bool = False,
+        reconnect_within: float = 30.0,
     ) -> _Opening:
         """Connect to the daemon's socket and run `hello` (contract §4).
 
@@ -129,17 +139,32 @@ class AsyncClient(Connected):
         `DaemonUnreachable` (nothing was sent). `nursery` is accepted for
         callers of the trio client and not used: this client runs no task of
         its own.
+
+        `reconnect`: once the connection is lost (a daemon restart), the next
+        request opens a new one, trying for up to `reconnect_within` seconds
+        (pauses doubling from 0.05 s to 1 s) before it raises
+        `DaemonUnreachable`. A request that was sent is never sent again: one
+        whose answer the lost connection took raises `ConnectionClosed`, and
+        only requests made afterwards go out on the new connection (with a
+        new boot: see `AsyncSession.ensure_placement`).
         """
         where = os.fspath(path) if path is not None else socket_path()
 
         async def open_() -> AsyncClient:
-            try:
-                stream = await anyio.connect_unix(where)
-            except OSError as exc:
-                raise DaemonUnreachable.of(where, exc) from exc
-            return await cls.over_stream(stream, client_name=client_name, name=where)
+            client = await cls._open(where, ClientCore(client_name=client_name))
+            if reconnect:
+                client._reconnect_within = reconnect_within
+            return client
 
         return _Opening(open_)
+
+    @classmethod
+    async def _open(cls, where: str, core: ClientCore) -> AsyncClient:
+        try:
+            stream = await anyio.connect_unix(where)
+        except OSError as exc:
+            raise DaemonUnreachable.of(where, exc) from exc
+        return await cls._hello(stream, core, where)
 
     @classmethod
     async def over_stream(
@@ -151,7 +176,11 @@ class AsyncClient(Connected):
         name: str = "stream",
     ) -> AsyncClient:
         """Like `connect`, over an open anyio or trio byte stream (the client then owns it)."""
-        self = cls(stream, ClientCore(client_name=client_name), name)
+        return await cls._hello(stream, ClientCore(client_name=client_name), name)
+
+    @classmethod
+    async def _hello(cls, stream: Stream, core: ClientCore, name: str) -> AsyncClient:
+        self = cls(stream, core, name)
         try:
             async with self._send_lock:
                 rid, data = self._core.hello_request()
@@ -175,9 +204,47 @@ class AsyncClient(Connected):
     async def send(self, method: str, params: Mapping[str, Any] | None = None) -> int:
         """Send one request without waiting for its reply; returns its id for `recv`."""
         async with self._send_lock:
+            within = None if self._closed else self._reconnect_within
+            if within is not None and self._core.failed:
+                await self._reopen(within)
             rid, data = self._core.request(method, params)
-            await self._send_frame(rid, data)
+            try:
+                await self._send_frame(rid, data)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # The write failed: the daemon closed this connection (it stopped)
+                # before the frame was whole, so it cannot have applied it. Only
+                # with `reconnect` is it written once on a new connection.
+                if within is None:
+                    raise
+                self._slots.pop(rid, None)
+                await self._reopen(within)
+                rid, data = self._core.request(method, params)
+                await self._send_frame(rid, data)
         return rid
+
+    async def _reopen(self, within: float) -> None:
+        """Replace the lost connection by a new one (`reconnect=True`), trying
+        with a bounded backoff. Nothing of the old connection is sent again:
+        its waiting requests were failed when it was lost."""
+        with anyio.CancelScope(shield=True):
+            await self._io.aclose()
+        deadline = anyio.current_time() + within
+        pause, longest = _RECONNECT_PAUSES
+        while True:
+            # the new connection's ids go on from the old one's: no id names two requests
+            core = ClientCore(client_name=self._core.client_name, first_id=self._core.next_id)
+            try:
+                fresh = await AsyncClient._open(self.path, core)
+                break
+            except DaemonUnreachable as exc:  # not listening (yet)
+                why = exc
+            except (OSError, ConnectionClosed) as exc:  # accepted, then gone again
+                why = DaemonUnreachable(self.path, f"the connection ended during hello ({exc})")
+            if anyio.current_time() + pause > deadline:
+                raise why
+            await anyio.sleep(pause)
+            pause = min(pause * 2, longest)
+        self._io, self._core = fresh._io, fresh._core
 
     async def recv(self, rid: int) -> Any:
         """Wait for the reply to request `rid`; return its result or raise its error."""
@@ -205,7 +272,8 @@ class AsyncClient(Connected):
             raise
         self._slots.pop(rid, None)
         if slot.reply is None:
-            self._core.raise_if_failed(in_flight=True)
+            if slot.error is not None:
+                raise _copy_error(slot.error, in_flight=True)
             raise ConnectionClosed("the connection ended before the daemon answered")
         return slot.reply
 
@@ -241,10 +309,15 @@ class AsyncClient(Connected):
     async def _read_once(self) -> None:
         """Read one chunk as the leader, hand out its replies, wake the followers."""
         self._reading = True
+        io = self._io
         try:
             try:
-                data = await self._io.receive()
+                data = await io.receive()
+                if io is not self._io:  # replaced meanwhile (reconnect): nothing here matters
+                    return
             except Exception as exc:  # closed, broken, reset: the connection is over
+                if io is not self._io:
+                    return
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
                 self._fail(ConnectionClosed(f"the connection to the daemon broke: {why}"))
                 return
@@ -288,7 +361,8 @@ class AsyncClient(Connected):
         """Fail the connection and wake every waiting call (they raise why)."""
         self._core.fail(error)
         for slot in self._slots.values():
-            slot.done = True
+            if not slot.done:
+                slot.done, slot.error = True, error
         self._round.set()
 
 

@@ -169,6 +169,10 @@ class AsyncSession(_SessionBase):
         return _page(ListedAttempt, await self._run(self._plans.attempts(state)), "attempts")
 
     # -- neuron root ----------------------------------------------------------------
+    def _boot(self) -> str:
+        """This connection's boot (asked when needed: a reconnect changes it)."""
+        return self.client.hello_result.boot
+
     async def register(self) -> Registered:
         """`register_neuron` for this neuron (idempotent: ``already: true``)."""
         return await self._run_typed(Registered, self._plans.one("register_neuron", {}))
@@ -182,8 +186,9 @@ class AsyncSession(_SessionBase):
         After every restart each `prepare`/`invoke` is ``placement_stale`` until
         this (or `bind`) runs: a new boot never inherits a placement (contract §3.1).
         """
-        boot = self.client.hello_result.boot
-        return await self._run_typed(PlacementChanged, self._plans.ensure_placement(worker, boot))
+        return await self._run_typed(
+            PlacementChanged, self._plans.ensure_placement(worker, self._boot)
+        )
 
     async def bind(
         self, worker: str = "w0", *, expected_generation: int | None = None
@@ -299,7 +304,7 @@ class AsyncSession(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self.client.hello_result.boot,
+                boot=self._boot,
             ),
         )
         return self._prepared(op, prepared)
@@ -336,7 +341,7 @@ class AsyncSession(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self.client.hello_result.boot,
+                boot=self._boot,
                 retry=retry,
             ),
         )

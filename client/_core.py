@@ -116,13 +116,17 @@ def _copy_error(error: BaseException, *, in_flight: bool = False) -> BaseExcepti
 class ClientCore:
     """Bookkeeping of one client connection: ids, framing, replies. No I/O."""
 
-    def __init__(self, *, client_name: str = "wardctl", max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self, *, client_name: str = "wardctl", max_frame: int = DEFAULT_MAX_FRAME, first_id: int = 1
+    ) -> None:
+        # `first_id`: a connection that replaces another goes on with its ids,
+        # so that no id ever names two requests of one client.
         self.client_name = client_name
         # Until hello answers, we neither send nor accept frames above the
         # protocol default; afterwards, the daemon's own bound applies.
         self._decoder = FrameDecoder(max_frame=max_frame)
         self._send_max_frame = max_frame
-        self._next_id = 1
+        self._next_id = first_id
         self._pending: set[int] = set()
         self._abandoned: set[int] = set()
         self._ready: dict[int, Reply] = {}
@@ -142,6 +146,11 @@ class ClientCore:
     def pending(self) -> frozenset[int]:
         """Ids of requests sent whose replies have not been handed out yet."""
         return frozenset(self._pending | self._ready.keys())
+
+    @property
+    def next_id(self) -> int:
+        """The id the next request will get."""
+        return self._next_id
 
     @property
     def failed(self) -> bool:

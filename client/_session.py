@@ -240,15 +240,18 @@ class _Plans:
         return (yield from self.pages("list_attempts", {"state": state}, "attempts"))
 
     # -- placement, epoch, policy (contract §3.1) --------------------------------------
-    def ensure_placement(self, worker: str | None, boot: str) -> Plan[dict[str, Any]]:
+    def ensure_placement(
+        self, worker: str | None, boot: Callable[[], str]
+    ) -> Plan[dict[str, Any]]:
         """Bind `worker`'s descriptor of this boot, by compare-and-set, unless the
         placement already names this boot (contract §3.1: a new boot never
         inherits a placement). `worker` None: the worker the placement names,
-        else ``w0``. Returns ``{placement_generation, bound}``."""
+        else ``w0``. Returns ``{placement_generation, bound}``. `boot` is asked
+        once the root is read: a client that reconnected meanwhile has a new one."""
         root = yield from self.root()
         placement = root.get("placement")
         executor = placement.get("executor") if isinstance(placement, Mapping) else None
-        if isinstance(executor, Mapping) and executor.get("boot") == boot:
+        if isinstance(executor, Mapping) and executor.get("boot") == boot():
             return {"placement_generation": root["placement_generation"], "bound": False}
         if worker is None:
             named = executor.get("worker") if isinstance(executor, Mapping) else None
@@ -399,7 +402,7 @@ class _Plans:
         expected_epoch: int | None,
         *,
         rebind_stale: bool,
-        boot: str,
+        boot: Callable[[], str],
     ) -> Plan[dict[str, Any]]:
         """`prepare` or `invoke`; with `rebind_stale`, a ``placement_stale``
         refusal (given before any attempt exists, contract §3.2.1) binds this
@@ -424,7 +427,7 @@ class _Plans:
         expected_epoch: int | None,
         *,
         rebind_stale: bool,
-        boot: str,
+        boot: Callable[[], str],
         retry: Retry | None,
     ) -> Plan[dict[str, Any]]:
         """`invoke`, asking again as `retry` allows (see `Retry` for when)."""

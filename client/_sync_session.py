@@ -171,6 +171,10 @@ class Session(_SessionBase):
         return _page(ListedAttempt, self._run(self._plans.attempts(state)), "attempts")
 
     # -- neuron root ----------------------------------------------------------------
+    def _boot(self) -> str:
+        """This connection's boot (asked when needed: a reconnect changes it)."""
+        return self.client.hello_result.boot
+
     def register(self) -> Registered:
         """`register_neuron` for this neuron (idempotent: ``already: true``)."""
         return self._run_typed(Registered, self._plans.one("register_neuron", {}))
@@ -184,8 +188,9 @@ class Session(_SessionBase):
         After every restart each `prepare`/`invoke` is ``placement_stale`` until
         this (or `bind`) runs: a new boot never inherits a placement (contract §3.1).
         """
-        boot = self.client.hello_result.boot
-        return self._run_typed(PlacementChanged, self._plans.ensure_placement(worker, boot))
+        return self._run_typed(
+            PlacementChanged, self._plans.ensure_placement(worker, self._boot)
+        )
 
     def bind(
         self, worker: str = "w0", *, expected_generation: int | None = None
@@ -301,7 +306,7 @@ class Session(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self.client.hello_result.boot,
+                boot=self._boot,
             ),
         )
         return self._prepared(op, prepared)
@@ -338,7 +343,7 @@ class Session(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self.client.hello_result.boot,
+                boot=self._boot,
                 retry=retry,
             ),
         )

@@ -17,6 +17,7 @@ from wardd.client import (
     AsyncSession,
     Client,
     ConnectionClosed,
+    DaemonUnreachable,
     MayHaveRun,
     Neuron,
     Retry,
@@ -249,3 +250,78 @@ class TestRetry:
         with d.connect() as c:
             op = c.call("get_operation", {"neuron": neuron.id, "op": "k"})
         assert [a["state"] for a in op["attempts"]] == ["unknown"]  # one attempt, never re-sent
+
+
+class TestReconnect:
+    """`AsyncClient.connect(..., reconnect=True)` across a real daemon restart."""
+
+    def test_a_service_survives_a_restart_and_never_resends(
+        self, backend: str, make_daemon
+    ) -> None:
+        """The invoke the crash cut off raises ConnectionClosed and is never sent
+        again (its attempt stays the one unknown attempt); the next request, on
+        the same client, reconnects to the new boot and work goes on."""
+        d = make_daemon()
+        neuron = Neuron.generate()
+        set_up(d.env.socket, neuron, ("gated", "quick"))
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket, reconnect=True) as client:
+                s = AsyncSession(client, neuron)
+                first_boot = client.hello_result.boot
+                await s.submit("p", "k", "gated")
+                lost: list[ConnectionClosed] = []
+
+                async def invoke() -> None:
+                    try:
+                        await s.invoke("k")
+                    except ConnectionClosed as exc:
+                        lost.append(exc)
+
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(invoke)
+                    await wait_for_file(d.env.started_marker("k"))
+                    d.kill()
+                assert len(lost) == 1 and "op k attempt 1 may have run" in str(lost[0])
+                d.start()
+                assert (await s.ensure_placement("w0")).bound is True  # reconnected
+                assert client.hello_result.boot == d.boot != first_boot
+                await s.submit("p", "next", "quick")
+                assert (await s.invoke("next")).status == "succeeded"
+                op = await s.get_operation("k")
+                assert [a.state for a in op.attempts] == ["unknown"]  # not run again
+
+        run_on(backend, body)
+        # `next` ran once; k's attempt, cut off before its gate opened, never ran again
+        assert d.env.ledger_lines(d.env.cli_ledger) == [f"{neuron.id}/next/1"]
+        with d.connect() as c:
+            assert c.call("status", {})["boot"] == d.boot
+
+    def test_a_daemon_that_stays_down_is_unreachable_within_the_bound(
+        self, backend: str, make_daemon
+    ) -> None:
+        """A request after the daemon stopped tries to reconnect for
+        `reconnect_within`, then raises DaemonUnreachable; a later one tries
+        again and reaches a daemon started meanwhile, as does one made after a
+        restart the client never saw (its write finds the old connection closed,
+        so it goes out once, on the new one)."""
+        d = make_daemon()
+
+        async def body() -> None:
+            async with AsyncClient.connect(
+                d.env.socket, reconnect=True, reconnect_within=0.3
+            ) as client:
+                d.kill()
+                started = anyio.current_time()
+                with pytest.raises(DaemonUnreachable) as info:
+                    await client.call("status")
+                assert anyio.current_time() - started < 5
+                assert info.value.path == str(d.env.socket)
+                d.start()
+                assert (await client.call("status"))["boot"] == d.boot
+                d.kill()
+                d.start()
+                assert (await client.call("status"))["boot"] == d.boot
+                assert client.hello_result.boot == d.boot
+
+        run_on(backend, body)
