@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unasync soak integration bench coverage clean
+.PHONY: run test lint unasync man dist soak integration bench coverage clean
 
 # The editable install is "strict": a tree of links to the source files under
 # build/, which type checkers read like any installed package (mypy --strict on a
@@ -38,6 +38,19 @@ lint: $(STAMP)
 unasync: $(STAMP)
 	$(BIN)/python client/_unasync.py
 
+# The man pages (man/wardd.1, man/wardctl.1) are generated from the parsers: after
+# changing a command's options, this (the suite fails until the pages match).
+man: $(STAMP)
+	$(BIN)/python man/generate.py
+
+# An sdist and a wheel in dist/ (docs/operations.md: `pipx install dist/wardd-*.whl`),
+# then the wheel installed into a fresh venv and its commands run (~1 min; not in make test).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	WARDD_DIST=1 WARDD_WHEEL="$$(ls $(CURDIR)/dist/wardd-*.whl)" \
+	$(BIN)/python -m pytest -q -rs tests/daemon/test_install.py -k TestTheWheel
+
 # The soaks (docs/reliability.md): KILLS crash cycles, CASES wire-fuzz cases; -s shows the figures.
 soak: $(STAMP)
 	WARDD_SOAK_KILLS=$${KILLS:-200} WARDD_SOAK_CASES=$${CASES:-100000} \
@@ -65,4 +78,4 @@ coverage: $(STAMP)
 	$(BIN)/python -m coverage report --fail-under=$(COVERAGE_MIN)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .coverage .coverage.*
+	rm -rf $(VENV) build dist *.egg-info .coverage .coverage.*

@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Print a complete, commented configuration holding every key's "
         "default; it is the configuration `wardd run` uses without --config.",
     )
+    _units_parser(sub)
     return p
 
 
@@ -139,12 +140,50 @@ def _run_mcp(args: argparse.Namespace) -> int:
     return run_mcp(args.config, args.http, VERSION)
 
 
+def _units_parser(sub: Any) -> None:
+    units = sub.add_parser(
+        "install-units",
+        help="write wardd.service and wardd.socket for the systemd user manager",
+        description="Write wardd.service and wardd.socket to $XDG_CONFIG_HOME/systemd/user "
+        "(~/.config/systemd/user): the reference units, with ExecStart running this "
+        "wardd (its resolved path). Prints what it wrote. A unit file that exists with "
+        "other content is left as it is unless --force.",
+    )
+    units.add_argument(
+        "--user",
+        action="store_true",
+        help="for the user manager: the default, and the only kind (the units are user units)",
+    )
+    units.add_argument(
+        "--enable",
+        action="store_true",
+        help="then run `systemctl --user daemon-reload` and `systemctl --user enable "
+        "wardd.socket`",
+    )
+    units.add_argument("--dry-run", action="store_true", help="print the units, write nothing")
+    units.add_argument("--force", action="store_true", help="replace unit files that differ")
+    units.add_argument(
+        "--config", metavar="PATH", help="ExecStart runs with this configuration file"
+    )
+
+
+def _install_units(args: argparse.Namespace) -> int:
+    from wardd.daemon import _install_units as units
+
+    command = units.running_wardd(sys.argv[0], sys.executable)
+    config = os.path.abspath(args.config) if args.config else None
+    rendered = units.render(command, config, units.user_unit_dir())
+    return units.install(rendered, dry_run=args.dry_run, force=args.force, enable=args.enable)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from wardd.daemon.config import DEFAULT_TOML, ConfigError, load_config
 
     if args.command == "mcp":
         return _run_mcp(args)
+    if args.command == "install-units":
+        return _install_units(args)
     if args.command == "default-config":
         sys.stdout.write(DEFAULT_TOML)
         return 0

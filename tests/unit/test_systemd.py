@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from wardd.daemon import _install_units as units
+
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
 SERVICE = UNITS / "wardd.service"
 SOCKET = UNITS / "wardd.socket"
@@ -271,3 +273,95 @@ class TestSystemdVerify:
         status, complaints = verify([SERVICE, SOCKET], user_session)
         assert status != 0
         assert any(".local/bin/wardd" in line for line in complaints), complaints
+
+
+class TestInstallUnits:
+    """`wardd install-units`: the reference units with this install's ExecStart."""
+
+    def test_the_written_units_are_the_reference_but_for_the_header_and_exec_start(
+        self, tmp_path: Path
+    ) -> None:
+        """Every line of the reference from [Unit] on is kept, ExecStart excepted,
+        which runs the given wardd (and --config when given)."""
+        rendered = units.render(["/opt/w/bin/wardd"], "/etc/w.toml", tmp_path)
+        assert [u.path for u in rendered] == [tmp_path / "wardd.service", tmp_path / "wardd.socket"]
+        for unit, reference in zip(rendered, (SERVICE, SOCKET), strict=True):
+            ref = reference.read_text()
+            body = unit.text[unit.text.index("\n[Unit]\n") + 1 :]
+            assert unit.text.startswith("# Written by `wardd install-units`")
+            want = ref[ref.index("\n[Unit]\n") + 1 :].replace(
+                "ExecStart=%h/.local/bin/wardd run",
+                "ExecStart=/opt/w/bin/wardd run --config /etc/w.toml",
+            )
+            assert body == want
+        assert "ExecStart=/opt/w/bin/wardd run --config /etc/w.toml\n" in rendered[0].text
+
+    def test_exec_start_words_are_escaped_for_systemd(self) -> None:
+        """%, $ and spaces cannot change what systemd runs (systemd.service(5))."""
+        line = units.exec_start(["/home/a b/100%/$x/wardd"], None)
+        assert line == 'ExecStart="/home/a b/100%%/$$x/wardd" run'
+        assert units.exec_start(["/usr/bin/python3", "-m", "wardd.daemon.cli"], None) == (
+            "ExecStart=/usr/bin/python3 -m wardd.daemon.cli run"
+        )
+
+    def test_exec_start_is_the_running_scripts_resolved_path(self, tmp_path: Path) -> None:
+        """A console script named wardd (pipx's symlink resolved); else python -m."""
+        real = tmp_path / "venv" / "bin" / "wardd"
+        real.parent.mkdir(parents=True)
+        real.write_text("#!/bin/sh\n")
+        link = tmp_path / "bin" / "wardd"
+        link.parent.mkdir()
+        link.symlink_to(real)
+        assert units.running_wardd(str(link), "/v/bin/python") == [str(real)]
+        assert units.running_wardd("/x/cli.py", "/v/bin/python") == [
+            "/v/bin/python", "-m", "wardd.daemon.cli",
+        ]  # fmt: skip
+
+    def test_the_user_unit_folder_follows_xdg_config_home(self) -> None:
+        assert units.user_unit_dir({"XDG_CONFIG_HOME": "/c", "HOME": "/h"}) == Path(
+            "/c/systemd/user"
+        )
+        for env in ({"HOME": "/h"}, {"XDG_CONFIG_HOME": "rel", "HOME": "/h"}):
+            assert units.user_unit_dir(env) == Path("/h/.config/systemd/user")
+
+    def test_install_writes_keeps_refuses_and_enables(self, tmp_path: Path, capsys) -> None:
+        """Written and said; unchanged said; other content kept unless --force;
+        --enable reloads the user manager, then enables the socket, in that order."""
+        rendered = units.render(["/w"], None, tmp_path / "user")
+        ran: list[list[str]] = []
+
+        def run(argv: list[str]) -> int:
+            ran.append(argv)
+            return 0
+
+        assert units.install(rendered, dry_run=True, force=False, enable=True, run=run) == 0
+        assert not (tmp_path / "user").exists() and ran == []
+        assert "(not written: --dry-run)" in capsys.readouterr().out
+        assert units.install(rendered, dry_run=False, force=False, enable=False, run=run) == 0
+        assert f"wrote {tmp_path / 'user' / 'wardd.service'}" in capsys.readouterr().out
+        assert (tmp_path / "user" / "wardd.socket").read_text() == rendered[1].text
+        (tmp_path / "user" / "wardd.service").write_text("mine\n")
+        assert units.install(rendered, dry_run=False, force=False, enable=True, run=run) == 1
+        assert "exists with other content" in capsys.readouterr().err and ran == []
+        assert (tmp_path / "user" / "wardd.service").read_text() == "mine\n"
+        assert units.install(rendered, dry_run=False, force=True, enable=True, run=run) == 0
+        assert ran == [
+            ["systemctl", "--user", "daemon-reload"],
+            ["systemctl", "--user", "enable", "wardd.socket"],
+        ]
+        out = capsys.readouterr().out
+        assert "unchanged:" in out and "enabled wardd.socket" in out
+        assert (
+            units.install(rendered, dry_run=False, force=False, enable=True, run=lambda a: 5) == 1
+        )
+
+    @needs_systemd_analyze
+    def test_what_it_writes_verifies(self, user_session: dict[str, str]) -> None:
+        """systemd-analyze verify accepts the written units, ExecStart a real program."""
+        home = Path(user_session["HOME"])
+        rendered = units.render([str(home / ".local" / "bin" / "wardd")], None, home / "u")
+        for unit in rendered:
+            unit.path.parent.mkdir(exist_ok=True)
+            unit.path.write_text(unit.text)
+        status, complaints = verify([u.path for u in rendered], user_session)
+        assert (status, complaints) == (0, [])
