@@ -14,7 +14,7 @@ import sys
 import cbor2
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Env, reap, spawn_activated
+from tests.daemon.harness import NETWORK, Actor, Daemon, Env, reap, spawn_activated
 
 
 def raw(path, timeout=10.0):
@@ -57,10 +57,23 @@ def read_frames(s, limit=8):
     return out, False
 
 
+@pytest.fixture(scope="module")
+def wire_daemon():
+    """One daemon for the tests that only read it or poke its wire: each opens
+    its own connections and writes nothing (no op, no neuron), so none can see
+    another's traces; the tests that stop, replace or re-mode it get their own."""
+    d = Daemon(Env(), shared=True)  # module-scoped: the leftover guard spares it till the end
+    try:
+        d.start()
+        yield d
+    finally:
+        d.cleanup()
+
+
 class TestHelloAndStatus:
-    def test_hello_then_status_round_trip(self, daemon):
+    def test_hello_then_status_round_trip(self, wire_daemon):
         """hello answers protocol, boot, network and max_frame; status the documented fields."""
-        with daemon.connect() as c:
+        with wire_daemon.connect() as c:
             h = c.hello_result
             assert (h.protocol, h.network, h.max_frame) == (1, NETWORK, 1 << 20)
             assert re.fullmatch(r"[0-9a-f]{32}", h.boot)
@@ -71,30 +84,30 @@ class TestHelloAndStatus:
         assert st["db"]["schema_version"] >= 1 and st["connections"] >= 1
         assert st["unknown_attempts"] == 0 and st["receipts_pending"] == 0
 
-    def test_list_workers_digest_is_sha256_of_canonical_cbor(self, daemon):
+    def test_list_workers_digest_is_sha256_of_canonical_cbor(self, wire_daemon):
         import hashlib
 
-        with daemon.connect() as c:
+        with wire_daemon.connect() as c:
             workers = c.call("list_workers")["workers"]
         for w in workers:
             d = w["descriptor"]
             assert w["digest"] == hashlib.sha256(cbor2.dumps(d, canonical=True)).hexdigest()
-            assert d["executor"]["boot"] == daemon.boot and d["proof"] == "none"
+            assert d["executor"]["boot"] == wire_daemon.boot and d["proof"] == "none"
             assert d["limits"] == {"cpu": None, "time": None, "memory": None}
 
-    def test_request_before_hello_is_refused_and_closed(self, daemon):
-        with raw(daemon.env.socket) as s:
+    def test_request_before_hello_is_refused_and_closed(self, wire_daemon):
+        with raw(wire_daemon.env.socket) as s:
             s.sendall(req(1, "status"))
             frames, closed = read_frames(s)
         assert closed and frames[0]["error"]["code"] == "protocol_error"
         assert frames[0]["error"]["data"]["supported"] == [1]
 
-    def test_pipelined_requests_answer_by_id(self, daemon):
-        with raw(daemon.env.socket) as s:
+    def test_pipelined_requests_answer_by_id(self, wire_daemon):
+        with raw(wire_daemon.env.socket) as s:
             s.sendall(HELLO + req(7, "status") + req(8, "list_workers") + req(9, "nope"))
             frames, _ = read_frames(s, limit=4)
         by_id = {f["id"]: f for f in frames}
-        assert by_id[7]["result"]["boot"] == daemon.boot
+        assert by_id[7]["result"]["boot"] == wire_daemon.boot
         assert by_id[8]["result"]["workers"]
         assert by_id[9]["error"]["code"] == "unknown_method"
 
@@ -102,7 +115,8 @@ class TestHelloAndStatus:
 class TestReplies:
     def test_replies_larger_than_the_socket_buffer_arrive_whole(self, daemon):
         """Pipelined replies that fill the socket (large ones, small ones between
-        them) each arrive as one whole frame, one per request, none cut or mixed."""
+        them) each arrive as one whole frame, one per request, none cut or mixed
+        (a daemon of its own: it submits an op)."""
         actor = Actor(daemon)
         args = bytes(range(256)) * 240  # 60 KiB, 40 times: many socket buffers' worth
         actor.submit("big", args=args)
@@ -137,27 +151,27 @@ BAD_FRAMES = {
 
 class TestBadInput:
     @pytest.mark.parametrize("name", sorted(BAD_FRAMES))
-    def test_bad_frame_gets_bad_frame_and_close(self, daemon, name):
+    def test_bad_frame_gets_bad_frame_and_close(self, wire_daemon, name):
         """contract §4: a bad frame gets an error frame (bad_frame, id null), then a close;
         the daemon lives on."""
-        with raw(daemon.env.socket) as s:
+        with raw(wire_daemon.env.socket) as s:
             s.sendall(HELLO + BAD_FRAMES[name])
             frames, closed = read_frames(s)
         assert frames[0]["result"]["protocol"] == 1
         err = frames[1]
         assert err["id"] is None and err["error"]["code"] == "bad_frame", err
         assert closed
-        with daemon.connect() as c:
-            assert c.call("status")["boot"] == daemon.boot
+        with wire_daemon.connect() as c:
+            assert c.call("status")["boot"] == wire_daemon.boot
 
-    def test_truncated_frame_then_eof_closes_only_that_connection(self, daemon):
-        with raw(daemon.env.socket) as s:
+    def test_truncated_frame_then_eof_closes_only_that_connection(self, wire_daemon):
+        with raw(wire_daemon.env.socket) as s:
             s.sendall(HELLO + struct.pack(">I", 100) + b"\xa1")
             s.shutdown(socket.SHUT_WR)
             frames, closed = read_frames(s)
         assert closed and len(frames) == 1
-        with daemon.connect() as c:
-            assert c.call("status")["boot"] == daemon.boot
+        with wire_daemon.connect() as c:
+            assert c.call("status")["boot"] == wire_daemon.boot
 
     @pytest.mark.parametrize(
         "item,has_id",
@@ -170,8 +184,8 @@ class TestBadInput:
             ({"id": 4, "method": "status", "params": []}, True),
         ],
     )
-    def test_invalid_request_gets_protocol_error_and_stays_open(self, daemon, item, has_id):
-        with raw(daemon.env.socket, timeout=2) as s:
+    def test_invalid_request_gets_protocol_error_and_stays_open(self, wire_daemon, item, has_id):
+        with raw(wire_daemon.env.socket, timeout=2) as s:
             s.sendall(HELLO + frame(cbor2.dumps(item)) + req(99, "status"))
             frames, closed = read_frames(s, limit=3)
         assert not closed
@@ -180,8 +194,8 @@ class TestBadInput:
         assert err["id"] == (item["id"] if has_id else None)
         assert ok["id"] == 99 and "result" in ok
 
-    def test_bad_params_are_bad_request_and_change_nothing(self, daemon):
-        with daemon.connect() as c:
+    def test_bad_params_are_bad_request_and_change_nothing(self, wire_daemon):
+        with wire_daemon.connect() as c:
             for method, params in [
                 ("get_neuron", {"neuron": "XYZ"}),
                 ("list_attempts", {"state": "weird"}),
@@ -196,8 +210,8 @@ class TestBadInput:
 
 
 class TestSocketAndLock:
-    def test_socket_is_0600(self, daemon):
-        assert stat.S_IMODE(os.stat(daemon.env.socket).st_mode) == 0o600
+    def test_socket_is_0600(self, wire_daemon):
+        assert stat.S_IMODE(os.stat(wire_daemon.env.socket).st_mode) == 0o600
 
     def test_second_daemon_on_same_database_is_refused(self, make_daemon, daemon):
         other = Env()
