@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # program of yours finds wardd.client); the default mode leaves an import hook
 # they cannot follow. The tree holds the files that existed at install time, so a
 # file added to or removed from a package folder reinstalls (the folders' times).
-PACKAGES := protocol client adapters daemon daemon/core daemon/store
+PACKAGES := protocol client client/mcpserver adapters daemon daemon/core daemon/store daemon/systemd
 $(STAMP): pyproject.toml $(PACKAGES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check \

@@ -376,7 +376,7 @@ class AsyncSession(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self.client.hello_result.boot,
+                boot=self._boot,
             ),
         )
 

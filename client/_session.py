@@ -469,7 +469,7 @@ class _Plans:
         expected_epoch: int | None,
         *,
         rebind_stale: bool,
-        boot: str,
+        boot: Callable[[], str],
     ) -> Plan[dict[str, Any]]:
         """`call` in one request: ``expected_epoch`` only when given or pinned,
         ``placement_generation`` only when given (the daemon takes the

@@ -378,7 +378,7 @@ class Session(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self.client.hello_result.boot,
+                boot=self._boot,
             ),
         )
 

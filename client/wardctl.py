@@ -904,14 +904,30 @@ def _submit(ctx: _Context) -> int:
     return _out(ctx, result, text)
 
 
-def _invoke(ctx: _Context) -> int:
-    op = ctx.args.op
-    session = ctx.session()
-    ctx.in_flight = (
+def _in_doubt_text(op: str) -> str:
+    """What an invoke or call whose answer was lost leaves in doubt: it may have
+    been claimed and run, or the daemon may have stopped before the claim."""
+    return (
         f"op {op}'s attempt may have run, or may never have started: look with "
         f"`wardctl op show {op}` before anything else (no new attempt there, or one "
         "not_executed: it did not run; one unknown is resolved as docs/recovery.md says)"
     )
+
+
+def _unknown_text(op: str, attempt: object) -> str:
+    """An unknown outcome: what resolves it, with a receipt and without one."""
+    return (
+        "the outcome is unknown: the act may have had its effect. An act with a "
+        "receipt is asked again by `wardctl receipts`; for one without, look at the "
+        f"effect and record it: `wardctl reconcile {op} {attempt} --succeeded` (or "
+        "--not-executed); docs/recovery.md"
+    )
+
+
+def _invoke(ctx: _Context) -> int:
+    op = ctx.args.op
+    session = ctx.session()
+    ctx.in_flight = _in_doubt_text(op)
     result = session.invoke(op, expected_attempt=ctx.args.attempt).to_wire()
     status = result.get("status")
     lines = [f"op {result.get('op')} attempt {result.get('attempt')}: {status}"]
@@ -920,13 +936,7 @@ def _invoke(ctx: _Context) -> int:
     if result.get("error") is not None:
         lines.append(f"error: {scalar(result['error'])}")
     if status == "unknown":
-        attempt = result.get("attempt")
-        lines.append(
-            "the outcome is unknown: the act may have had its effect. An act with a "
-            "receipt is asked again by `wardctl receipts`; for one without, look at the "
-            f"effect and record it: `wardctl reconcile {op} {attempt} --succeeded` (or "
-            "--not-executed); docs/recovery.md"
-        )
+        lines.append(_unknown_text(op, result.get("attempt")))
     _out(ctx, result, lines)
     if status == "succeeded":
         return Exit.DONE
@@ -938,11 +948,7 @@ def _call(ctx: _Context) -> int:
     3 for ``attempt_unknown`` (an earlier attempt of the op may have run)."""
     a = ctx.args
     args = _read_args(ctx)
-    ctx.in_flight = (
-        f"op {a.op} may have run (its claim may be durable): look with "
-        f"`wardctl op show {a.op}` before anything else; an attempt left running or unknown "
-        "is resolved as docs/recovery.md says"
-    )
+    ctx.in_flight = _in_doubt_text(a.op)
     try:
         result = ctx.session().call(a.prog, a.op, a.act, args).to_wire()
     except WarddError as exc:
@@ -963,10 +969,7 @@ def _call(ctx: _Context) -> int:
     if result.get("error") is not None:
         lines.append(f"error: {scalar(result['error'])}")
     if status == "unknown":
-        lines.append(
-            "the outcome is unknown: resolve it with a receipt (wardctl receipts) or "
-            "wardctl reconcile"
-        )
+        lines.append(_unknown_text(a.op, result.get("attempt")))
     if result.get("pruned"):
         lines.append(_PRUNED)
     _out(ctx, result, lines)
