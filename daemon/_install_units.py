@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -41,9 +41,10 @@ def reference(name: str) -> str:
     return resources.files("wardd.daemon").joinpath("systemd", name).read_text()
 
 
-def user_unit_dir(env: os._Environ[str] | dict[str, str] = os.environ) -> Path:
+def user_unit_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_CONFIG_HOME/systemd/user`` (``~/.config/systemd/user``): where the
-    user manager looks for units of its own user."""
+    user manager looks for units of its own user (`env`: default, this process's)."""
+    env = os.environ if env is None else env
     config = env.get("XDG_CONFIG_HOME") or ""
     base = Path(config) if os.path.isabs(config) else Path(env.get("HOME", "~")) / ".config"
     return base.expanduser() / "systemd" / "user"
