@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -118,10 +118,17 @@ def _header(item: object) -> tuple[str, HeaderValue]:
     raise ValueError("not a header value")
 
 
+#: Statuses that answer for the replay's own credentials, not for the call:
+#: an API checks them before it looks at the key (Stripe does), so after a
+#: token rotation the replay of a call that charged is answered 401 or 403.
+#: They never mean ``not_executed`` to a replay, whatever ``no_effect_statuses``.
+ABOUT_THE_REPLAY: Final = frozenset({401, 403, 407})
+
+
 def answer(status: int, value: dict[str, Any], no_effect: frozenset[int]) -> Receipt:
     """The replay's answer from a complete response's status."""
     if 200 <= status <= 299:
         return Receipt("executed", value)
-    if status in no_effect:
+    if status in no_effect and status not in ABOUT_THE_REPLAY:
         return Receipt("not_executed")
     return Receipt("unknown", detail=f"the replay was answered HTTP {status}")

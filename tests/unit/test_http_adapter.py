@@ -541,6 +541,9 @@ class TestReplay:
         [
             (Reply(201, b"saved"), "executed"),
             (Reply(422), "not_executed"),
+            # the replay's own credentials refused: about the replay, not the call
+            (Reply(401), "unknown"),
+            (Reply(403), "unknown"),
             (Reply(409), "unknown"),
             (Reply(425), "unknown"),
             (Reply(429), "unknown"),
