@@ -109,6 +109,10 @@ class ActRequest:
     # program carries it as WARDD_BOOT, so that a later start of the same
     # database knows its own orphans from another daemon's programs
     boot: str | None = None
+    # the W3C trace context of the dispatch span (docs/operations.md, "Traces"):
+    # an act may pass it on to what it calls; None when tracing is off
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     @property
     def idempotency_key(self) -> str:

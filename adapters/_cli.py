@@ -42,7 +42,9 @@ Decisions:
   ``WARDD_ACT``, ``WARDD_IDEMPOTENCY_KEY`` and ``WARDD_BOOT`` (the boot of
   the daemon that claimed the call: with the key, it tells a later start
   of the same database that a program left running is its own orphan, not
-  another daemon's program; see `wardd.daemon._orphans`). ``env`` may not name
+  another daemon's program; see `wardd.daemon._orphans`), and with tracing
+  on, ``TRACEPARENT`` and ``TRACESTATE`` (the dispatch span's W3C trace
+  context). ``env`` may not name
   ``WARDD_*``, ``NOTIFY_SOCKET`` or ``LISTEN_*``. The working directory is the
   daemon's.
 - At the end of **every** call, not only at shutdown, the program's whole
@@ -243,6 +245,9 @@ class CliAdapter:
             key=request.idempotency_key,
             boot=request.boot,
         )
+        # the dispatch span's W3C trace context (docs/operations.md, "Traces")
+        trace = {"TRACEPARENT": request.traceparent, "TRACESTATE": request.tracestate}
+        env.update({k: v for k, v in trace.items() if v is not None})
         margin = _redact.longest(secrets)
         try:
             done = _process.run(

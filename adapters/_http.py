@@ -628,6 +628,7 @@ class HttpAdapter:
             self.idempotency_header,
             key_value(request.idempotency_key, self.idempotency_format),
         )
+        _trace_headers(headers, request)
         got = self._exchange(
             _Request(
                 request.idempotency_key,
@@ -902,3 +903,13 @@ def _describe(exc: BaseException) -> str:
     if cause is not None and str(cause) not in text:
         text += f" ({type(cause).__name__}: {cause})"
     return text
+
+
+def _trace_headers(headers: dict[str, str], request: ActRequest) -> None:
+    """The dispatch span's W3C trace context, as ``traceparent`` and
+    ``tracestate`` headers (docs/operations.md, "Traces"); a header of the
+    same name in the act's ``headers`` is kept as configured."""
+    taken = {n.lower() for n in headers}
+    for name, value in (("traceparent", request.traceparent), ("tracestate", request.tracestate)):
+        if value is not None and name not in taken:
+            headers[name] = value

@@ -51,6 +51,7 @@ from ._errors import (
 )
 from ._neuron import Neuron
 from ._results import Prepared
+from ._trace import current_trace
 
 __all__ = ["NO_VALUE", "Retry"]
 
@@ -555,11 +556,16 @@ class _SessionBase:
         self._plans.epoch = value
 
     def _wire_params(self, call: _Call, hello: HelloResult) -> dict[str, Any]:
+        # the caller's span, when it traces with OpenTelemetry: outside the signature
+        trace = current_trace() if call.method in DISPATCH_METHODS else None
         if not call.signed:
-            return call.params
+            return {**call.params, **trace} if trace else call.params
         params = dict(call.params)
         if self._network is not None:
             # Naming the network makes a mismatch `wrong_network` (contract §4)
             # rather than a bare `unauthenticated`.
             params["network"] = self._network
-        return self.neuron.sign(call.method, params, self._network or hello.network)
+        signed = self.neuron.sign(call.method, params, self._network or hello.network)
+        if trace:
+            signed.update(trace)
+        return signed

@@ -11,11 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from wardd.protocol import OUTCOME_STATUSES, BadRequest, is_id, is_neuron_id, is_uint
+from wardd.protocol import (
+    OUTCOME_STATUSES,
+    BadRequest,
+    is_id,
+    is_neuron_id,
+    is_uint,
+    traceparent_problem,
+    tracestate_problem,
+)
 
 __all__ = [
     "NO_PARAMS",
     "PAGE",
+    "TRACE",
     "Check",
     "Spec",
     "act_list",
@@ -108,6 +117,13 @@ PAGE: Mapping[str, Check] = {"after": uint, "limit": limit}
 _SIG_FIELDS: Mapping[str, Check] = {
     "neuron": neuron_id,
     "sig": lambda v: None if isinstance(v, bytes) and len(v) == 64 else "must be 64 bytes",
+}
+
+#: The optional W3C trace context of a dispatch request, outside what is
+#: signed (docs/protocol.md, "Trace context"): invoke, execute and call.
+TRACE: Mapping[str, Check] = {
+    "traceparent": traceparent_problem,
+    "tracestate": tracestate_problem,
 }
 
 

@@ -39,6 +39,7 @@ from ._metrics_http import MetricsServer
 from ._notify import Notifier, scrub_environment, watchdog_interval
 from ._records import now
 from ._signals import CAUGHT_SIGNALS, EarlySignals
+from ._tracing import make_tracer
 from ._voids import Voids
 from .config import Config
 from .descriptors import build_descriptors, device_id
@@ -111,6 +112,8 @@ class Daemon:
         self.descriptors, self.digests, self.ctx = describe(
             self.config, self.device, self.boot, self.act_bounds
         )
+        # nothing of OpenTelemetry is imported unless [tracing] asks for it
+        self.tracer = make_tracer(self.config.tracing, VERSION)
         self.pool = WorkerPool(
             self.config.workers,
             guards=self.guards,
@@ -118,11 +121,18 @@ class Daemon:
             adapters=self.adapters,
             ctx=self.ctx,
             stopping=lambda: self.life.stopping,
+            tracer=self.tracer,
         )
-        self.recovery = Recovery(self.writer, self.reads, self.adapters, self.boot)
+        self.recovery = Recovery(
+            self.writer, self.reads, self.adapters, self.boot, tracer=self.tracer
+        )
         self._observe()
         self.dispatcher = Dispatcher(
-            self.pool, self.voids, on_dispatch=self.metrics.dispatching, notify=self.hook.post
+            self.pool,
+            self.voids,
+            on_dispatch=self.metrics.dispatching,
+            notify=self.hook.post,
+            tracer=self.tracer,
         )
         self.auth = Authenticator(self.config.network, self.reads.neuron_exists)
         self.router = Router(self._services())
@@ -219,7 +229,12 @@ class Daemon:
                     requests.cancel_scope.cancel()
                 # every request has answered (replies are shielded, bounded)
                 conns.cancel_scope.cancel()
-        stoppers = (self.http.stop if self.http else None, self.writer.stop, self.hook.stop)
+        stoppers = (
+            self.http.stop if self.http else None,
+            self.writer.stop,
+            self.hook.stop,
+            self.tracer.shutdown,
+        )
         clean = await life_.finish(self.writer, self.life, self.boot, stoppers)
         return 0 if clean else EXIT_FAIL_STOP
 

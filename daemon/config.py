@@ -29,10 +29,12 @@ Checks beyond the types and bounds:
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DEFAULT_TOML",
+    "TracingConfig",
     "load_config",
     "loopback_listen",
     "parse_config",
@@ -169,6 +172,14 @@ metrics_listen = ""
 # receipt_tool = "find_issue_by_key"   # optional: called with {"key": <fence key>}, answers
 #                                # {"status": "executed", "value": …} or {"status": "not_executed"}
 # max_arg_bytes = 65536
+
+# Traces (docs/operations.md, "Traces"): a span per dispatch and per recovery
+# step, exported in batches over OTLP/HTTP (protobuf) by a thread of their own.
+# "otlp" needs the optional packages: pip install 'wardd[otel]'.
+[tracing]
+exporter = "none"                               # "none": nothing is loaded or costs; or "otlp"
+endpoint = "http://127.0.0.1:4318/v1/traces"    # an http:// or https:// URL
+service_name = "wardd"                          # the spans' service.name
 """
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -196,7 +207,12 @@ _TOP_KEYS = {
     "metrics_listen",
     "retention_s",
     "prune_interval_s",
+    "tracing",
 }
+TRACING_EXPORTERS = ("none", "otlp")
+DEFAULT_TRACES_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
+# what `exporter = "otlp"` imports (the `otel` extra): checked by name, never imported here
+_OTEL_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
 
 
 class ConfigError(Exception):
@@ -215,6 +231,19 @@ class ActConfig:
 
     tag: str
     table: Mapping[str, Any]
+
+
+@attrs.frozen
+class TracingConfig:
+    """The ``[tracing]`` table (docs/operations.md, "Traces")."""
+
+    exporter: str = "none"
+    endpoint: str = DEFAULT_TRACES_ENDPOINT
+    service_name: str = "wardd"
+
+    @property
+    def enabled(self) -> bool:
+        return self.exporter != "none"
 
 
 @attrs.frozen
@@ -240,6 +269,7 @@ class Config:
     database_is_default: bool = False
     retention_s: int = DEFAULT_RETENTION_S  # 0 keeps every finished op for ever
     prune_interval_s: int = 60
+    tracing: TracingConfig = TracingConfig()
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -413,7 +443,59 @@ def _logs_and_upkeep(data: Mapping[str, Any], source: str) -> dict[str, Any]:
         "metrics_listen": loopback_listen(
             source, "metrics_listen", data.get("metrics_listen", ""), why="the metrics"
         ),
+        "tracing": _tracing(source, data.get("tracing", {})),
     }
+
+
+def _tracing(source: str, table: Any) -> TracingConfig:
+    """``[tracing]``: the exporter, its endpoint (an http(s) URL) and the service name."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(source, "tracing", "must be a table")
+    for key in table:
+        if key not in ("exporter", "endpoint", "service_name"):
+            raise ConfigError(source, f"tracing.{_quote(key)}", "unknown key")
+    exporter = table.get("exporter", "none")
+    if exporter not in TRACING_EXPORTERS:
+        raise ConfigError(source, "tracing.exporter", 'must be "none" or "otlp"')
+    endpoint = table.get("endpoint", DEFAULT_TRACES_ENDPOINT)
+    if not isinstance(endpoint, str) or (why := _not_http_url(endpoint)) is not None:
+        raise ConfigError(source, "tracing.endpoint", why or "must be a string")
+    name = table.get("service_name", "wardd")
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise ConfigError(
+            source, "tracing.service_name", "must be a non-empty string (at most 255)"
+        )
+    if exporter == "otlp":
+        missing = [m for m in _OTEL_MODULES if not _importable(m)]
+        if missing:
+            raise ConfigError(
+                source,
+                "tracing.exporter",
+                f"\"otlp\" needs {missing[0]}: pip install 'wardd[otel]'",
+            )
+    return TracingConfig(exporter, endpoint, name)
+
+
+def _not_http_url(value: str) -> str | None:
+    """Why ``value`` is not an http:// or https:// URL with a host (None: it is one)."""
+    try:
+        url = urllib.parse.urlsplit(value)
+        url.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        return f"{value[:200]!r} is not a URL"
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return f"{value[:200]!r}: must be an http:// or https:// URL with a host"
+    if any(c.isspace() or ord(c) < 32 for c in value):
+        return "must not contain spaces or control characters"
+    return None
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (its parents are)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _acts(data: Mapping[str, Any], source: str, max_frame: int) -> tuple[ActConfig, ...]:

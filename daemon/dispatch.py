@@ -29,6 +29,7 @@ from wardd.protocol import Internal, WarddError
 from . import _units
 from ._bridge import ThreadReply
 from ._calls import CallEnd
+from ._tracing import NO_TRACER, TraceIn, Tracer
 from .core.call import Answered
 from .core.records import AttemptRef, BootContext
 from .store.writer import Unit
@@ -80,6 +81,7 @@ class Dispatch:
     neuron: str
     act: str
     how: Execute | Invoke | Call
+    trace: TraceIn | None = None  # set when tracing is on (docs/operations.md, "Traces")
 
     @property
     def prepared(self) -> AttemptRef | None:
@@ -163,8 +165,10 @@ class Dispatcher:
         *,
         on_dispatch: Callable[[str], None] = lambda act: None,
         notify: Callable[..., None] = lambda event, **about: None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self._pool = pool
+        self._tracer = tracer
         self._voids = voids
         self._on_dispatch = on_dispatch  # the metrics: the request reached a worker
         self._notify = notify  # the notify hook: an attempt became unknown
@@ -173,8 +177,11 @@ class Dispatcher:
         self._counts_lock = threading.Lock()
         pool.on_recorded = self._recorded
 
-    async def run(self, worker: str, d: Dispatch) -> Any:
-        """Dispatch ``d`` on ``worker``; its answer once its outcome is durable."""
+    async def run(self, worker: str, d: Dispatch, params: Mapping[str, Any] | None = None) -> Any:
+        """Dispatch ``d`` on ``worker``; its answer once its outcome is durable.
+        ``params`` are its request's (the trace context it may carry)."""
+        if self._tracer.enabled:
+            d = attrs.evolve(d, trace=self._tracer.incoming(params or {}))
         self._on_dispatch(d.act)
         reply = self._pool.submit(worker, d)
         if reply is None:  # the pool is stopping: never claimed

@@ -48,6 +48,7 @@ from ._metrics import CONTENT_TYPE
 from ._params import (
     NO_PARAMS,
     PAGE,
+    TRACE,
     Spec,
     act_list,
     boolean,
@@ -220,9 +221,17 @@ async def _reconcile(s: Services, conn: Connection, neuron: str, p: dict[str, An
     out = p["outcome"]
     if wire_safe(out.get("value"))[1] is not None:
         raise BadRequest("outcome.value nests too deep to be sent back", {"param": "outcome"})
-    return await s.writer.run(
+    # the traces tell a reconcile that resolved an unknown attempt (docs/operations.md)
+    was = None
+    aid = s.reads.attempt_id(neuron, p["op"], p["attempt"]) if s.recovery.tracing else None
+    if aid is not None:
+        was = s.reads.attempt_state(aid)
+    got = await s.writer.run(
         mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
     )
+    if was is not None and was[0] == "unknown":
+        s.recovery.reconciled(neuron, p["op"], p["attempt"], out["status"])
+    return got
 
 
 async def _check_receipts(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
@@ -353,11 +362,11 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         lambda s, n, p: mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], s.ctx.act_bounds),
     ),
     "prepare": _signed(_PREPARE, _prepare),
-    "invoke": _signed(_PREPARE, _invoke, Guard.DISPATCH),
+    "invoke": _signed((_PREPARE[0], {**_PREPARE[1], **TRACE}), _invoke, Guard.DISPATCH),
     "call": _signed(
         (
             {"prog": ident, "op": ident, "act": ident, "args": byte_string},
-            {"placement_generation": uint, "expected_epoch": uint},
+            {"placement_generation": uint, "expected_epoch": uint, **TRACE},
         ),
         _call,
         Guard.DISPATCH,
@@ -398,7 +407,7 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         waits_for_recovery=False,
     ),
     "execute": Method(  # its token is void by then (token_void, shutdown)
-        ({"token": byte_string}, {}),
+        ({"token": byte_string}, TRACE),
         signed=False,
         handler=_execute,
         guard=Guard.DISPATCH,

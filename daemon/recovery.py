@@ -65,6 +65,7 @@ from ._claims import ReceiptQuestion, receipt_question
 from ._logging import log_lines
 from ._orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone
 from ._records import now, wire_safe
+from ._tracing import NO_TRACER, Tracer
 from .core import attempts as core
 from .store import load
 from .store.apply import apply
@@ -150,9 +151,16 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: boo
 
 class Recovery:
     def __init__(
-        self, writer: Writer, reads: Reads, adapters: Mapping[str, Adapter], boot: str
+        self,
+        writer: Writer,
+        reads: Reads,
+        adapters: Mapping[str, Adapter],
+        boot: str,
+        *,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self._writer = writer
+        self._tracer = tracer
         self._reads = reads
         self._adapters = adapters
         self._boot = boot
@@ -214,6 +222,7 @@ class Recovery:
         log_lines(log, "warning", "marked_unknown", ({**w, **e} for w, e in marks))
         for where, evidence in marks:
             self.notify("attempt_unknown", **where, evidence=evidence)
+        self._trace_marks(marks)
         cands = self._candidates()
         ids = {c.attempt_id for c in cands}
         for attempt_id in [i for i in self._pending if i not in ids]:
@@ -233,6 +242,19 @@ class Recovery:
             log.warning("receipts_deferred", checks=len(left), budget_s=START_RECEIPT_BUDGET_S)
             self._later.extend(first)
             first.clear()
+
+    def _trace_marks(self, marks: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        """A ``wardd.mark_unknown`` span per attempt marked, linked to its
+        dispatch span (read only when tracing is on)."""
+        if not self._tracer.enabled or not self._marked_ids:
+            return
+        claimed = {(w["neuron"], w["op"], w["attempt"]): e.get("claimed") for w, e in marks}
+        for at in self._reads.attempt_traces(sorted(self._marked_ids)):
+            facts: dict[str, str | bool] = {"wardd.outcome": "unknown"}
+            was = claimed.get((at.neuron, at.op, at.attempt))
+            if isinstance(was, bool):
+                facts["wardd.claimed"] = was
+            self._tracer.recovered("mark_unknown", at, facts)
 
     async def _in_turn(self, queue: list[Candidate], finished: trio.Event) -> None:
         """Check ``queue`` one after the other; what at_start takes out of it
@@ -326,6 +348,7 @@ class Recovery:
                 out = effect.conflict
                 log.warning("receipt_conflict", **about, status=out.status.value, source=out.source)
             if effect.resolved:
+                self._trace_resolved("receipt", c.neuron, c.op, c.attempt, receipt.answer)
                 detail = {"detail": receipt.detail} if receipt.detail else {}
                 self.notify(
                     "resolved_by_receipt",
@@ -345,6 +368,33 @@ class Recovery:
                 self._unanswered.add(c.attempt_id)
             self._pending.pop(c.attempt_id, None)
             done.set()
+
+    def _trace_resolved(
+        self, how: str, neuron: str, op: str, attempt: int, answer: str, outcome: str | None = None
+    ) -> None:
+        """A ``wardd.receipt`` or ``wardd.reconcile`` span for an unknown
+        attempt resolved, linked to its dispatch span."""
+        if not self._tracer.enabled:
+            return
+        at = self._reads.attempt_trace_of(neuron, op, attempt)
+        if at is None:
+            return
+        if outcome is None:  # a receipt's answer, applied
+            outcome = "succeeded" if answer == "executed" else answer
+        facts: dict[str, str | bool] = {
+            "wardd.answer": answer,
+            "wardd.source": how,
+            "wardd.outcome": outcome,
+        }
+        self._tracer.recovered(how, at, facts)
+
+    @property
+    def tracing(self) -> bool:
+        return self._tracer.enabled
+
+    def reconciled(self, neuron: str, op: str, attempt: int, status: str) -> None:
+        """A reconcile resolved an unknown attempt: its span (when tracing is on)."""
+        self._trace_resolved("reconcile", neuron, op, attempt, status, status)
 
     async def check_receipts(self, neuron: str) -> dict[str, int]:
         """``check_receipts``: every unknown guarded attempt of ``neuron``

@@ -143,7 +143,7 @@ class Router:
             if isinstance(got, Answered):  # a call that runs nothing (known on arrival)
                 return got.result
             worker, dispatch = got
-            return await s.dispatcher.run(worker, dispatch)
+            return await s.dispatcher.run(worker, dispatch, params)
         assert neuron is not None  # EXCLUSIVE: a signed write of the neuron's root
         return await self._exclusive(neuron, got)
 

@@ -37,6 +37,7 @@ from ._bridge import ThreadReply
 from ._calls import CallEnd, Calls
 from ._claims import claim_record
 from ._records import wire_safe
+from ._tracing import CLAIM_KEY, NO_SPAN, NO_TRACER, DispatchSpan, Tracer
 from ._units import AttemptRef, BootContext, Reroute
 from .dispatch import Answered, Dispatch, Recorded, claim_unit, shutdown_refusal
 from .guard import GuardTable
@@ -75,8 +76,10 @@ class WorkerPool:
         adapters: Mapping[str, Adapter],
         ctx: BootContext,
         stopping: Callable[[], bool] = lambda: False,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self._guards = guards
+        self._tracer = tracer
         self._lock = guards.lock
         self._writer = writer
         self._adapters = adapters
@@ -227,14 +230,17 @@ class WorkerPool:
                 self._guards.release_shared(d.neuron)
 
         ref: AttemptRef | None = None
+        span = self._tracer.dispatch(d)
         try:
-            ref = self._claim(state, d, reply, release)
+            ref = self._claim(state, d, reply, release, span)
             if ref is None:
                 return
             state.busy = ref
             if self.calls.begin(ref.attempt_id):
                 adapter = self._adapters[ref.act]
-                status, value, error, by_abort = call_act(adapter, ref, self._ctx.boot, self.on_act)
+                status, value, error, by_abort = call_act(
+                    adapter, ref, self._ctx.boot, self.on_act, span
+                )
             else:
                 status, value, error = "unknown", None, "the call was not started"
                 by_abort = True
@@ -242,25 +248,26 @@ class WorkerPool:
             if ref is None:
                 ref = self.calls.owned_by(reply)  # its claim unit ran: it may be durable
             if ref is None:
+                span.ended(None, "internal")
                 raise  # before the claim: nothing was started (the loop answers)
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
             status, value, error, by_abort = "unknown", None, _fault(exc), False
         finally:
             release()
             state.busy = None
-        self._ended(state, reply, ref, status, value, error, by_abort)
+        self._ended(state, reply, ref, (status, value, error, by_abort), span)
 
     def _ended(
         self,
         state: WorkerState,
         reply: ThreadReply,
         ref: AttemptRef,
-        status: str,
-        value: Any,
-        error: str | None,
-        by_abort: bool,
+        end: tuple[str, Any, str | None, bool],
+        span: DispatchSpan,
     ) -> None:
-        """The call ended (the guard is released): record its outcome."""
+        """The call ended (the guard is released): record its outcome (and
+        end its span with it once it is submitted)."""
+        status, value, error, by_abort = end
         aborted: bool | None = None
         if self.calls.end(ref.attempt_id) and status == "unknown":
             # contract §3.8: an abort was taken and the call ended unknown. The
@@ -273,21 +280,34 @@ class WorkerPool:
             if aborted:
                 error = f"aborted by the operator ({error or 'no detail'})"
         try:
-            self._accept(state, reply, ref, status, value, error, aborted)
+            recorded = self._accept(state, reply, ref, status, value, error, aborted)
         except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
             # _accept raises only before its outcome is submitted
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
+            status = "unknown"
             try:
-                self._accept(state, reply, ref, "unknown", None, _fault(exc), aborted)
+                recorded = self._accept(state, reply, ref, status, None, _fault(exc), aborted)
             except BaseException as again:
+                span.ended(None, "fail_stop")
                 self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
                 raise
+        # an outcome left unrecorded (the stop's grace passed) is unknown at the next start
+        span.ended(status if recorded else None, None if recorded else "shutdown")
 
     def _claim(
-        self, state: WorkerState, d: Dispatch, reply: ThreadReply, release: Callable[[], None]
+        self,
+        state: WorkerState,
+        d: Dispatch,
+        reply: ThreadReply,
+        release: Callable[[], None],
+        span: DispatchSpan,
     ) -> AttemptRef | None:
+        """Commit the claim of ``d``; its attempt, or None when it was
+        answered here (a refusal, a call that runs nothing, a reroute)."""
         try:
             info = claim_record(self._adapters.get(d.act))
+            if span.traceparent is not None:  # the span's ids, kept with the attempt
+                info[CLAIM_KEY] = span.traceparent
 
             def on_claim(ref: AttemptRef) -> None:  # in the unit: before a read can see it
                 self.calls.claimed(ref, reply)
@@ -303,17 +323,22 @@ class WorkerPool:
             got = self._writer.call(unit)
             if isinstance(got, Reroute):  # the placement now names another worker
                 release()
+                span.ended(None)  # its next worker's span follows
                 self._reroute(got.worker, d, reply)
                 return None
             if isinstance(got, Answered):  # a call that runs nothing: its answer
                 release()
+                span.ended(None)
                 reply(got.result, None)
                 return None
             ref: AttemptRef = got
         except Exception as exc:  # noqa: BLE001 - a refusal, a failed commit, a failing claim_info
             release()
-            reply(None, _refused(self._writer, self.calls, d, reply, exc))
+            err = _refused(self._writer, self.calls, d, reply, exc)
+            span.ended("voided" if err.code == "token_void" else None, err.code)
+            reply(None, err)
             return None
+        span.claimed(ref)
         log.debug("claimed", neuron=ref.neuron, op=ref.op, attempt=ref.attempt, worker=state.id)
         return ref
 
@@ -332,7 +357,7 @@ class WorkerPool:
         value: Any,
         error: str | None,
         aborted: bool | None,
-    ) -> None:
+    ) -> bool:
         """Submit the outcome and move on: the reply is made once the outcome
         is durable (contract §3.2.3, ``on_recorded``), so the
         worker serves its next dispatch while the outcome waits for its
@@ -348,12 +373,13 @@ class WorkerPool:
             )
             lost = Internal("the daemon stopped before the outcome")
             self.calls.settle(ref.attempt_id, lost)
-            return
+            return False
         unit = _units.outcome(ref, status, value, error, "adapter", aborted=aborted)
         fut = self._writer.submit(unit, critical=True)
         rec = Recorded(ref, state.id, status, value, error, aborted, fut)
         settled = self.on_recorded
         fut.add_done_callback(lambda _f: settled(rec, reply))
+        return True
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Its part of ``status``: each worker's call in progress."""
@@ -424,11 +450,23 @@ def _refused(
 
 
 def call_act(
-    adapter: Adapter, ref: AttemptRef, boot: str, on_act: Callable[[str, float], None]
+    adapter: Adapter,
+    ref: AttemptRef,
+    boot: str,
+    on_act: Callable[[str, float], None],
+    span: DispatchSpan = NO_SPAN,
 ) -> tuple[str, Any, str | None, bool]:
-    """Call the adapter: (status, value, error, whether an abort ended it)."""
+    """Call the adapter: (status, value, error, whether an abort ended it).
+    The act gets the dispatch span's trace context (None when tracing is off)."""
     request = ActRequest(
-        neuron=ref.neuron, op=ref.op, attempt=ref.attempt, act=ref.act, args=ref.args, boot=boot
+        neuron=ref.neuron,
+        op=ref.op,
+        attempt=ref.attempt,
+        act=ref.act,
+        args=ref.args,
+        boot=boot,
+        traceparent=span.traceparent,
+        tracestate=span.tracestate,
     )
     t0 = time.perf_counter()
     try:

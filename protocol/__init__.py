@@ -89,6 +89,7 @@ from ._errors import (
 from ._frames import NEED_DATA, FrameDecoder, NeedData, encode_frame
 from ._messages import ErrorReply, Request, Response, parse_reply, parse_request
 from ._signing import neuron_id, sign, signing_input, verify
+from ._trace import TRACE_FIELDS, traceparent_problem, tracestate_problem
 from ._vocabulary import (
     ATTEMPT_LIST_STATES,
     DEFAULT_PAGE_LIMIT,
@@ -130,6 +131,7 @@ __all__ = [
     "RECEIPT_ANSWERS",
     "SIGNING_DOMAIN",
     "TOKEN_VOID_REASONS",
+    "TRACE_FIELDS",
     "ActNotAccepted",
     "ActNotGranted",
     "AlreadySucceeded",
@@ -204,5 +206,7 @@ __all__ = [
     "reference_decode",
     "sign",
     "signing_input",
+    "traceparent_problem",
+    "tracestate_problem",
     "verify",
 ]

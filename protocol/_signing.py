@@ -3,8 +3,9 @@
 A signed request's params carry ``neuron`` (lowercase hex of the 32-byte
 Ed25519 public key) and ``sig`` (64 bytes): the signature over
 ``cbor(["wardd/1", network, method, params-without-sig])`` in RFC 8949
-§4.2.1 deterministic encoding, where only ``sig`` is removed (``neuron``
-and ``network``, if present, stay in). The network signed is the daemon's
+§4.2.1 deterministic encoding, where ``sig`` and the trace context
+(``traceparent``, ``tracestate``: ``_trace``) are removed (``neuron`` and
+``network``, if present, stay in). The network signed is the daemon's
 own, so a request signed for another network never verifies here.
 """
 
@@ -25,6 +26,7 @@ from nacl.exceptions import CryptoError
 
 from ._cbor import encode_item
 from ._constants import SIGNING_DOMAIN
+from ._trace import UNSIGNED
 
 __all__ = ["check_signature", "neuron_id", "sign", "signing_input", "verify"]
 
@@ -33,9 +35,10 @@ _SIG_LENGTH = 64
 
 
 def signing_input(network: str, method: str, params: Mapping[str, Any]) -> bytes:
-    """The bytes a neuron signs: ``cbor(["wardd/1", network, method, params - sig])``."""
-    unsigned = {key: value for key, value in params.items() if key != "sig"}
-    return encode_item([SIGNING_DOMAIN, network, method, unsigned], canonical=True)
+    """The bytes a neuron signs: ``cbor(["wardd/1", network, method, params - sig])``
+    (the trace context params are left out too: a tracer may set them)."""
+    signed = {key: value for key, value in params.items() if key not in UNSIGNED}
+    return encode_item([SIGNING_DOMAIN, network, method, signed], canonical=True)
 
 
 def neuron_id(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:

@@ -234,7 +234,8 @@ def _new_attempt(
             boot=ctx.boot,
         )
     changes.append(AppendEvent("prepared", n.id, op_id=op.id, attempt=attempt.attempt, data=data))
-    return changes, op, attempt, _attempt_ref(n, op, attempt)
+    prog = None if view.prog is None else view.prog.prog
+    return changes, op, attempt, _attempt_ref(n, op, attempt, prog)
 
 
 def _new_attempt_change(attempt: Attempt, descriptor: Mapping[str, Any] | None) -> NewAttempt:
@@ -256,7 +257,7 @@ def _new_attempt_change(attempt: Attempt, descriptor: Mapping[str, Any] | None) 
     )
 
 
-def _attempt_ref(n: Neuron, op: Op, attempt: Attempt) -> AttemptRef:
+def _attempt_ref(n: Neuron, op: Op, attempt: Attempt, prog: str | None) -> AttemptRef:
     """What a token or a dispatch carries of a new attempt."""
     return AttemptRef(
         attempt_id=attempt.id,
@@ -272,6 +273,7 @@ def _attempt_ref(n: Neuron, op: Op, attempt: Attempt) -> AttemptRef:
         placement_generation=attempt.placement_generation,
         digest=attempt.digest,
         worker=attempt.worker,
+        prog=prog,
     )
 
 

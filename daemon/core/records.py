@@ -179,6 +179,7 @@ class AttemptRef:
     placement_generation: int | None
     digest: str | None
     worker: str | None
+    prog: str | None = None  # its op's prog, for the traces (None: not loaded)
 
     def public(self) -> dict[str, Any]:
         return {

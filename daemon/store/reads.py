@@ -21,6 +21,7 @@ from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_
 
 from .._records import dec
 from ..core.records import Grant
+from .._tracing import AttemptTrace, stored_traceparent
 from .prune import to_ms, tombstone_row, tombstone_view
 from .schema import OP_LIFE, OP_RECORDS, attempts_in
 
@@ -135,6 +136,26 @@ def op_summary_wire(r: sqlite3.Row) -> dict[str, Any]:
     if r["pruned"]:
         item["pruned"] = True
     return item
+
+
+_IDS_PER_READ = 500  # bound parameters per statement
+_TRACES = (
+    "SELECT n.neuron, p.prog, o.op, a.attempt, o.act, a.claim_info FROM attempts a"
+    " JOIN operations o ON o.id = a.op_id JOIN neurons n ON n.id = o.neuron_id"
+    " JOIN progs p ON p.id = o.prog_id WHERE"
+)
+
+
+def attempt_trace(r: sqlite3.Row) -> AttemptTrace:
+    """An attempt for the traces (attempt_traces' row): its dispatch span from its claim."""
+    return AttemptTrace(
+        neuron=r["neuron"],
+        prog=r["prog"],
+        op=r["op"],
+        attempt=r["attempt"],
+        act=r["act"],
+        traceparent=stored_traceparent(dec(r["claim_info"])),
+    )
 
 
 def candidate(r: sqlite3.Row) -> Candidate:
@@ -472,6 +493,27 @@ class Reads:
             (boot,),
         )
         return [claimed_call(r) for r in rows]
+
+    def attempt_traces(self, ids: Sequence[int]) -> list[AttemptTrace]:
+        """The attempts ``ids`` as their recovery spans tell them (docs/operations.md,
+        "Traces"), in row id order: read only when tracing is on."""
+        got: list[AttemptTrace] = []
+        for i in range(0, len(ids), _IDS_PER_READ):
+            chunk = ids[i : i + _IDS_PER_READ]
+            got += [
+                attempt_trace(r)
+                for r in self._q(
+                    _TRACES + f" a.id IN ({','.join('?' * len(chunk))}) ORDER BY a.id", tuple(chunk)
+                )
+            ]
+        return got
+
+    def attempt_trace_of(self, neuron: str, op: str, attempt: int) -> AttemptTrace | None:
+        """``neuron``'s ``op`` attempt ``attempt`` as its recovery spans tell it, or None."""
+        rows = self._q(
+            _TRACES + " n.neuron = ? AND o.op = ? AND a.attempt = ?", (neuron, op, attempt)
+        )
+        return attempt_trace(rows[0]) if rows else None
 
     def attempt_id(self, neuron: str, op: str, attempt: int) -> int | None:
         """The row id of ``neuron``'s ``op`` attempt number ``attempt``, or None."""

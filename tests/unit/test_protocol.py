@@ -100,6 +100,7 @@ class TestPublicApi:
             "Request", "Response", "ErrorReply", "parse_request", "parse_reply",
             "ERRORS", "TOKEN_VOID_REASONS", "WarddError", "Conflict", "error_for",
             "signing_input", "sign", "verify", "neuron_id",
+            "TRACE_FIELDS", "traceparent_problem", "tracestate_problem",
             "AttemptState", "OpState", "ProgState", "ATTEMPT_LIST_STATES", "OUTCOME_STATUSES",
             "ID_PATTERN", "NEURON_ID_PATTERN", "MAX_UINT", "is_id", "is_neuron_id", "is_uint",
             "default_socket_path", "RECEIPT_ANSWERS", "ReceiptAnswer",

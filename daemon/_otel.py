@@ -1,0 +1,191 @@
+"""The OpenTelemetry tracer (``[tracing] exporter = "otlp"``; the ``otel`` extra).
+
+The only module of the daemon that imports OpenTelemetry; :mod:`._tracing`
+imports it when tracing is on. Spans go to the SDK's
+``BatchSpanProcessor``: ``span.end()`` appends to its bounded queue
+(:data:`QUEUE_MAX` spans; when full, the oldest span is dropped) and its
+own thread exports batches over OTLP/HTTP, each request bounded by
+:data:`EXPORT_TIMEOUT_S`. The event loop, the writer and the workers never
+wait for the collector: an unreachable one costs dropped spans, logged at
+most once a minute (``trace_export_failed``), never a dispatch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from wardd.adapters import idempotency_key
+
+from ._tracing import AttemptTrace, DispatchSpan, TraceIn, Tracer
+
+if TYPE_CHECKING:
+    from .config import TracingConfig
+    from .core.records import AttemptRef
+    from .dispatch import Dispatch
+
+__all__ = ["OtelTracer"]
+
+log = structlog.get_logger("wardd.traces")
+
+QUEUE_MAX: Final = 2048  # spans waiting for export; past it the oldest are dropped
+BATCH_MAX: Final = 512
+EXPORT_DELAY_MS: Final = 500  # a batch leaves at most this long after its first span
+EXPORT_TIMEOUT_S: Final = 5.0  # one export request, retries included
+STOP_WAIT_S: Final = 2.0  # the stop's last export, at most
+LOG_EVERY_S: Final = 60.0  # an export failure is logged at most this often
+_ERROR_OUTCOMES: Final = frozenset({"failed", "unknown"})
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class _RateLimited(logging.Handler):
+    """The SDK's own warnings (an export that failed, a full queue) as one
+    structlog line a minute at most, with how many were left unsaid."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._last = -LOG_EVERY_S
+        self._quiet = 0
+
+    def emit(self, record: logging.LogRecord) -> None:  # under the handler's lock
+        t = time.monotonic()
+        if t - self._last < LOG_EVERY_S:
+            self._quiet += 1
+            return
+        self._last, quiet, self._quiet = t, self._quiet, 0
+        # the SDK's message names the endpoint and the cause, never a span's content
+        log.warning("trace_export_failed", detail=record.getMessage()[:300], unsaid=quiet)
+
+
+def _quiet_sdk_logs() -> None:
+    """The SDK's loggers go to :class:`_RateLimited` only (never to stderr as they come)."""
+    sdk = logging.getLogger("opentelemetry")
+    sdk.propagate = False
+    if not any(isinstance(h, _RateLimited) for h in sdk.handlers):
+        sdk.addHandler(_RateLimited())
+
+
+def _link(traceparent: str | None) -> list[Link]:
+    if traceparent is None:
+        return []
+    _version, trace_id, span_id, flags = traceparent.split("-")[:4]
+    ctx = SpanContext(
+        int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16))
+    )
+    return [Link(ctx)]
+
+
+def _where(neuron: str, prog: str | None, op: str, attempt: int, act: str) -> dict[str, Any]:
+    got: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": act,
+        "gen_ai.tool.call.id": idempotency_key(neuron, op, attempt),
+        "wardd.neuron": neuron,
+        "wardd.op": op,
+        "wardd.attempt": attempt,
+    }
+    if prog is not None:
+        got["wardd.prog"] = prog
+    return got
+
+
+class _Span(DispatchSpan):
+    """A live dispatch span (on its worker's thread)."""
+
+    def __init__(self, span: trace.Span) -> None:
+        self._span = span
+        ctx = span.get_span_context()
+        self.traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+        self.tracestate = ctx.trace_state.to_header() or None
+
+    def claimed(self, ref: AttemptRef) -> None:
+        self._span.set_attributes(_where(ref.neuron, ref.prog, ref.op, ref.attempt, ref.act))
+        self._span.add_event("claimed")
+
+    def ended(self, outcome: str | None, error_type: str | None = None) -> None:
+        span = self._span
+        if outcome is not None:
+            span.set_attribute("wardd.outcome", outcome)
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+        if outcome in _ERROR_OUTCOMES or (outcome is None and error_type is not None):
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
+
+
+class OtelTracer(Tracer):
+    """Spans through the OpenTelemetry SDK, exported over OTLP/HTTP (protobuf)."""
+
+    enabled = True
+
+    def __init__(self, config: TracingConfig, version: str) -> None:
+        _quiet_sdk_logs()
+        resource = Resource.create(
+            {"service.name": config.service_name, "service.version": version}
+        )
+        self._provider = TracerProvider(resource=resource)
+        exporter = OTLPSpanExporter(endpoint=config.endpoint, timeout=EXPORT_TIMEOUT_S)
+        self._provider.add_span_processor(
+            BatchSpanProcessor(
+                exporter,
+                max_queue_size=QUEUE_MAX,
+                schedule_delay_millis=EXPORT_DELAY_MS,
+                max_export_batch_size=BATCH_MAX,
+                export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
+            )
+        )
+        self._tracer = self._provider.get_tracer("wardd", version)
+
+    def incoming(self, params: Mapping[str, Any]) -> TraceIn:
+        return TraceIn(params.get("traceparent"), params.get("tracestate"), time.time_ns())
+
+    def dispatch(self, d: Dispatch) -> DispatchSpan:
+        t = d.trace
+        parent = None
+        if t is not None and t.traceparent is not None:
+            carrier = {"traceparent": t.traceparent}
+            if t.tracestate is not None:
+                carrier["tracestate"] = t.tracestate
+            parent = _PROPAGATOR.extract(carrier)
+        span = self._tracer.start_span(
+            f"execute_tool {d.act}",
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": d.act,
+                "wardd.neuron": d.neuron,
+            },
+            start_time=None if t is None else t.start_ns,
+        )
+        return _Span(span)
+
+    def recovered(self, name: str, at: AttemptTrace, facts: Mapping[str, str | bool]) -> None:
+        span = self._tracer.start_span(
+            f"wardd.{name} {at.act}",
+            kind=SpanKind.INTERNAL,
+            links=_link(at.traceparent),
+            attributes={**_where(at.neuron, at.prog, at.op, at.attempt, at.act), **facts},
+        )
+        if facts.get("wardd.outcome") == "unknown":
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
+
+    def shutdown(self) -> None:
+        """Export what is queued, waiting :data:`STOP_WAIT_S` at most (a
+        collector that does not answer never holds the stop)."""
+        t = threading.Thread(target=self._provider.shutdown, name="wardd-traces-stop", daemon=True)
+        t.start()
+        t.join(STOP_WAIT_S)
