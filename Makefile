@@ -16,7 +16,7 @@ PACKAGES := protocol client client/mcpserver adapters daemon daemon/core daemon/
 $(STAMP): pyproject.toml $(PACKAGES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check \
-	  --config-settings editable_mode=strict -e '.[test]'
+	  --config-settings editable_mode=strict -e '.[test,otel]'
 	@touch $(STAMP)
 
 run: $(STAMP)

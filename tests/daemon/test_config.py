@@ -10,6 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import attrs
 import pytest
 
 from tests.daemon.harness import Actor, Daemon, Env
@@ -30,7 +31,7 @@ def wardd(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 
 def documented_keys() -> set[str]:
     text = (ROOT / "docs" / "configuration.md").read_text()
-    return set(re.findall(r"^\| `([a-z_]+)` \|", text, re.M))
+    return set(re.findall(r"^\| `([a-z_.]+)` \|", text, re.M))
 
 
 class TestDefaultConfig:
@@ -47,8 +48,11 @@ class TestDefaultConfig:
     def test_default_config_names_every_key_with_its_default(self):
         """Every top-level key is in the printed default, commented or set, at its default."""
         text = wardd("default-config").stdout
-        for key in config_module._TOP_KEYS - {"acts"}:
+        for key in config_module._TOP_KEYS - {"acts", "tracing"}:
             assert re.search(rf"^#? ?{key} = ", text, re.M), key
+        assert re.search(r"^\[tracing\]$", text, re.M)
+        for key in attrs.fields_dict(config_module.TracingConfig):
+            assert re.search(rf"^{key} = ", text, re.M), key
         parsed = config_module.parse_config(tomllib.loads(text), "<embedded default>")
         assert parsed == config_module.load_config(None)
 
@@ -58,6 +62,7 @@ class TestDefaultConfig:
 
         keys = set(config_module._TOP_KEYS) | set(_cli._KEYS) | set(_file_append._KEYS)
         keys |= set(_python._KEYS)
+        keys |= {f"tracing.{k}" for k in attrs.fields_dict(config_module.TracingConfig)}
         assert keys - documented_keys() == set()
 
     def test_a_daemon_runs_on_the_printed_default(self, make_daemon):
@@ -185,3 +190,31 @@ class TestLogFormat:
         path.write_text('log_format = "xml"\n')
         out = wardd("check-config", str(path))
         assert out.returncode == 78 and "log_format" in out.stderr
+
+
+class TestTracing:
+    @pytest.mark.parametrize(
+        ("table", "key"),
+        [
+            ('exporter = "jaeger"', "tracing.exporter"),
+            ('endpoint = "ftp://127.0.0.1/v1/traces"', "tracing.endpoint"),
+            ('endpoint = "127.0.0.1:4318"', "tracing.endpoint"),
+            ('service_name = ""', "tracing.service_name"),
+            ("sample_rate = 1", "tracing.sample_rate"),
+        ],
+    )
+    def test_a_bad_tracing_key_is_one_line_naming_it(self, tmp_path, table, key):
+        """A refused ``[tracing]`` key is one line naming its dotted key, exit 78."""
+        path = tmp_path / "c.toml"
+        path.write_text(f"[tracing]\n{table}\n")
+        out = wardd("check-config", str(path))
+        assert out.returncode == 78
+        assert out.stderr.count("\n") == 1 and f": {key}: " in out.stderr, out.stderr
+
+    def test_otlp_is_accepted_with_the_otel_extra(self, tmp_path):
+        """With the ``otel`` extra installed, ``exporter = "otlp"`` checks out."""
+        pytest.importorskip("opentelemetry.sdk")
+        path = tmp_path / "c.toml"
+        path.write_text('[tracing]\nexporter = "otlp"\nendpoint = "https://collector:4318/v1/traces"\n')
+        out = wardd("check-config", str(path))
+        assert out.returncode == 0, out.stderr

@@ -4,7 +4,9 @@ every start's time to ``READY=1``, docs/performance.md)."""
 
 from __future__ import annotations
 
-from tests.daemon.harness import Env
+import pytest
+
+from tests.daemon.harness import Actor, Env
 
 
 def imported(log: str) -> set[str]:
@@ -72,3 +74,28 @@ class TestTheMcpSdkStaysOut:
             [sys.executable, "-c", probe], capture_output=True, text=True, env=child_env()
         )
         assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
+
+
+class TestTracingLoadsWhenOn:
+    def test_tracing_off_never_imports_opentelemetry(self, make_daemon):
+        """``[tracing] exporter = "none"`` (the default): through a start, an
+        invoke and a stop, nothing of OpenTelemetry is imported."""
+        d = make_daemon(start=False)
+        d.start({"PYTHONPROFILEIMPORTTIME": "1"})
+        a = Actor(d)
+        a.submit("op")
+        assert a.invoke("op")["status"] == "succeeded"
+        assert d.terminate() == 0
+        modules = imported(d.log_text())
+        assert "wardd.daemon.app" in modules
+        assert not {m for m in modules if m.split(".")[0] == "opentelemetry"}
+        assert "wardd.daemon._otel" not in modules
+
+    def test_tracing_on_imports_it(self, make_daemon):
+        """The same check is not blind: with ``exporter = "otlp"`` the SDK loads."""
+        pytest.importorskip("opentelemetry.sdk")
+        env = Env(tracing={"exporter": "otlp", "endpoint": "http://127.0.0.1:9/v1/traces"})
+        d = make_daemon(env, start=False)
+        d.start({"PYTHONPROFILEIMPORTTIME": "1"})
+        assert d.terminate() == 0
+        assert "opentelemetry.sdk.trace" in imported(d.log_text())
