@@ -37,6 +37,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status  # noqa: E402
 
 from tests.daemon._http_peer import Peer, Reply  # noqa: E402
 from tests.daemon.harness import NETWORK, Actor, Background, Env, key, wait_for  # noqa: E402
+from wardd.client import Session  # noqa: E402
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -246,6 +247,22 @@ class TestDispatchSpans:
         for body in collector.bodies():
             assert ARGS not in body
             assert SECRET.encode() not in body
+
+    def test_the_client_sends_the_span_its_caller_is_in(self, make_daemon, collector, tmp_path):
+        """A `Session` called inside an OpenTelemetry span sends its context:
+        the dispatch span is that span's child."""
+        from opentelemetry import trace
+
+        d = make_daemon(traced_env(collector, tmp_path))
+        a = Actor(d)
+        a.submit("c1")
+        caller = trace.SpanContext(
+            int(CALLER_TRACE, 16), int(CALLER_SPAN, 16), False, trace.TraceFlags(1)
+        )
+        with trace.use_span(trace.NonRecordingSpan(caller)):
+            assert Session(a.client, a.neuron).invoke("c1").status == "succeeded"
+        span = collector.named("execute_tool echo")
+        assert (span.trace_id.hex(), span.parent_span_id.hex()) == (CALLER_TRACE, CALLER_SPAN)
 
     def test_an_http_act_sends_the_dispatch_span_as_its_traceparent(
         self, make_daemon, collector, peers, tmp_path
