@@ -46,7 +46,12 @@ filesystem). Results, method and analysis: docs/performance.md.
    (``_prune.py``; backlogs built through the store's own units).
 7. metrics: the CPU one ``invoke``'s counting adds (``_metrics``:
    in-process, each repetition paired with the same loop uncounted).
-8. hostile frames: ``status`` p50/p99 (from the prober process) while 20
+8. traces: the CPU one ``invoke``'s tracing adds with ``[tracing] exporter =
+   "otlp"`` (``_traces``: in-process, each repetition paired with the same
+   loop untraced): on the threads that serve the invoke (the target), and
+   the whole process's with the SDK's export thread encoding and sending
+   each span to a collector in a process of its own.
+9. hostile frames: ``status`` p50/p99 (from the prober process) while 20
    connections send, again and again, the worst frames we can build
    (``_hostile.py``): 64 KiB of colliding map keys, and the costliest
    shapes the decoder accepts at 4 KiB (the largest body decoded on the
@@ -91,11 +96,12 @@ import _prune  # noqa: E402
 import _raw  # noqa: E402
 import _recovery  # noqa: E402
 import _retention  # noqa: E402
+import _traces  # noqa: E402
 from _common import Results, fmt_ms, fmt_rate, log, percentile, section  # noqa: E402
 from _wardd import Actor, Daemon  # noqa: E402
 
 SECTIONS = ("raw", "sequential", "concurrent", "call", "dbos", "recovery", "status1m", "rss",
-            "retention", "prune", "metrics", "hostile")
+            "retention", "prune", "metrics", "traces", "hostile")
 
 # name -> settings; "default" took 401 s on 2 cores under a load average of 2.4
 MODES: dict[str, dict[str, Any]] = {
@@ -810,6 +816,17 @@ def bench_metrics(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     print(f"   added CPU per invoke {R.stat('metrics.added_us', added, ' µs')}")
 
 
+def bench_traces(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
+    section("traces: the CPU one invoke's tracing adds (in-process, paired)")
+    try:
+        hot, whole = _traces.added_us(cfg["reps"], 10)
+    except (ImportError, AttributeError, TypeError) as exc:
+        R.note(f"traces cost unavailable (the otel extra?): {exc!r}")
+        return
+    print(f"   added CPU per invoke, serving threads {R.stat('traces.added_us', hot, ' µs')}")
+    print(f"   with the export thread (encode, send) {R.stat('traces.whole_us', whole, ' µs')}")
+
+
 HOSTILE_CONNECTIONS = 20
 # phase -> the frame body each attacking connection sends, again and again:
 # legitimate status requests (the reference), the 64 KiB map of colliding
@@ -1178,6 +1195,15 @@ def row_metrics(g: Figures) -> Row:
                 compared="one invoke's metrics calls, counted loop − bare loop", detail="")
 
 
+def row_traces(g: Figures) -> Row:
+    """One invoke's calls into the tracer, traced loop − bare loop, on the
+    serving threads (``_traces``); the export thread's CPU is printed beside it."""
+    whole = g.med("traces.whole_us")
+    return dict(value=g.med("traces.added_us"), paired=True,
+                compared="one invoke's tracer calls, traced loop − bare loop",
+                detail=f"{g.f(whole)} µs with the export thread" if whole else "")
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
     """One row of the targets' table: what it holds a figure to, and how the
@@ -1229,7 +1255,7 @@ TARGETS: list[Target] = [
            row_recovery),
 ]
 # printed below the table, not part of it: the raw-bound ratios, RSS,
-# retention's tombstone (contract §3.9) and the metrics' cost
+# retention's tombstone (contract §3.9), the metrics' and the traces' cost
 EXTRA_TARGETS: list[Target] = [
     Target("engine", "engine floor ÷ raw dispatch bound (1-row commits/s ÷ 2)", ">=", 0.7, "×",
            row_engine),
@@ -1241,6 +1267,8 @@ EXTRA_TARGETS: list[Target] = [
     Target("tombstone", "bytes per op kept for ever ≤ 10% of 1,754 (retention)", "<=", 175.4,
            " B", row_tombstone),
     Target("metrics", "CPU the metrics add per invoke", "<=", 20.0, " µs", row_metrics),
+    Target("traces", "CPU tracing adds per invoke (the threads that serve it)", "<=", 30.0,
+           " µs", row_traces),
 ]
 
 
@@ -1339,6 +1367,7 @@ def main(argv: list[str] | None = None) -> int:
                "status1m": bench_status_1m, "rss": bench_rss, "retention": bench_retention,
                "prune": bench_prune,
                "metrics": bench_metrics,
+               "traces": bench_traces,
                "hostile": bench_hostile}
         if "dbos" in only:
             py, how = _dbos.ensure_venv(log)

@@ -13,19 +13,27 @@ most once a minute (``trace_export_failed``), never a dispatch.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
-from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from wardd.adapters import idempotency_key
 
@@ -47,7 +55,8 @@ EXPORT_TIMEOUT_S: Final = 5.0  # one export request, retries included
 STOP_WAIT_S: Final = 2.0  # the stop's last export, at most
 LOG_EVERY_S: Final = 60.0  # an export failure is logged at most this often
 _ERROR_OUTCOMES: Final = frozenset({"failed", "unknown"})
-_PROPAGATOR = TraceContextTextMapPropagator()
+_ERROR: Final = Status(StatusCode.ERROR)
+_UNSET: Final = Status(StatusCode.UNSET)
 
 
 class _RateLimited(logging.Handler):
@@ -102,27 +111,77 @@ def _where(neuron: str, prog: str | None, op: str, attempt: int, act: str) -> di
 
 
 class _Span(DispatchSpan):
-    """A live dispatch span (on its worker's thread)."""
+    """A dispatch span in the making, on its worker's thread: plain values
+    until it ends, when it is handed to the export queue whole, as the SDK's
+    ``ReadableSpan`` (a value: no lock, no context, no sampler on the way)."""
 
-    def __init__(self, span: trace.Span) -> None:
-        self._span = span
-        ctx = span.get_span_context()
-        self.traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
-        self.tracestate = ctx.trace_state.to_header() or None
+    def __init__(self, tracer: OtelTracer, d: Dispatch, parent: SpanContext | None) -> None:
+        self._tracer = tracer
+        self._parent = parent
+        self._name = f"execute_tool {d.act}"
+        t = d.trace
+        self._start = time.time_ns() if t is None else t.start_ns
+        self._attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": d.act,
+            "wardd.neuron": d.neuron,
+        }
+        self._events: tuple[Event, ...] = ()
+        # W3C: a child keeps its parent's trace id and sampled flag, and its tracestate
+        self._trace_id = parent.trace_id if parent is not None else _random_id(128)
+        self._span_id = _random_id(64)
+        self._flags = TraceFlags(parent.trace_flags & 1 if parent is not None else 1)
+        self.traceparent = f"00-{self._trace_id:032x}-{self._span_id:016x}-{self._flags:02x}"
+        self.tracestate = None if t is None else t.tracestate
 
     def claimed(self, ref: AttemptRef) -> None:
-        self._span.set_attributes(_where(ref.neuron, ref.prog, ref.op, ref.attempt, ref.act))
-        self._span.add_event("claimed")
+        self._attrs.update(_where(ref.neuron, ref.prog, ref.op, ref.attempt, ref.act))
+        self._events = (Event("claimed", {}, time.time_ns()),)
 
     def ended(self, outcome: str | None, error_type: str | None = None) -> None:
-        span = self._span
+        if not self._flags.sampled:
+            return  # the caller's trace is not recorded: nor is this span
+        attrs = self._attrs
         if outcome is not None:
-            span.set_attribute("wardd.outcome", outcome)
+            attrs["wardd.outcome"] = outcome
         if error_type is not None:
-            span.set_attribute("error.type", error_type)
-        if outcome in _ERROR_OUTCOMES or (outcome is None and error_type is not None):
-            span.set_status(Status(StatusCode.ERROR))
-        span.end()
+            attrs["error.type"] = error_type
+        error = outcome in _ERROR_OUTCOMES or (outcome is None and error_type is not None)
+        parent = self._parent
+        state = parent.trace_state if parent is not None else None
+        tracer = self._tracer
+        tracer.export(
+            ReadableSpan(
+                self._name,
+                context=SpanContext(self._trace_id, self._span_id, False, self._flags, state),
+                parent=parent,
+                resource=tracer.resource,
+                instrumentation_scope=tracer.scope,
+                attributes=attrs,
+                events=self._events,
+                kind=SpanKind.INTERNAL,
+                status=_ERROR if error else _UNSET,
+                start_time=self._start,
+                end_time=time.time_ns(),
+            )
+        )
+
+
+def _random_id(bits: int) -> int:
+    """A random non-zero id (W3C: an all-zero id is invalid), as the SDK makes them."""
+    while True:
+        got = random.getrandbits(bits)
+        if got:
+            return got
+
+
+def _parent(t: TraceIn | None) -> SpanContext | None:
+    """The caller's span from a checked ``traceparent`` (``_params``), or None."""
+    if t is None or t.traceparent is None:
+        return None
+    _version, trace_id, span_id, flags = t.traceparent.split("-")[:4]
+    state = TraceState.from_header([t.tracestate]) if t.tracestate else None
+    return SpanContext(int(trace_id, 16), int(span_id, 16), True, TraceFlags(int(flags, 16)), state)
 
 
 class OtelTracer(Tracer):
@@ -137,40 +196,27 @@ class OtelTracer(Tracer):
         )
         self._provider = TracerProvider(resource=resource)
         exporter = OTLPSpanExporter(endpoint=config.endpoint, timeout=EXPORT_TIMEOUT_S)
-        self._provider.add_span_processor(
-            BatchSpanProcessor(
-                exporter,
-                max_queue_size=QUEUE_MAX,
-                schedule_delay_millis=EXPORT_DELAY_MS,
-                max_export_batch_size=BATCH_MAX,
-                export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
-            )
+        self._processor = BatchSpanProcessor(
+            exporter,
+            max_queue_size=QUEUE_MAX,
+            schedule_delay_millis=EXPORT_DELAY_MS,
+            max_export_batch_size=BATCH_MAX,
+            export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
         )
+        self._provider.add_span_processor(self._processor)
         self._tracer = self._provider.get_tracer("wardd", version)
+        self.resource = resource
+        self.scope = InstrumentationScope("wardd", version)
 
     def incoming(self, params: Mapping[str, Any]) -> TraceIn:
         return TraceIn(params.get("traceparent"), params.get("tracestate"), time.time_ns())
 
     def dispatch(self, d: Dispatch) -> DispatchSpan:
-        t = d.trace
-        parent = None
-        if t is not None and t.traceparent is not None:
-            carrier = {"traceparent": t.traceparent}
-            if t.tracestate is not None:
-                carrier["tracestate"] = t.tracestate
-            parent = _PROPAGATOR.extract(carrier)
-        span = self._tracer.start_span(
-            f"execute_tool {d.act}",
-            context=parent,
-            kind=SpanKind.INTERNAL,
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": d.act,
-                "wardd.neuron": d.neuron,
-            },
-            start_time=None if t is None else t.start_ns,
-        )
-        return _Span(span)
+        return _Span(self, d, _parent(d.trace))
+
+    def export(self, span: ReadableSpan) -> None:
+        """Queue a finished span (bounded; the oldest is dropped when full)."""
+        self._processor.on_end(span)
 
     def recovered(self, name: str, at: AttemptTrace, facts: Mapping[str, str | bool]) -> None:
         span = self._tracer.start_span(
