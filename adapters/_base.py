@@ -109,8 +109,11 @@ class ActRequest:
     # program carries it as WARDD_BOOT, so that a later start of the same
     # database knows its own orphans from another daemon's programs
     boot: str | None = None
-    # the W3C trace context of the dispatch span (docs/operations.md, "Traces"):
-    # an act may pass it on to what it calls; None when tracing is off
+    # the W3C trace context of the dispatch span (docs/operations.md, "Traces"),
+    # None when tracing is off. An adapter passes it on in its own protocol's
+    # way: `http` as the traceparent/tracestate headers, `cli` as the
+    # TRACEPARENT/TRACESTATE environment; an MCP client adapter puts them in
+    # its request's `params._meta` ("traceparent", "tracestate")
     traceparent: str | None = None
     tracestate: str | None = None
 
