@@ -79,7 +79,7 @@ def added_us(reps: int, chunks: int) -> tuple[list[float], list[float]]:
                 span.claimed(ref)
                 span.ended("succeeded")
 
-        flush = tracer._provider.force_flush  # type: ignore[attr-defined]
+        flush = tracer._processor.force_flush  # type: ignore[attr-defined]
         traced(CHUNK)
         flush()  # warm: the exporter's connection is open from here on
         hot, whole = [], []

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
@@ -194,7 +194,6 @@ class OtelTracer(Tracer):
         resource = Resource.create(
             {"service.name": config.service_name, "service.version": version}
         )
-        self._provider = TracerProvider(resource=resource)
         exporter = OTLPSpanExporter(endpoint=config.endpoint, timeout=EXPORT_TIMEOUT_S)
         self._processor = BatchSpanProcessor(
             exporter,
@@ -203,8 +202,6 @@ class OtelTracer(Tracer):
             max_export_batch_size=BATCH_MAX,
             export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
         )
-        self._provider.add_span_processor(self._processor)
-        self._tracer = self._provider.get_tracer("wardd", version)
         self.resource = resource
         self.scope = InstrumentationScope("wardd", version)
 
@@ -219,19 +216,29 @@ class OtelTracer(Tracer):
         self._processor.on_end(span)
 
     def recovered(self, name: str, at: AttemptTrace, facts: Mapping[str, str | bool]) -> None:
-        span = self._tracer.start_span(
-            f"wardd.{name} {at.act}",
-            kind=SpanKind.INTERNAL,
-            links=_link(at.traceparent),
-            attributes={**_where(at.neuron, at.prog, at.op, at.attempt, at.act), **facts},
+        """A recovery step as a span of a trace of its own (a start, a receipt
+        and a reconcile have no caller), linked to the attempt's dispatch span."""
+        now = time.time_ns()
+        ctx = SpanContext(_random_id(128), _random_id(64), False, TraceFlags(1))
+        error = facts.get("wardd.outcome") == "unknown"
+        self.export(
+            ReadableSpan(
+                f"wardd.{name} {at.act}",
+                context=ctx,
+                resource=self.resource,
+                instrumentation_scope=self.scope,
+                attributes={**_where(at.neuron, at.prog, at.op, at.attempt, at.act), **facts},
+                links=_link(at.traceparent),
+                kind=SpanKind.INTERNAL,
+                status=_ERROR if error else _UNSET,
+                start_time=now,
+                end_time=now,
+            )
         )
-        if facts.get("wardd.outcome") == "unknown":
-            span.set_status(Status(StatusCode.ERROR))
-        span.end()
 
     def shutdown(self) -> None:
         """Export what is queued, waiting :data:`STOP_WAIT_S` at most (a
         collector that does not answer never holds the stop)."""
-        t = threading.Thread(target=self._provider.shutdown, name="wardd-traces-stop", daemon=True)
+        t = threading.Thread(target=self._processor.shutdown, name="wardd-traces-stop", daemon=True)
         t.start()
         t.join(STOP_WAIT_S)
