@@ -194,6 +194,10 @@ class Adapter(Protocol):
       computed on the worker thread just before the claim is committed (so
       before the call), and handed back to ``receipt`` (``file.append``: the
       file's path, device, inode, size and a digest of its content).
+    - ``receipt_traced: bool``: True when ``receipt`` also takes a keyword
+      ``traceparent``: the dispatch span the call was given (docs/operations.md,
+      "Traces"), passed when the claim kept one (``http`` sends it on its
+      receipt's request).
     - ``kill_all() -> None``: SIGKILL every process group the adapter still
       runs (``cli``); called by the daemon at shutdown after its grace.
     - ``abortable: bool`` and ``abort(idempotency_key) -> None``: the call

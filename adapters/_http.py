@@ -536,6 +536,7 @@ class HttpAdapter:
     kind: str = attrs.field(default="http", init=False)
     in_process: bool = attrs.field(default=True, init=False)
     abortable: bool = attrs.field(default=True, init=False)
+    receipt_traced: bool = attrs.field(default=True, init=False)  # receipt(traceparent=...)
     _flights: Flights = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -628,7 +629,7 @@ class HttpAdapter:
             self.idempotency_header,
             key_value(request.idempotency_key, self.idempotency_format),
         )
-        _trace_headers(headers, request)
+        _trace_headers(headers, request.traceparent, request.tracestate)
         got = self._exchange(
             _Request(
                 request.idempotency_key,
@@ -652,16 +653,21 @@ class HttpAdapter:
         idempotency_key: str,
         claim_info: Mapping[str, Any] | None = None,
         sent: SentCall | None = None,
+        *,
+        traceparent: str | None = None,
     ) -> Receipt:
         """GET the receipt URL for the key, or (``receipt = "replay"``) send the
-        call's request again; never raises (module docstring, `_http_replay`)."""
+        call's request again; never raises (module docstring, `_http_replay`).
+        ``traceparent``: the dispatch span the call sent, sent again on the GET."""
         if claim_info is None:  # never claimed: the call never began, so nothing was sent
             return Receipt("not_executed")
         if self.replay_window_s is not None:
             return self._replay(idempotency_key, claim_info, sent)
-        return self._look_up(idempotency_key, claim_info)
+        return self._look_up(idempotency_key, claim_info, traceparent)
 
-    def _look_up(self, idempotency_key: str, claim_info: Mapping[str, Any]) -> Receipt:
+    def _look_up(
+        self, idempotency_key: str, claim_info: Mapping[str, Any], traceparent: str | None
+    ) -> Receipt:
         """GET the receipt URL the claim recorded for the key as the call sent it."""
         url, header, fmt, hint = _receipt_plan(claim_info, self)
         if url is None:
@@ -670,6 +676,7 @@ class HttpAdapter:
         secrets: list[bytes] = []
         try:
             headers, secrets = self._headers(self.headers, header, key)
+            _trace_headers(headers, traceparent, None)
             target = Target.parse(url.replace("{key}", urllib.parse.quote(key, safe="")), "url")
             got = self._exchange(
                 _Request(
@@ -905,11 +912,11 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
-def _trace_headers(headers: dict[str, str], request: ActRequest) -> None:
+def _trace_headers(headers: dict[str, str], parent: str | None, state: str | None) -> None:
     """The dispatch span's W3C trace context, as ``traceparent`` and
     ``tracestate`` headers (docs/operations.md, "Traces"); a header of the
     same name in the act's ``headers`` is kept as configured."""
     taken = {n.lower() for n in headers}
-    for name, value in (("traceparent", request.traceparent), ("tracestate", request.tracestate)):
+    for name, value in (("traceparent", parent), ("tracestate", state)):
         if value is not None and name not in taken:
             headers[name] = value

@@ -30,6 +30,8 @@ from typing import Any
 
 import attrs
 
+from ._tracing import stored_traceparent
+
 __all__ = ["ReceiptQuestion", "adapter_kind", "claim_record", "receipt_question"]
 
 
@@ -55,6 +57,9 @@ class ReceiptQuestion:
     claim_info: Any  # handed to ``receipt(key, claim_info)``
     binding: bool  # False: the answer is a hint only, the attempt stays unknown
     why: str | None = None  # for a hint: why the answer cannot be applied
+    # the dispatch span the claim kept (docs/operations.md, "Traces"), for an
+    # adapter whose receipt passes it on (``receipt_traced``)
+    traceparent: str | None = None
 
 
 def receipt_question(adapter: object, claimed: bool, stored: object) -> ReceiptQuestion:
@@ -65,7 +70,7 @@ def receipt_question(adapter: object, claimed: bool, stored: object) -> ReceiptQ
     if _is_claim_record(stored):
         assert isinstance(stored, Mapping)
         if stored["adapter"] == kind:
-            return ReceiptQuestion(stored["record"], True)
+            return ReceiptQuestion(stored["record"], True, None, stored_traceparent(stored))
         why = f"claimed under adapter {stored['adapter']!r}; the act is now served by {kind!r}"
         return ReceiptQuestion({}, False, why)
     older = dict(stored) if isinstance(stored, Mapping) else {}

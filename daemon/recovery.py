@@ -481,18 +481,29 @@ def _receipt(
     """Ask the adapter (on a thread); a hint-only answer's detail says why it is one.
     ``sent`` is what the daemon holds of the call, for an adapter whose receipt
     sends it again (``receipt_resends``); None for any other."""
-    got = _ask(adapter, c, question.claim_info, sent)
+    got = _ask(adapter, c, question.claim_info, sent, question.traceparent)
     if question.binding:
         return got
     detail = question.why if not got.detail else f"{question.why}; {got.detail}"
     return attrs.evolve(got, detail=detail)
 
 
-def _ask(adapter: Adapter, c: Candidate, claim_info: Any, sent: SentCall | None) -> Receipt:
+def _ask(
+    adapter: Adapter,
+    c: Candidate,
+    claim_info: Any,
+    sent: SentCall | None,
+    traceparent: str | None,
+) -> Receipt:
     try:
         fn = adapter.receipt  # type: ignore[attr-defined]
+        # the dispatch span the claim kept, for a receipt that passes it on
+        traced = traceparent is not None and getattr(adapter, "receipt_traced", False) is True
+        kw = {"traceparent": traceparent} if traced else {}
         if _resends(adapter):
-            got = fn(c.key, claim_info, sent)
+            got = fn(c.key, claim_info, sent, **kw)
+        elif kw:
+            got = fn(c.key, claim_info, **kw)
         elif hasattr(adapter, "claim_info"):
             got = fn(c.key, claim_info)
         else:

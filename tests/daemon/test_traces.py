@@ -35,7 +35,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status  # noqa: E402
 
-from tests.daemon._http_peer import Peer, Reply  # noqa: E402
+from tests.daemon._http_peer import KeyLedger, Peer, Reply  # noqa: E402
 from tests.daemon.harness import NETWORK, Actor, Background, Env, key, wait_for  # noqa: E402
 from wardd.client import Session  # noqa: E402
 
@@ -277,6 +277,29 @@ class TestDispatchSpans:
         span = collector.named("execute_tool web")
         assert ids_in(api.requests[0].headers["traceparent"]) == ids_of(span)
         assert b"created" not in b"".join(collector.bodies())  # the value stays out
+
+    def test_an_http_receipt_sends_the_span_of_the_call_it_asks_about(
+        self, make_daemon, collector, peers, tmp_path
+    ):
+        """An unknown ``http`` attempt (a 500 after its effect): the receipt's GET
+        carries the traceparent its POST carried, and its ``wardd.receipt`` span
+        links to that dispatch span."""
+        api = KeyLedger(tmp_path / "api-ledger.log")
+        peer = Peer(api)
+        peers.append(peer)
+        web = {"adapter": "http", "url": peer.url(), "receipt_url": peer.url("/by-key/{key}")}
+        d = make_daemon(traced_env(collector, tmp_path, web=web))
+        a = Actor(d, acts=("web",))
+        a.submit("r1", "web", b"after-500")
+        assert a.invoke("r1")["status"] == "unknown"
+        assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 1}
+        post, get = peer.requests
+        assert (post.method, get.method) == ("POST", "GET")
+        dispatch = collector.named("execute_tool web")
+        assert ids_in(post.headers["traceparent"]) == ids_in(get.headers["traceparent"])
+        assert ids_in(get.headers["traceparent"]) == ids_of(dispatch)
+        receipt = collector.named("wardd.receipt web")
+        assert [ids_of(link) for link in receipt.links] == [ids_of(dispatch)]
 
     def test_a_malformed_traceparent_is_refused_and_changes_nothing(
         self, make_daemon, collector, tmp_path
