@@ -37,7 +37,7 @@ from opentelemetry.trace import (
 
 from wardd.adapters import idempotency_key
 
-from ._tracing import AttemptTrace, DispatchSpan, TraceIn, Tracer
+from ._tracing import NO_SPAN, AttemptTrace, DispatchSpan, TraceIn, Tracer
 
 if TYPE_CHECKING:
     from .config import TracingConfig
@@ -55,6 +55,8 @@ EXPORT_TIMEOUT_S: Final = 5.0  # one export request, retries included
 STOP_WAIT_S: Final = 2.0  # the stop's last export, at most
 LOG_EVERY_S: Final = 60.0  # an export failure is logged at most this often
 _ERROR_OUTCOMES: Final = frozenset({"failed", "unknown"})
+# a span that could not be made is said through the SDK's loggers: rate-limited alike
+_dropped = logging.getLogger("opentelemetry.wardd").warning
 _ERROR: Final = Status(StatusCode.ERROR)
 _UNSET: Final = Status(StatusCode.UNSET)
 
@@ -141,6 +143,12 @@ class _Span(DispatchSpan):
     def ended(self, outcome: str | None, error_type: str | None = None) -> None:
         if not self._flags.sampled:
             return  # the caller's trace is not recorded: nor is this span
+        try:
+            self._end(outcome, error_type)
+        except Exception as exc:  # noqa: BLE001 - a span never changes a dispatch
+            _dropped("a dispatch span was dropped: %r", exc)
+
+    def _end(self, outcome: str | None, error_type: str | None) -> None:
         attrs = self._attrs
         if outcome is not None:
             attrs["wardd.outcome"] = outcome
@@ -209,7 +217,11 @@ class OtelTracer(Tracer):
         return TraceIn(params.get("traceparent"), params.get("tracestate"), time.time_ns())
 
     def dispatch(self, d: Dispatch) -> DispatchSpan:
-        return _Span(self, d, _parent(d.trace))
+        try:
+            return _Span(self, d, _parent(d.trace))
+        except Exception as exc:  # noqa: BLE001 - a span never changes a dispatch
+            _dropped("a dispatch span could not be started: %r", exc)
+            return NO_SPAN
 
     def export(self, span: ReadableSpan) -> None:
         """Queue a finished span (bounded; the oldest is dropped when full)."""
@@ -218,6 +230,12 @@ class OtelTracer(Tracer):
     def recovered(self, name: str, at: AttemptTrace, facts: Mapping[str, str | bool]) -> None:
         """A recovery step as a span of a trace of its own (a start, a receipt
         and a reconcile have no caller), linked to the attempt's dispatch span."""
+        try:
+            self._recovered(name, at, facts)
+        except Exception as exc:  # noqa: BLE001 - a span never changes a recovery
+            _dropped("a recovery span was dropped: %r", exc)
+
+    def _recovered(self, name: str, at: AttemptTrace, facts: Mapping[str, str | bool]) -> None:
         now = time.time_ns()
         ctx = SpanContext(_random_id(128), _random_id(64), False, TraceFlags(1))
         error = facts.get("wardd.outcome") == "unknown"

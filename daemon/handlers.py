@@ -222,14 +222,11 @@ async def _reconcile(s: Services, conn: Connection, neuron: str, p: dict[str, An
     if wire_safe(out.get("value"))[1] is not None:
         raise BadRequest("outcome.value nests too deep to be sent back", {"param": "outcome"})
     # the traces tell a reconcile that resolved an unknown attempt (docs/operations.md)
-    was = None
-    aid = s.reads.attempt_id(neuron, p["op"], p["attempt"]) if s.recovery.tracing else None
-    if aid is not None:
-        was = s.reads.attempt_state(aid)
+    traced = s.recovery.traced_unknown(neuron, p["op"], p["attempt"])
     got = await s.writer.run(
         mgmt.reconcile(neuron, p["op"], p["attempt"], out["status"], out.get("value"))
     )
-    if was is not None and was[0] == "unknown":
+    if traced:
         s.recovery.reconciled(neuron, p["op"], p["attempt"], out["status"])
     return got
 

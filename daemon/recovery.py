@@ -248,6 +248,12 @@ class Recovery:
         dispatch span (read only when tracing is on)."""
         if not self._tracer.enabled or not self._marked_ids:
             return
+        try:
+            self._emit_marks(marks)
+        except Exception as exc:  # noqa: BLE001 - the traces never change a recovery
+            log.error("trace_read_failed", error=repr(exc))
+
+    def _emit_marks(self, marks: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         claimed = {(w["neuron"], w["op"], w["attempt"]): e.get("claimed") for w, e in marks}
         for at in self._reads.attempt_traces(sorted(self._marked_ids)):
             facts: dict[str, str | bool] = {"wardd.outcome": "unknown"}
@@ -376,7 +382,11 @@ class Recovery:
         attempt resolved, linked to its dispatch span."""
         if not self._tracer.enabled:
             return
-        at = self._reads.attempt_trace_of(neuron, op, attempt)
+        try:
+            at = self._reads.attempt_trace_of(neuron, op, attempt)
+        except Exception as exc:  # noqa: BLE001 - the traces never change a resolution
+            log.error("trace_read_failed", error=repr(exc))
+            return
         if at is None:
             return
         if outcome is None:  # a receipt's answer, applied
@@ -388,9 +398,18 @@ class Recovery:
         }
         self._tracer.recovered(how, at, facts)
 
-    @property
-    def tracing(self) -> bool:
-        return self._tracer.enabled
+    def traced_unknown(self, neuron: str, op: str, attempt: int) -> bool:
+        """Whether tracing is on and the attempt is unknown now (a reconcile
+        of it then makes a span); False on any failure to tell."""
+        if not self._tracer.enabled:
+            return False
+        try:
+            attempt_id = self._reads.attempt_id(neuron, op, attempt)
+            state = None if attempt_id is None else self._reads.attempt_state(attempt_id)
+        except Exception as exc:  # noqa: BLE001 - the traces never change a reconcile
+            log.error("trace_read_failed", error=repr(exc))
+            return False
+        return state is not None and state[0] == "unknown"
 
     def reconciled(self, neuron: str, op: str, attempt: int, status: str) -> None:
         """A reconcile resolved an unknown attempt: its span (when tracing is on)."""
