@@ -133,3 +133,16 @@ class TestNoTracer:
         assert stored_traceparent({"adapter": "cli", "record": None, "trace": GOOD}) == GOOD
         assert stored_traceparent({"adapter": "cli", "record": None}) is None
         assert stored_traceparent(None) is None
+
+    def test_a_receipt_is_asked_with_the_span_its_claim_kept(self):
+        """The receipt question carries the claim's traceparent, for a claim of
+        the adapter that serves the act now; a hint-only one carries none."""
+        from wardd.adapters import echo_adapter
+        from wardd.daemon._claims import adapter_kind, receipt_question
+
+        adapter = echo_adapter()
+        stored = {"adapter": adapter_kind(adapter), "record": None, "trace": GOOD}
+        assert receipt_question(adapter, True, stored).traceparent == GOOD
+        other = {**stored, "adapter": "another"}
+        assert receipt_question(adapter, True, other).traceparent is None
+        assert receipt_question(adapter, False, None).traceparent is None
