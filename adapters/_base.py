@@ -112,8 +112,8 @@ class ActRequest:
     # the W3C trace context of the dispatch span (docs/operations.md, "Traces"),
     # None when tracing is off. An adapter passes it on in its own protocol's
     # way: `http` as the traceparent/tracestate headers, `cli` as the
-    # TRACEPARENT/TRACESTATE environment; an MCP client adapter puts them in
-    # its request's `params._meta` ("traceparent", "tracestate")
+    # TRACEPARENT/TRACESTATE environment, `mcp` in its request's
+    # `params._meta` ("traceparent", "tracestate")
     traceparent: str | None = None
     tracestate: str | None = None
 

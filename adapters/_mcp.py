@@ -18,6 +18,8 @@ with ``idempotency = "meta"`` (the default) in the request's
 ``_meta["wardd/idempotency_key"]`` and in ``params.idempotencyKey``; with
 ``"argument:NAME"`` in both of those and as the tool argument ``NAME`` (the
 args may not hold it); with ``"none"`` nowhere.
+With tracing on, ``_meta`` also carries the dispatch span's
+``traceparent`` (and ``tracestate``), whatever ``idempotency`` says.
 
 How a call ends (`judge`):
 
@@ -331,12 +333,19 @@ class McpAdapter:
                     f"args must not hold {self.argument!r}: the fence key goes there"
                 )
             arguments[self.argument] = key
+        sent_key = meta is not None
+        # the dispatch span's W3C context (docs/operations.md, "Traces"), as
+        # OpenTelemetry's MCP conventions carry it: in the request's _meta
+        context = {"traceparent": request.traceparent, "tracestate": request.tracestate}
+        trace = {k: v for k, v in context.items() if v is not None}
+        if trace:
+            meta = {**(meta or {}), **trace}
         call = ToolCall(
             key=key,
             tool=self.tool,
             arguments=arguments,
             meta=meta,
-            idempotency_key=None if meta is None else key,
+            idempotency_key=key if sent_key else None,
             timeout_s=self.timeout_s,
         )
         secrets = self._secrets()

@@ -10,6 +10,7 @@ the daemon's dispatch span is then its child.
 from __future__ import annotations
 
 import sys
+
 from wardd.protocol import traceparent_problem, tracestate_problem
 
 __all__ = ["current_trace"]

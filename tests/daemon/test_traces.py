@@ -20,8 +20,10 @@ answering 200 to every export; the bodies are decoded as
 
 from __future__ import annotations
 
+import json
 import shlex
 import socket
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -300,6 +302,26 @@ class TestDispatchSpans:
         assert ids_in(get.headers["traceparent"]) == ids_of(dispatch)
         receipt = collector.named("wardd.receipt web")
         assert [ids_of(link) for link in receipt.links] == [ids_of(dispatch)]
+
+    def test_an_mcp_act_carries_the_dispatch_span_in_meta(self, make_daemon, collector, tmp_path):
+        """An ``mcp`` act's tools/call has the span's traceparent in ``params._meta``,
+        beside the fence key (the peer of tests/daemon/test_mcp_acts.py, over stdio)."""
+        peer = Path(__file__).resolve().parent / "_mcp_peer.py"
+        record = tmp_path / "record.jsonl"
+        (tmp_path / "marks").mkdir()
+        argv = [sys.executable, str(peer), "--record", str(record),
+                "--ledger", str(tmp_path / "ledger-mcp"),
+                "--marks", str(tmp_path / "marks")]  # fmt: skip
+        gh = {"adapter": "mcp", "command": argv, "tool": "create"}
+        d = make_daemon(traced_env(collector, tmp_path, gh=gh))
+        a = Actor(d, acts=("gh",))
+        a.submit("m1", "gh", b'{"title": "first"}')
+        assert a.invoke("m1")["status"] == "succeeded"
+        span = collector.named("execute_tool gh")
+        (call,) = [json.loads(line) for line in record.read_text().splitlines()]
+        meta = call["params"]["_meta"]
+        assert meta["wardd/idempotency_key"] == key(a, "m1")
+        assert ids_in(meta["traceparent"]) == ids_of(span)
 
     def test_a_malformed_traceparent_is_refused_and_changes_nothing(
         self, make_daemon, collector, tmp_path
