@@ -20,8 +20,8 @@ from wardd.adapters import SentCall, idempotency_key
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
 from .._records import dec
-from ..core.records import Grant
 from .._tracing import AttemptTrace, stored_traceparent
+from ..core.records import Grant
 from .prune import to_ms, tombstone_row, tombstone_view
 from .schema import OP_LIFE, OP_RECORDS, attempts_in
 
