@@ -41,6 +41,7 @@ from wardd.protocol import (
     is_id,
 )
 
+from ._doubt import PRUNED_TEXT, discarded, refusal_in_doubt
 from ._errors import (
     ClientError,
     ConnectionClosed,
@@ -889,10 +890,7 @@ def _read_args(ctx: _Context) -> bytes:
     return b""
 
 
-_PRUNED = (
-    "it ended and was pruned: its result and records are gone, and it can never run again "
-    "(choose a new op id to run the act again)"
-)
+_PRUNED = PRUNED_TEXT
 
 
 def _submit(ctx: _Context) -> int:
@@ -945,16 +943,22 @@ def _invoke(ctx: _Context) -> int:
 
 def _call(ctx: _Context) -> int:
     """`call`: submit and run in one request; exit statuses as `invoke`'s, and
-    3 for ``attempt_unknown`` (an earlier attempt of the op may have run)."""
+    3 for a refusal that leaves an attempt of the op in doubt (``attempt_unknown``,
+    ``attempt_busy``, ``data.may_have_run``) or a pruned op (`wardd.client._doubt`)."""
     a = ctx.args
     args = _read_args(ctx)
     ctx.in_flight = _in_doubt_text(a.op)
     try:
         result = ctx.session().call(a.prog, a.op, a.act, args).to_wire()
     except WarddError as exc:
-        if exc.code != "attempt_unknown":
+        if not refusal_in_doubt(exc):
             raise
         _report_refusal(ctx, exc)
+        print(
+            f"op {a.op} may have run (an attempt of it is unknown or running, or an earlier "
+            f"one reached its claim): look with `wardctl op show {a.op}` before anything else",
+            file=sys.stderr,
+        )
         return Exit.MAY_HAVE_RUN
     status, state = result.get("status"), result.get("state")
     head = f"op {result.get('op')}"
@@ -970,19 +974,24 @@ def _call(ctx: _Context) -> int:
         lines.append(f"error: {scalar(result['error'])}")
     if status == "unknown":
         lines.append(_unknown_text(a.op, result.get("attempt")))
+    if discarded(status, state):
+        lines.append("it ran; its value was discarded when the op was cancelled")
     if result.get("pruned"):
         lines.append(_PRUNED)
+        _out(ctx, result, lines)
+        return Exit.MAY_HAVE_RUN
     _out(ctx, result, lines)
     return _call_exit(status, state)
 
 
 def _call_exit(status: str | None, state: str | None) -> int:
-    """A call's exit status: by its attempt's status, else by the op's state."""
+    """A call's exit status: by its attempt's status, else by the op's state
+    (a pruned op's is 3: its fate is no longer known)."""
     if status == "succeeded" or (status is None and state == "consumed"):
         return Exit.DONE
     if status in ("failed", "not_executed"):
         return Exit.FAILED
-    if status is None:  # cancelled (or pruned cancelled): nothing runs
+    if status is None:  # cancelled before any attempt reached its claim: nothing ran
         return Exit.REFUSED
     return Exit.MAY_HAVE_RUN  # unknown, or a cancelled op's attempt still running
 

@@ -178,7 +178,44 @@ def _schema(source: str, where: str, value: Any) -> Mapping[str, Any]:
     except exceptions.SchemaError as exc:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{_quote(str(p))}" for p in exc.path)
         raise ConfigError(source, where + path, f"not a valid JSON Schema: {exc.message}") from None
+    unresolved = unresolvable_ref(value)
+    if unresolved is not None:
+        raise ConfigError(
+            source,
+            where,
+            f"$ref {unresolved!r} cannot be resolved within the schema (only references "
+            "into the schema itself are followed; nothing is fetched)",
+        )
     return value
+
+
+def unresolvable_ref(schema: Mapping[str, Any]) -> str | None:
+    """The first ``$ref`` of `schema` that does not resolve within the schema
+    itself (None: every one does). Nothing is fetched: a remote reference is
+    unresolvable."""
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import specification_with
+
+    spec = specification_with(
+        str(schema.get("$schema", "https://json-schema.org/draft/2020-12/schema"))
+    )
+    resolver = Registry().resolver_with_root(spec.create_resource(schema))
+    for ref in _refs(schema):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            return ref
+    return None
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return found + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
 
 
 def _quote(key: str) -> str:

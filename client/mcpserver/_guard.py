@@ -28,6 +28,7 @@ from wardd.client import (
 )
 from wardd.protocol import PlacementStale, UnknownProg, WarddError
 
+from .._doubt import PRUNED_TEXT, discarded, refusal_in_doubt
 from ._config import McpConfig
 from ._results import Answer, Finished, Lost, Refused, Unreachable
 
@@ -192,20 +193,33 @@ async def _finish(session: AsyncSession, called: Called) -> None:
 
 
 def _answer(called: Called) -> Answer:
-    """What `call` said, as the result's cases: an outcome (now or ``already``),
-    or, for an op that ended without running (cancelled, pruned), ``terminal``."""
+    """What `call` said, as the result's cases: an outcome (now or ``already``;
+    a cancelled op's success with its value discarded); a pruned op, whose
+    fate is no longer known, as may have run; or, for an op cancelled
+    before any attempt reached its claim, ``terminal`` (nothing ran)."""
+    if called.pruned:
+        return Lost(f"the operation is {called.state}; {PRUNED_TEXT}", called.attempt)
     if called.attempt is not None and called.status is not None:
         return Finished(
-            called.attempt, str(called.status), called.result, called.error, called.already
+            called.attempt,
+            str(called.status),
+            called.result,
+            called.error,
+            called.already,
+            discarded(called.status, called.state),
         )
     state = str(called.state) if called.state is not None else "finished"
-    pruned = " and pruned" if called.pruned else ""
-    return Refused("terminal", f"the operation is {state}{pruned}; nothing ran")
+    return Refused("terminal", f"the operation is {state} and no attempt of it ran")
 
 
 def _refused(exc: WarddError | ClientError) -> Refused:
     if isinstance(exc, WarddError):
         data: dict[str, Any] = exc.data or {}
         attempt = data.get("attempt")
-        return Refused(exc.code, exc.message, attempt if isinstance(attempt, int) else None)
+        return Refused(
+            exc.code,
+            exc.message,
+            attempt if isinstance(attempt, int) else None,
+            refusal_in_doubt(exc),
+        )
     return Refused("client_error", str(exc))

@@ -14,15 +14,16 @@ op id itself, so the op id a result names can be passed back as the key; any
 other non-empty string (a space, a slash, over 128 characters) is mapped to
 ``key-`` and the SHA-256 of its UTF-8 bytes, the same op for the same key.
 
-The act's args are the canonical JSON of the arguments: UTF-8, keys sorted,
-no whitespace, so the same arguments are the same op content, and other
-arguments under the same key are ``op_conflict``.
+The act's args are the canonical JSON of the arguments (`canonical_json`,
+the one `GuardedTool` uses): UTF-8, keys sorted, no whitespace, an
+integral number as an integer (``1200.0`` and ``1.2e3`` are ``1200``), so
+the same arguments are the same op content, and other arguments under the
+same key are ``op_conflict``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -30,6 +31,8 @@ from typing import Any, Final
 import attrs
 
 from wardd.protocol import is_id
+
+from .._tools import canonical_json
 
 __all__ = [
     "KEY_META",
@@ -61,14 +64,6 @@ class OpKey:
 
     op: str
     source: str  # FROM_PARAMS, FROM_META, FROM_ARGUMENTS or FROM_RANDOM
-
-
-def canonical_json(value: Any) -> bytes:
-    """UTF-8 JSON, keys sorted, no whitespace; NaN and infinities are refused
-    (`ValueError`): JSON has none, and the same arguments must give the same bytes."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
 
 
 def random_op() -> str:

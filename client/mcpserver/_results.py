@@ -21,7 +21,7 @@ import base64
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import attrs
 import mcp_types as types
@@ -29,8 +29,6 @@ import mcp_types as types
 from ._keys import FROM_RANDOM, KEY_META, OpKey
 
 __all__ = ["Finished", "Lost", "Refused", "Unreachable", "status_of", "tool_result"]
-
-MAY_HAVE_RUN_CODES: Final = frozenset({"attempt_unknown"})
 
 
 @attrs.frozen
@@ -42,21 +40,26 @@ class Finished:
     value: Any = None
     error: str | None = None
     already: bool = False
+    discarded: bool = False  # succeeded, and the op's cancel discarded its value
 
 
 @attrs.frozen
 class Refused:
-    """The daemon refused the call with this code (an unknown attempt's
-    ``attempt_unknown`` included: it names the attempt when it can)."""
+    """The daemon refused the call with this code. `in_doubt`: an attempt of
+    the op may have run or is running (``attempt_unknown``, ``attempt_busy``,
+    a refusal marked ``data.may_have_run``; `wardd.client._doubt`); it names
+    the attempt when it can."""
 
     code: str
     message: str
     attempt: int | None = None
+    in_doubt: bool = False
 
 
 @attrs.frozen
 class Lost:
-    """The request was sent and its answer never came: it may have run."""
+    """The request was sent and its answer never came, or the op's fate is
+    no longer known (pruned): it may have run."""
 
     why: str
     attempt: int | None = None
@@ -74,6 +77,8 @@ Answer = Finished | Refused | Lost | Unreachable
 
 def tool_result(key: OpKey, answer: Answer) -> types.CallToolResult:
     """The ``CallToolResult`` of one call whose op is `key` and answer `answer`."""
+    if isinstance(answer, Finished) and answer.discarded:
+        return _discarded(key, answer.attempt)
     if isinstance(answer, Finished) and answer.status == "succeeded":
         result = _result(key, answer.attempt, False, _text(answer.value), _object(answer.value))
         return _already(result) if answer.already else result
@@ -89,8 +94,8 @@ def tool_result(key: OpKey, answer: Answer) -> types.CallToolResult:
         return _unknown(key, answer.attempt, answer.error)
     if isinstance(answer, Lost):
         return _unknown(key, answer.attempt, answer.why)
-    if isinstance(answer, Refused) and answer.code in MAY_HAVE_RUN_CODES:
-        return _unknown(key, answer.attempt, answer.message)
+    if isinstance(answer, Refused) and answer.in_doubt:
+        return _unknown(key, answer.attempt, f"{answer.code}: {answer.message}")
     if isinstance(answer, Refused):
         text = f"refused ({answer.code}): {answer.message}; nothing was run by this call"
         structured = _status("refused", key, answer.attempt, may_have_run=False)
@@ -117,7 +122,7 @@ def status_of(answer: Answer) -> str:
     if isinstance(answer, Lost):
         return "unknown"
     if isinstance(answer, Refused):
-        return "unknown" if answer.code in MAY_HAVE_RUN_CODES else f"refused:{answer.code}"
+        return "unknown" if answer.in_doubt else f"refused:{answer.code}"
     return "unavailable"
 
 
@@ -132,6 +137,16 @@ def _unknown(key: OpKey, attempt: int | None, why: str | None) -> types.CallTool
     structured = _status("unknown", key, attempt, may_have_run=True)
     structured["retry_safe"] = False
     return _result(key, attempt, True, text, structured)
+
+
+def _discarded(key: OpKey, attempt: int) -> types.CallToolResult:
+    text = (
+        f"succeeded earlier (op {key.op}, attempt {attempt}), but its value was discarded "
+        "when the op was cancelled: it took effect. Do not run it again."
+    )
+    structured = _status("succeeded", key, attempt, may_have_run=True)
+    structured.update(retry_safe=False, value_discarded=True)
+    return _already(_result(key, attempt, True, text, structured))
 
 
 def _status(status: str, key: OpKey, attempt: int | None, *, may_have_run: bool) -> dict[str, Any]:

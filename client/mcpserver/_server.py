@@ -32,6 +32,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
 
 from ._config import McpConfig, ToolConfig
 from ._guard import Guard
@@ -73,8 +75,9 @@ class _Tools:
             )
             for t in config.tools
         ]
-        self.validators = {
-            t.act: validators.validator_for(t.input_schema)(t.input_schema) for t in config.tools
+        self.validators = {  # an empty registry: no reference is ever fetched
+            t.act: validators.validator_for(t.input_schema)(t.input_schema, registry=Registry())
+            for t in config.tools
         }
 
     def find(self, name: str) -> ToolConfig:
@@ -85,7 +88,10 @@ class _Tools:
 
     def mismatch(self, name: str, arguments: Mapping[str, Any]) -> str | None:
         """Why `arguments` do not match the tool's schema (None: they do)."""
-        error = schema_exceptions.best_match(self.validators[name].iter_errors(arguments))
+        try:
+            error = schema_exceptions.best_match(self.validators[name].iter_errors(arguments))
+        except Unresolvable as exc:  # checked at start; never a traceback
+            return f"the tool's input schema cannot be used: {exc}"
         if error is None:
             return None
         where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the arguments"
@@ -121,6 +127,8 @@ async def _call(tools: _Tools, guard: Guard, params: GuardedCallParams) -> types
         key = choose_op(tool.act, tool.key_from_arguments, arguments, params.idempotency_key, meta)
     except KeyRefused as exc:
         return _bad_request(str(exc))
+    except ValueError as exc:  # key = "arguments" over a NaN or an infinity
+        return _bad_request(f"the arguments are not JSON: {exc}")
     why = tools.mismatch(tool.act, arguments)
     if why is not None:
         return _bad_request(f"the arguments do not match the tool's input schema: {why}")

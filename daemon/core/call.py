@@ -22,7 +22,14 @@ from typing import Any
 
 import attrs
 
-from wardd.protocol import AttemptBusy, AttemptState, AttemptUnknown, OpState
+from wardd.protocol import (
+    AttemptBusy,
+    AttemptState,
+    AttemptUnknown,
+    OpConflict,
+    OpState,
+    WarddError,
+)
 
 from . import ops
 from .attempts import invoke_claim, invoke_precheck, shutdown_void
@@ -63,7 +70,8 @@ def repeated(view: OpView) -> dict[str, Any] | None:
     - a consumed or cancelled op: its state;
     - an attempt ``prepared`` or ``running``: ``attempt_busy`` naming it;
     - otherwise the latest outcome (``succeeded`` with its value, ``failed``
-      or ``not_executed`` with its error), ``already: true``."""
+      or ``not_executed`` with its error), ``already: true``; a cancelled
+      op's value was discarded by its ``cancel`` and is never answered."""
     op = view.op
     assert op is not None
     for a in view.attempts:
@@ -87,11 +95,28 @@ def repeated(view: OpView) -> dict[str, Any] | None:
         answer["attempt"] = latest.attempt
         answer["status"] = latest.state.value
         out = view.outcomes.get(latest.attempt)
-        if latest.state == A.SUCCEEDED:
+        if latest.state == A.SUCCEEDED and op.state != OpState.CANCELLED:
+            # a cancelled op's value was discarded (contract §4 ``cancel``)
             answer["result"] = None if out is None else out.value
         elif out is not None:
             answer["error"] = out.error
     return answer
+
+
+def _naming_earlier_attempts(exc: WarddError, existing: OpView) -> WarddError:
+    """A refusal that comes before the op's state (grant, act, args bound):
+    this request ran nothing, but the op it names may exist with an attempt
+    that reached its claim, or may have ended and been pruned (its fate is
+    no longer known). Then the refusal says so, with ``data.op`` and
+    ``data.may_have_run: true`` (and ``data.attempt``, the latest claimed
+    one), so that no client reads it as "nothing ran" (contract §3.2.6)."""
+    claimed = [a for a in existing.attempts if a.state != A.VOID] if existing.op else []
+    if not claimed and existing.tombstone is None:
+        return exc
+    data: dict[str, Any] = {**(exc.data or {}), "op": existing.name, "may_have_run": True}
+    if claimed:
+        data["attempt"] = claimed[-1].attempt
+    return type(exc)(exc.message, data)
 
 
 def _invoke_params(n: Neuron, op: Op, p: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,9 +146,14 @@ def start(
     ``existing`` is the op the request names with its attempts (or its
     tombstone); a new op is given ``next_op_id`` and its attempt
     ``next_attempt_id``."""
-    submitted = ops.submit(
-        pview, existing, p["op"], p["act"], p["args"], ctx.act_bounds, next_op_id
-    )
+    try:
+        submitted = ops.submit(
+            pview, existing, p["op"], p["act"], p["args"], ctx.act_bounds, next_op_id
+        )
+    except OpConflict:
+        raise
+    except WarddError as exc:
+        raise _naming_earlier_attempts(exc, existing) from None
     if not submitted.changes:  # the op exists (or existed) with this content
         if existing.op is None:  # pruned (contract §3.9): submit's answer
             return CallStart(answer=submitted.reply)

@@ -12,7 +12,15 @@ import shlex
 import pytest
 
 from tests.daemon.backends import backend, run_on
-from tests.daemon.harness import Actor, Background, Env, code_of, key, wait_for
+from tests.daemon.harness import (
+    Actor,
+    Background,
+    Env,
+    code_of,
+    key,
+    run_wardctl,
+    wait_for,
+)
 from wardd.client import (
     ActFailed,
     AsyncClient,
@@ -23,16 +31,16 @@ from wardd.client import (
     Session,
     arguments_key,
 )
-from wardd.protocol import AttemptState, AttemptUnknown, OpConflict, OpState
+from wardd.protocol import AttemptState, AttemptUnknown, GrantDisabled, OpConflict, OpState
 
 __all__ = ["backend"]  # the fixture, used by name
 
 
-def call_env() -> Env:
+def call_env(**top: object) -> Env:
     """The default acts, and: ``stamp`` appends its key to the CLI ledger and
     prints a value no second run repeats; ``lost`` appends its key, then
     exits with a status that is no definite failure (unknown)."""
-    env = Env()
+    env = Env(**top)
     ledger = shlex.quote(str(env.cli_ledger))
     key_ = '"$WARDD_IDEMPOTENCY_KEY"'
     env.acts["stamp"] = {
@@ -260,3 +268,104 @@ class TestAsyncCall:
 
         run_on(backend, body)
         assert len(runs(actor)) == 3  # a1, run-1's key, and "lost" once
+
+
+class TestDoubt:
+    """An answer after which an attempt of the op may have run, or may be
+    running, says so: never "nothing ran" (wardd.client._doubt)."""
+
+    def test_a_refusal_before_the_op_state_names_an_earlier_claimed_attempt(self, actor):
+        """unknown_act and grant_disabled come before the op's state: refusing
+        a repeat of an op that ran, they say it may have run (data.may_have_run);
+        for an op never claimed they do not."""
+        call(actor, "ran-1")
+        err = code_of(call, actor, "ran-1", act="no.such")
+        assert err.code == "unknown_act"
+        assert err.data == {"op": "ran-1", "attempt": 1, "may_have_run": True}
+        assert code_of(call, actor, "new-1", act="no.such").data is None
+        actor.grant(["stamp", "lost", "nofx", "echo", "gated"], enabled=False)
+        err = code_of(call, actor, "ran-1")
+        assert err.code == "grant_disabled" and err.data["may_have_run"] is True
+        assert code_of(call, actor, "new-2").data is None
+
+        async def body() -> None:
+            async with AsyncClient.connect(actor.daemon.env.socket) as client:
+                tool = GuardedTool(AsyncSession(client, actor.neuron), actor.prog, "stamp")
+                with pytest.raises(MayHaveRun) as ei:
+                    await tool("ran-1", {})
+                assert (ei.value.op, ei.value.attempt) == ("ran-1", 1)
+                with pytest.raises(GrantDisabled):
+                    await tool("new-3", {})
+
+        run_on("asyncio", body)
+        assert runs(actor) == [key(actor, "ran-1")]
+
+    def test_a_call_racing_a_running_attempt_may_have_run(self, actor):
+        """attempt_busy: the op's attempt is running. GuardedTool raises
+        MayHaveRun naming it; wardctl call exits 3."""
+        env = actor.daemon.env
+        actor.neuron.save(env.root / "neuron.key")
+        other = actor.daemon.connect()
+        first = Background(lambda: call(actor, "busy-1", "gated", b"{}", client=other))
+        try:
+            wait_for(env.started_marker("busy-1").exists, what="the gated act to start")
+
+            async def body() -> None:
+                async with AsyncClient.connect(env.socket) as client:
+                    tool = GuardedTool(AsyncSession(client, actor.neuron), actor.prog, "gated")
+                    with pytest.raises(MayHaveRun) as ei:
+                        await tool("busy-1", {})
+                    assert (ei.value.op, ei.value.attempt) == ("busy-1", 1)
+
+            run_on("asyncio", body)
+            out = run_wardctl(
+                env, "call", actor.prog, "busy-1", "gated", "--args", "{}", check=False
+            )
+            assert out.returncode == 3 and "may have run" in out.stderr
+        finally:
+            env.open_gate("busy-1")
+        assert first.result()["status"] == "succeeded"
+
+    def test_a_cancelled_ops_repeat_never_answers_its_discarded_value(self, actor):
+        """cancel discards a retained value: the same call answers the
+        cancelled state and the attempt's status, without the value."""
+        first = call(actor, "cx-1")
+        assert first["status"] == "succeeded" and first["result"]
+        assert actor.call("cancel", {"op": "cx-1"})["was"] == "retained"
+        again = call(actor, "cx-1")
+        assert (again["state"], again["attempt"], again["status"]) == ("cancelled", 1, "succeeded")
+        assert "result" not in again
+
+        async def body() -> None:
+            async with AsyncClient.connect(actor.daemon.env.socket) as client:
+                tool = GuardedTool(AsyncSession(client, actor.neuron), actor.prog, "stamp")
+                with pytest.raises(MayHaveRun, match="discarded"):
+                    await tool("cx-2", {})
+
+        call(actor, "cx-2", args=b"{}")
+        actor.call("cancel", {"op": "cx-2"})
+        run_on("asyncio", body)
+        assert runs(actor) == [key(actor, "cx-1"), key(actor, "cx-2")]
+
+
+def test_a_pruned_op_is_said_to_have_maybe_run_never_to_run_again(make_daemon):
+    """A pruned op's tombstone keeps no fate: wardctl call exits 3 and says it
+    may have run (no new op id suggested); GuardedTool raises MayHaveRun."""
+    d = make_daemon(call_env(retention_s=1, prune_interval_s=1))
+    a = Actor(d, acts=("stamp",))
+    a.neuron.save(d.env.root / "neuron.key")
+    call(a, "p-1", args=b"{}")
+    a.call("consume", {"op": "p-1"})
+    wait_for(lambda: a.op("p-1").get("pruned") is True, what="op p-1 pruned")
+    out = run_wardctl(d.env, "call", a.prog, "p-1", "stamp", "--args", "{}", check=False)
+    assert out.returncode == 3, (out.stdout, out.stderr)
+    assert "may have run" in out.stdout and "new op id" not in out.stdout + out.stderr
+
+    async def body() -> None:
+        async with AsyncClient.connect(d.env.socket) as client:
+            tool = GuardedTool(AsyncSession(client, a.neuron), a.prog, "stamp")
+            with pytest.raises(MayHaveRun, match="pruned"):
+                await tool("p-1", {})
+
+    run_on("asyncio", body)
+    assert runs(a) == [key(a, "p-1")]

@@ -201,8 +201,9 @@ class TestToolsCall:
         assert _runs(daemon.env, "mail-1") == 1
 
     def test_two_calls_at_once_with_one_key_run_once(self, setup) -> None:
-        """The second call, while the first runs, is refused (attempt_busy) and
-        runs nothing; the first answers; the arguments appear in no log line."""
+        """The second call, while the first runs, is answered attempt_busy as
+        unknown (the op's attempt is running: it may have run); the first
+        answers; the act ran once; the arguments appear in no log line."""
         daemon, config = setup
         env = daemon.env
         secret = {"card": "4111-secret-1111"}
@@ -222,7 +223,13 @@ class TestToolsCall:
             return results
 
         busy, done = _asyncio(body)
-        assert busy.structured_content["code"] == "attempt_busy" and busy.is_error is True
+        # the op's attempt is running: the second call may have run, never "nothing ran"
+        assert busy.is_error is True and "attempt_busy" in busy.content[0].text
+        assert busy.structured_content["status"] == "unknown"
+        assert (busy.structured_content["may_have_run"], busy.structured_content["retry_safe"]) == (
+            True,
+            False,
+        )
         assert done.is_error is False and _runs(env, "twin-1") == 1
         assert "4111" not in (env.root / "mcp.log").read_text()
 
@@ -309,7 +316,123 @@ class TestToolsCall:
         assert listed["operations"] == []
 
 
+    def test_numbers_spelled_two_ways_are_one_op(self, setup) -> None:
+        """key = "arguments": 1200, 1200.0 and 1.2e3 are one number, one op, one run."""
+        daemon, config = setup
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                return [
+                    await call(session, "notes", {"amount": 1200}),
+                    await call(session, "notes", {"amount": 1200.0}),
+                    await call(session, "quick", {"amount": 1.2e3}, key="n-1"),
+                    await call(session, "quick", {"amount": 1200}, key="n-1"),
+                ]
+
+        first, again, keyed, keyed_again = _asyncio(body)
+        assert again.meta["wardd/op"] == first.meta["wardd/op"] and again.meta["wardd/already"]
+        assert keyed.is_error is False and keyed_again.meta["wardd/already"] is True
+        assert keyed_again.content == keyed.content
+        assert len(daemon.env.ledger_lines(daemon.env.cli_ledger)) == 2
+        assert _op(daemon, config, "n-1")["args"] == b'{"amount":1200}'
+
+    def test_a_nan_argument_is_a_bad_request_without_a_traceback(self, setup) -> None:
+        """A NaN (which the SDK's client never sends: raw JSON-RPC over stdio) to
+        a tool keyed by its arguments: refused (bad_request), nothing sent, no
+        traceback; the server answers the next call."""
+        daemon, config = setup
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        init["clientInfo"] = {"name": "raw", "version": "0"}
+        lines = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "notes", "arguments": {"x": float("nan")}}},
+        ]
+        log = daemon.env.root / "mcp-raw.log"
+        with open(log, "ab") as errlog:
+            proc = subprocess.Popen(
+                mcp_argv(config),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errlog,
+                env=child_env(),
+            )
+        with proc:
+            try:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+                proc.stdin.flush()
+                answers = [json.loads(proc.stdout.readline()) for _ in range(2)]
+                proc.stdin.close()
+                assert proc.wait(20) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        result = answers[1]["result"]
+        assert result["isError"] is True and result["structuredContent"]["code"] == "bad_request"
+        assert "Traceback" not in log.read_text()
+        assert daemon.env.ledger_lines(daemon.env.cli_ledger) == []
+
+
 class TestFailures:
+    def test_a_refusal_of_an_op_that_ran_says_it_may_have_run(self, setup) -> None:
+        """grant_disabled comes before the op's state: refusing a repeat of a key
+        that ran, it is unknown (may have run), not "nothing was run"; a new key
+        is refused plainly."""
+        daemon, config = setup
+        neuron = _neuron(config)
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                await call(session, "quick", {}, key="g-1")
+                with daemon.connect() as client:
+                    root = client.call("get_neuron", {"neuron": neuron.id})
+                    params = {
+                        "prog": "agent",
+                        "acts": sorted(TOOLS),
+                        "enabled": False,
+                        "expected_policy_version": root["policy_version"],
+                    }
+                    client.call("set_grant", neuron.sign("set_grant", params, NETWORK))
+                return [
+                    await call(session, "quick", {}, key="g-1"),
+                    await call(session, "quick", {}, key="g-2"),
+                ]
+
+        ran, fresh = _asyncio(body)
+        assert ran.structured_content["status"] == "unknown"
+        assert ran.structured_content["may_have_run"] is True
+        assert ran.structured_content["attempt"] == 1 and "grant_disabled" in ran.content[0].text
+        assert fresh.structured_content["code"] == "grant_disabled"
+        assert fresh.structured_content["may_have_run"] is False
+        assert _runs(daemon.env, "g-1") == 1
+
+    def test_a_pruned_key_may_have_run_and_never_runs_again(self, make_daemon) -> None:
+        """A key whose op ran, was consumed and pruned: its fate is gone, so
+        the answer is unknown (may have run), never "nothing ran"."""
+        env = _env()
+        env.top.update(retention_s=1, prune_interval_s=1)
+        env.write_config()
+        daemon = make_daemon(env)
+        config = write_mcp_config(env, TOOLS)
+
+        async def body() -> list[Any]:
+            async with stdio_host(config, env.root / "mcp.log") as session:
+                first = await call(session, "quick", {}, key="pr-1")
+                await anyio.to_thread.run_sync(
+                    lambda: wait_for(lambda: _op(daemon, config, "pr-1").get("pruned") is True)
+                )
+                return [first, await call(session, "quick", {}, key="pr-1")]
+
+        first, pruned = _asyncio(body)
+        assert first.is_error is False
+        assert pruned.structured_content["status"] == "unknown"
+        assert pruned.structured_content["may_have_run"] is True
+        assert "pruned" in pruned.content[0].text and "nothing ran" not in pruned.content[0].text
+        assert _runs(env, "pr-1") == 1
+
     def test_a_sigkill_during_a_call_answers_unknown_and_the_key_never_runs_again(
         self, setup
     ) -> None:
@@ -556,6 +679,11 @@ class TestStart:
             (
                 {},
                 {"quick": {**TOOLS["quick"], "input_schema": {"type": "array"}}},
+                "tools.quick.input_schema",
+            ),
+            (  # a $ref that resolves nowhere (nothing is fetched)
+                {},
+                {"quick": {**TOOLS["quick"], "input_schema": {**ANY, "$ref": "#/$defs/no"}}},
                 "tools.quick.input_schema",
             ),
         ],

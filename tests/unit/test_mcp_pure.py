@@ -143,6 +143,16 @@ class TestChooseOp:
         with pytest.raises(ValueError):
             canonical_json({"x": float("nan")})
 
+    def test_one_spelling_per_number_shared_with_guarded_tool(self) -> None:
+        """1200, 1200.0, 1.2e3 and -0.0/0 are one number each; a fraction or a
+        float beyond 2**53 keeps its float spelling; GuardedTool's is the same."""
+        from wardd.client import canonical_arguments
+
+        same = [{"n": 1200}, {"n": 1200.0}, {"n": 1.2e3}]
+        assert {canonical_json(v) for v in same} == {b'{"n":1200}'}
+        assert canonical_json([-0.0, 0.5, 1e300]) == b"[0,0.5,1e+300]"
+        assert canonical_arguments({"n": [2.0, {"m": 3.0}]}) == b'{"n":[2,{"m":3}]}'
+
 
 KEYED = OpKey("op-1", "idempotencyKey")
 
@@ -192,7 +202,9 @@ class TestResults:
         "answer",
         [
             Finished(3, "unknown", error="killed"),
-            Refused("attempt_unknown", "unknown", attempt=3),
+            Refused("attempt_unknown", "unknown", attempt=3, in_doubt=True),
+            Refused("attempt_busy", "running", attempt=3, in_doubt=True),
+            Refused("grant_disabled", "an earlier attempt ran", attempt=3, in_doubt=True),
             Lost("the answer was lost", attempt=3),
         ],
     )
@@ -208,6 +220,13 @@ class TestResults:
         }
         assert "Do not retry" in result.content[0].text  # type: ignore[union-attr]
         assert result.meta["wardd/attempt"] == 3  # type: ignore[index]
+
+    def test_a_discarded_success_says_it_took_effect(self) -> None:
+        """A cancelled op's success: its value is gone, its effect is not."""
+        result = tool_result(KEYED, Finished(2, "succeeded", None, discarded=True))
+        assert result.is_error is True and "took effect" in result.content[0].text  # type: ignore[union-attr]
+        assert result.structured_content["may_have_run"] is True  # type: ignore[index]
+        assert result.structured_content["value_discarded"] is True  # type: ignore[index]
 
     def test_a_lost_answer_without_an_attempt_has_no_attempt_meta(self) -> None:
         result = tool_result(KEYED, Lost("lost"))
