@@ -84,7 +84,7 @@ class Neuron:
                 data = f.read(_MAX_KEY_FILE + 1)
         except OSError as exc:
             missing = isinstance(exc, FileNotFoundError)
-            hint = " (create one with: wardctl keygen)" if missing else ""
+            hint = f" (create one with: wardctl --key {where} keygen)" if missing else ""
             raise KeyFileError(
                 f"cannot read key file {where}: {exc.strerror or exc}{hint}"
             ) from None

@@ -42,7 +42,7 @@ def run_mcp(config_path: str, http: str | None, version: str) -> int:
     try:
         neuron = Neuron.load(config.key)
     except KeyFileError as exc:
-        print(f"wardd: key: {exc} (create one with `wardctl --key PATH keygen`)", file=sys.stderr)
+        print(f"wardd: key: {exc}", file=sys.stderr)  # a missing file's hint is in it, once
         return EXIT_START
     guard = Guard(config, neuron)
     return anyio.run(_main, config, guard, listen, version, backend="asyncio")

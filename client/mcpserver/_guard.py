@@ -61,45 +61,58 @@ class Guard:
     async def set_up(self) -> None:
         """Check that the worker accepts every tool's act (before anything is
         written: a refused start changes nothing), then register the neuron,
-        create the prog and grant the acts when they are missing (each step
-        idempotent), and place the neuron. Raises `SetUpFailed`."""
+        create the prog when it is missing and grant the acts to the prog it
+        created (never again to a prog that existed: an operator's revoke
+        survives a restart), and place the neuron. Raises `SetUpFailed`."""
         try:
             async with self._session() as session:
                 await self._check_worker(session)
                 self._epoch = (await session.register()).epoch
                 session.epoch = self._epoch
-                await self._ensure_prog(session)
-                await self._ensure_grant(session)
+                created = await self._ensure_prog(session)
+                await self._ensure_grant(session, created=created)
                 await self._place(session)
         except (OSError, ClientError) as exc:
             raise SetUpFailed(f"cannot use the daemon at {self.config.socket}: {exc}") from exc
         except WarddError as exc:
             raise SetUpFailed(f"the daemon refused the set-up ({exc.code}): {exc}") from exc
 
-    async def _ensure_prog(self, session: AsyncSession) -> None:
+    async def _ensure_prog(self, session: AsyncSession) -> bool:
+        """Create the prog when it is missing; True when this start created it."""
         try:
             await session.get_prog(self.config.prog)
         except UnknownProg:
             await session.create_prog(self.config.prog, self.config.step_limit)
             log.info("mcp_prog_created", prog=self.config.prog, step_limit=self.config.step_limit)
+            return True
+        return False
 
-    async def _ensure_grant(self, session: AsyncSession) -> None:
-        """Add the acts the grant lacks; an existing grant keeps its other acts
-        and its ``enabled`` (an operator's disable is not undone by a start)."""
+    async def _ensure_grant(self, session: AsyncSession, *, created: bool) -> None:
+        """Grant the tools' acts to a prog this start created. A prog that
+        existed keeps its grant as the operator left it: an act revoked (or a
+        grant disabled) stays so across restarts; a tool whose act it lacks
+        is logged (``mcp_not_granted``) and its calls are refused until an
+        operator grants it (``wardctl grant``)."""
         root = await session.get_neuron()
         grant = (root.grants or {}).get(self.config.prog) or {}
         have = set(grant.get("acts") or [])
         missing = {t.act for t in self.config.tools} - have
-        enabled = bool(grant.get("enabled", True))
-        if missing:
+        if created and missing:
             await session.grant(
                 self.config.prog,
                 have | missing,
-                enabled=enabled,
+                enabled=True,
                 expected_policy_version=root.policy_version,
             )
             log.info("mcp_granted", prog=self.config.prog, acts=sorted(missing))
-        if not enabled:
+        elif missing:
+            log.warning(
+                "mcp_not_granted",
+                prog=self.config.prog,
+                acts=sorted(missing),
+                hint=f"wardctl grant {self.config.prog} ACT... (the acts to keep, these included)",
+            )
+        if grant and not bool(grant.get("enabled", True)):
             log.warning("mcp_grant_disabled", prog=self.config.prog)
 
     async def _check_worker(self, session: AsyncSession) -> None:

@@ -645,6 +645,38 @@ class TestStart:
         assert sorted(second["grants"]["agent"]["acts"]) == sorted(TOOLS)
         assert prog["step_limit"] == 50
 
+    def test_an_operators_revoke_survives_a_restart(self, setup) -> None:
+        """The start grants the acts only to a prog it created: an act an
+        operator revoked stays revoked after wardd mcp starts again (logged
+        mcp_not_granted), and its tool's calls are refused."""
+        daemon, config = setup
+        neuron = _neuron(config)
+        assert run_mcp(config).returncode == 0  # creates the prog and grants
+        kept = sorted(set(TOOLS) - {"quick"})
+        with daemon.connect() as client:
+            root = client.call("get_neuron", {"neuron": neuron.id})
+            params = {
+                "prog": "agent",
+                "acts": kept,
+                "enabled": True,
+                "expected_policy_version": root["policy_version"],
+            }
+            client.call("set_grant", neuron.sign("set_grant", params, NETWORK))
+        again = run_mcp(config)
+        assert again.returncode == 0 and "mcp_not_granted" in again.stderr
+        with daemon.connect() as client:
+            after = client.call("get_neuron", {"neuron": neuron.id})
+        assert sorted(after["grants"]["agent"]["acts"]) == kept
+        assert after["policy_version"] == root["policy_version"] + 1
+
+        async def body() -> Any:
+            async with stdio_host(config, daemon.env.root / "mcp.log") as session:
+                return await call(session, "quick", {}, key="rv-1")
+
+        refused = _asyncio(body)
+        assert refused.structured_content["code"] == "act_not_granted"
+        assert _runs(daemon.env, "rv-1") == 0
+
     def test_an_act_the_daemon_lacks_fails_the_start_naming_the_tool(self, make_daemon) -> None:
         """Checked before anything is written: the refused start registered nothing."""
         env = _env()
@@ -661,6 +693,15 @@ class TestStart:
         done = run_mcp(config)
         assert done.returncode == 0, done.stderr
         assert "mcp_ready" in done.stderr
+
+    def test_a_missing_key_is_one_line_with_one_hint_naming_the_path(self) -> None:
+        env = Env()  # never started: the key is read first
+        missing = env.root / "no.key"
+        done = run_mcp(write_mcp_config(env, TOOLS, key=str(missing)))
+        assert done.returncode == 1
+        assert done.stderr.count("create one with") == 1, done.stderr
+        assert f"wardctl --key {missing} keygen" in done.stderr
+        assert len(done.stderr.splitlines()) == 1
 
     def test_a_daemon_that_cannot_be_reached_fails_the_start(self) -> None:
         env = Env()  # never started
