@@ -14,8 +14,11 @@ what an operator at a prompt wants, but it means the write fences against
 nothing that happened before the read. A program that must be fenced by
 the epoch it was started under pins it: ``Session(client, neuron,
 epoch=N)`` sends ``expected_epoch=N`` on every `prepare`, `invoke`,
-`manual_take` and `rebind` (contract §4: the bundled clients always send it),
-so `advance_epoch` retires everything that program would still sign.
+`call`, `manual_take` and `rebind` (contract §4: the bundled clients always
+send it), so `advance_epoch` retires everything that program would still
+sign. Without a pinned epoch, `call` sends the epoch the session's first
+`call` read, and keeps it (one request per call, and a call's bytes are
+never valid under a later epoch).
 
 The same holds for the prog fences (contract §3.4): `set_prog_state` always
 sends ``expected_state_version`` and `recover_reservations` always sends
@@ -201,6 +204,17 @@ class _Plans:
     def __init__(self, neuron_id: str, epoch: int | None) -> None:
         self.neuron_id = neuron_id
         self.epoch = epoch
+        self.call_epoch: int | None = None  # read by the first `call` when none is pinned
+
+    def epoch_for_call(self) -> Plan[int]:
+        """The epoch every `call` sends: the pinned one, else the neuron's,
+        read once by the session's first `call` and kept (never re-read on
+        ``epoch_mismatch``: a refused call's bytes must not become valid)."""
+        if self.epoch is not None:
+            return self.epoch
+        if self.call_epoch is None:
+            self.call_epoch = int((yield from self.root())["epoch"])
+        return self.call_epoch
 
     # -- reads ------------------------------------------------------------------
     def root(self) -> Plan[dict[str, Any]]:
@@ -280,7 +294,10 @@ class _Plans:
     def advance_epoch(self, expected_epoch: int | None) -> Plan[dict[str, Any]]:
         if expected_epoch is None:
             expected_epoch = (yield from self.root())["epoch"]
-        return (yield from _ask("advance_epoch", {"expected_epoch": expected_epoch}, True))
+        result = yield from _ask("advance_epoch", {"expected_epoch": expected_epoch}, True)
+        if self.call_epoch is not None and isinstance(result.get("epoch"), int):
+            self.call_epoch = result["epoch"]  # this session moved it: its calls follow
+        return result
 
     def grant(
         self, prog: str, acts: Iterable[str] | None, enabled: bool, expected: int | None
@@ -472,15 +489,16 @@ class _Plans:
         rebind_stale: bool,
         boot: Callable[[], str],
     ) -> Plan[dict[str, Any]]:
-        """`call` in one request: ``expected_epoch`` only when given or pinned,
+        """`call` in one request, always with ``expected_epoch`` (given,
+        pinned, or read once per session: `epoch_for_call`), so that its
+        signed bytes replayed after an epoch advance run nothing;
         ``placement_generation`` only when given (the daemon takes the
         current one). With `rebind_stale`, a ``placement_stale`` refusal
         (a refused call writes nothing) binds this boot's descriptor once
         (`ensure_placement`) and asks again."""
         if expected_epoch is None:
-            expected_epoch = self.epoch
-        if expected_epoch is not None:
-            params["expected_epoch"] = expected_epoch
+            expected_epoch = yield from self.epoch_for_call()
+        params["expected_epoch"] = expected_epoch
         if placement_generation is not None:
             params["placement_generation"] = placement_generation
         try:

@@ -365,9 +365,14 @@ class Session(_SessionBase):
         what the op already is (``already: true``: its retained value, its
         failure, its consumed state), ``attempt_unknown`` (raised, naming
         the op and attempt: it may have run), or a refusal; other content is
-        ``op_conflict``. ``expected_epoch`` is sent when given or pinned on
-        the session; ``placement_generation`` when given (else the daemon
-        takes the current one). `rebind_stale`: on ``placement_stale`` (a
+        ``op_conflict``. ``expected_epoch`` is always sent: the one given,
+        the session's pinned epoch, or the neuron's epoch as the session's
+        first `call` read it (once; kept for the session's life, so that a
+        call's signed bytes replayed after `advance_epoch` run nothing:
+        after an advance by someone else the session's calls are refused
+        ``epoch_mismatch``, and a new session reads the new epoch);
+        ``placement_generation`` when given (else the daemon takes the
+        current one). `rebind_stale`: on ``placement_stale`` (a
         refused call writes nothing), run `ensure_placement` once and ask again.
         """
         params = {"prog": prog, "op": op, "act": act, "args": bytes(args)}

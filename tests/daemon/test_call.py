@@ -26,12 +26,21 @@ from wardd.client import (
     AsyncClient,
     AsyncSession,
     Called,
+    Client,
     GuardedTool,
     MayHaveRun,
     Session,
     arguments_key,
 )
-from wardd.protocol import AttemptState, AttemptUnknown, GrantDisabled, OpConflict, OpState
+from wardd.protocol import (
+    AttemptState,
+    AttemptUnknown,
+    EpochMismatch,
+    GrantDisabled,
+    OpConflict,
+    OpState,
+    PlacementStale,
+)
 
 __all__ = ["backend"]  # the fixture, used by name
 
@@ -369,3 +378,37 @@ def test_a_pruned_op_is_said_to_have_maybe_run_never_to_run_again(make_daemon):
 
     run_on("asyncio", body)
     assert runs(a) == [key(a, "p-1")]
+
+
+def test_a_refused_calls_bytes_replayed_after_an_epoch_advance_run_nothing(make_daemon):
+    """A Session that pins no epoch still sends expected_epoch on call (read
+    once): its refused call (placement_stale, nothing written) replayed
+    byte for byte after advance_epoch and a bind is epoch_mismatch, and runs
+    nothing; the session's next call is refused too (never silently re-read)."""
+    d = make_daemon(call_env())
+    a = Actor(d, acts=("stamp",))
+    assert d.terminate() == 0
+    d.start()  # a new boot: the placement is stale
+    a.client = d.connect()
+    sent: list[dict] = []
+
+    class Recording(Client):
+        def call(self, method, params=None):  # type: ignore[no-untyped-def]
+            if method == "call":
+                sent.append(dict(params or {}))
+            return super().call(method, params)
+
+    with Recording(d.env.socket) as recording:
+        session = Session(recording, a.neuron)
+        with pytest.raises(PlacementStale):
+            session.call(a.prog, "rp-1", "stamp", b"x")
+        assert sent[0]["expected_epoch"] == a.root()["epoch"]
+        a.call("advance_epoch", {"expected_epoch": a.root()["epoch"]})
+        a.bind(0)
+        with d.connect() as client, pytest.raises(EpochMismatch):
+            client.call("call", sent[0])
+        with pytest.raises(EpochMismatch):
+            session.call(a.prog, "rp-2", "stamp", b"x")
+    fresh = Session(d.connect(), a.neuron)
+    assert fresh.call(a.prog, "rp-3", "stamp", b"x").status == "succeeded"
+    assert runs(a) == [key(a, "rp-3")]
