@@ -393,10 +393,10 @@ def test_a_refused_calls_bytes_replayed_after_an_epoch_advance_run_nothing(make_
     sent: list[dict] = []
 
     class Recording(Client):
-        def call(self, method, params=None):  # type: ignore[no-untyped-def]
+        def send(self, method, params=None):  # type: ignore[no-untyped-def]
             if method == "call":
                 sent.append(dict(params or {}))
-            return super().call(method, params)
+            return super().send(method, params)
 
     with Recording(d.env.socket) as recording:
         session = Session(recording, a.neuron)

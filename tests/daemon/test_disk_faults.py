@@ -14,9 +14,12 @@ import resource
 import subprocess
 import sys
 
+import anyio
 import pytest
 
+from tests.daemon._mcp_host import call, stdio_host, write_mcp_config
 from tests.daemon._wardctl import environ, set_up, wardctl
+from tests.daemon.backends import run_on, wait_for_file
 from tests.daemon.harness import Actor, Background, code_of, wait_for
 from wardd.client import MayHaveRun, Retry, Session
 from wardd.protocol import Internal, WarddError
@@ -115,6 +118,35 @@ class TestDiskFull:
         daemon.start()
         shown = json.loads(wardctl(env, "--json", "op", "show", "g").stdout)
         assert shown["attempts"][0]["state"] == "unknown"
+        assert len(env.ledger_lines(env.cli_ledger)) == 1
+
+    def test_wardd_mcp_says_a_call_whose_outcome_was_lost_may_have_run(self, daemon):
+        """The act had its effect, the outcome's write failed (fail-stop): the
+        model is told unknown (may have run, do not retry), never refused."""
+        env = daemon.env
+        tool = {"description": "Wait for the gate", "input_schema": {"type": "object"}}
+        config = write_mcp_config(env, {"gated": tool})
+
+        async def body() -> object:
+            results: list[object] = []
+            async with stdio_host(config, env.root / "mcp.log") as session:
+
+                async def first() -> None:
+                    results.append(await call(session, "gated", {}, key="g"))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(first)
+                    await wait_for_file(env.started_marker("g"))
+                    fill_disk(daemon)
+                    env.open_gate("g")
+            return results[0]
+
+        lost = run_on("asyncio", body)
+        structured = lost.structured_content  # type: ignore[attr-defined]
+        assert structured["status"] == "unknown", structured
+        assert (structured["may_have_run"], structured["retry_safe"]) == (True, False)
+        assert structured["attempt"] == 1 and "internal" in lost.content[0].text  # type: ignore[attr-defined]
+        assert daemon.proc.wait(30) == 70
         assert len(env.ledger_lines(env.cli_ledger)) == 1
 
     def test_the_session_raises_may_have_run_naming_the_attempt(self, daemon, start_thread):

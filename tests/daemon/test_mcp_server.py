@@ -315,7 +315,6 @@ class TestToolsCall:
             listed = client.call("list_operations", {"neuron": _neuron(config).id})
         assert listed["operations"] == []
 
-
     def test_numbers_spelled_two_ways_are_one_op(self, setup) -> None:
         """key = "arguments": 1200, 1200.0 and 1.2e3 are one number, one op, one run."""
         daemon, config = setup
@@ -346,8 +345,12 @@ class TestToolsCall:
         lines = [
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-             "params": {"name": "notes", "arguments": {"x": float("nan")}}},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "notes", "arguments": {"x": float("nan")}},
+            },
         ]
         log = daemon.env.root / "mcp-raw.log"
         with open(log, "ab") as errlog:
