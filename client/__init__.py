@@ -34,6 +34,7 @@ from ._errors import (
     FrameTooLarge,
     KeyFileError,
     MayHaveRun,
+    NotSent,
     RemoteProtocolError,
 )
 from ._neuron import Neuron
@@ -107,6 +108,7 @@ __all__ = [
     "ListedAttempt",
     "ManualTaken",
     "MayHaveRun",
+    "NotSent",
     "NO_VALUE",
     "Neuron",
     "NeuronRoot",

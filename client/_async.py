@@ -24,7 +24,7 @@ import anyio.lowlevel
 import attrs
 
 from ._core import ClientCore, Connected, Reply, _copy_error, result_of
-from ._errors import ConnectionClosed, DaemonUnreachable
+from ._errors import ConnectionClosed, DaemonUnreachable, NotSent
 from ._paths import socket_path
 
 __all__ = ["AsyncClient", "deadline", "pause", "timed_out"]
@@ -210,13 +210,16 @@ class AsyncClient(Connected):
             rid, data = self._core.request(method, params)
             try:
                 await self._send_frame(rid, data)
-            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 # The write failed: the daemon closed this connection (it stopped)
                 # before the frame was whole, so it cannot have applied it. Only
                 # with `reconnect` is it written once on a new connection.
-                if within is None:
-                    raise
                 self._slots.pop(rid, None)
+                if within is None:
+                    raise NotSent(
+                        f"the request was not sent: the daemon closed the connection "
+                        f"({self.path}) before the frame was whole"
+                    ) from exc
                 await self._reopen(within)
                 rid, data = self._core.request(method, params)
                 await self._send_frame(rid, data)

@@ -44,7 +44,7 @@ from wardd.protocol import (
     parse_reply,
 )
 
-from ._errors import ConnectionClosed, FrameTooLarge, RemoteProtocolError
+from ._errors import ConnectionClosed, FrameTooLarge, NotSent, RemoteProtocolError
 
 __all__ = ["ClientCore", "Connected", "HelloResult", "Reply", "result_of"]
 
@@ -195,7 +195,12 @@ class ClientCore:
         return self._encode(method, dict(params) if params is not None else {})
 
     def _encode(self, method: str, params: dict[str, Any]) -> tuple[int, bytes]:
-        self.raise_if_failed()
+        if isinstance(self._failure, WarddError):  # the daemon's word on the connection
+            self.raise_if_failed()
+        if self._failure is not None:  # nothing of this request goes out
+            raise NotSent(
+                f"the request was not sent: {_copy_error(self._failure)}"
+            ) from self._failure
         rid = self._next_id
         item = {"id": rid, "method": method, "params": params}
         try:

@@ -19,6 +19,7 @@ __all__ = [
     "FrameTooLarge",
     "KeyFileError",
     "MayHaveRun",
+    "NotSent",
     "RemoteProtocolError",
 ]
 
@@ -33,6 +34,19 @@ class ConnectionClosed(ClientError):
     A request whose reply was lost this way may or may not have been applied
     by the daemon (contract §3.1: its effect does not depend on the connection
     staying open); read the state back before deciding what to do next.
+    """
+
+
+class NotSent(ConnectionClosed):
+    """The request was never sent: its connection had already failed (the
+    daemon restarted or closed it, or an earlier write broke it), or its own
+    write failed before the frame was whole, which the daemon cannot read.
+
+    Nothing this request asked for ran: it is no "may have run", even for
+    `invoke`, `execute` or `call`. Connect again (or connect with
+    ``reconnect=True``, which does so for the next request by itself) and
+    make the same request; an op id keeps it at most once. A
+    `ConnectionClosed` too, so code that catches that still catches it.
     """
 
 

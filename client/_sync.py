@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from ._core import ClientCore, Connected, Reply, result_of
-from ._errors import ConnectionClosed, DaemonUnreachable
+from ._errors import ConnectionClosed, DaemonUnreachable, NotSent
 from ._paths import socket_path
 
 __all__ = ["Client", "deadline", "pause", "timed_out"]
@@ -143,10 +143,10 @@ class Client(Connected):
             self._sock.sendall(data)
         except OSError as exc:
             # Part of a frame may be out: the stream can no longer be trusted
-            # (this includes a timeout in the middle of sendall).
-            error = ConnectionClosed(f"sending to the daemon failed: {exc}")
-            self._core.fail(error)
-            raise error from exc
+            # (this includes a timeout in the middle of sendall). The frame is
+            # not whole, so the daemon cannot have read it: nothing was sent.
+            self._core.fail(ConnectionClosed(f"sending to the daemon failed: {exc}"))
+            raise NotSent(f"the request was not sent: sending to the daemon failed: {exc}") from exc
 
     def _receive(self) -> None:
         try:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from wardd.protocol import Terminal, WarddError, is_id
 
 from ._doubt import PRUNED_TEXT, discarded, refusal_in_doubt
-from ._errors import ActFailed, ConnectionClosed, MayHaveRun
+from ._errors import ActFailed, ConnectionClosed, MayHaveRun, NotSent
 
 if TYPE_CHECKING:
     from ._async_session import AsyncSession
@@ -109,6 +109,8 @@ class GuardedTool:
       pruned (its fate is gone), a cancelled op's success had its value
       discarded, or the answer was lost after the request was sent: never
       ask again; resolve it first (docs/recovery.md);
+    - `NotSent` when the request never went out (its connection had
+      failed: a daemon restart without ``reconnect=True``): nothing ran;
     - `ActFailed` when the act failed with no effect (``failed`` or
       ``not_executed``);
     - `wardd.protocol.Terminal` when the op was cancelled before any
@@ -144,6 +146,8 @@ class GuardedTool:
                 raise
             attempt = exc.data.get("attempt") if isinstance(exc.data, Mapping) else None
             raise MayHaveRun(op, attempt, f"{exc.code}: {exc.message}") from exc
+        except NotSent:  # nothing went out: nothing ran
+            raise
         except ConnectionClosed as exc:
             raise MayHaveRun(op, None, str(exc)) from exc
         return value_of(called)

@@ -25,6 +25,7 @@ from wardd.client import (
     ConnectionClosed,
     MayHaveRun,
     Neuron,
+    NotSent,
 )
 from wardd.protocol import PlacementStale, UnknownProg, WarddError
 
@@ -177,6 +178,8 @@ class Guard:
             except PlacementStale:
                 await self._place(session, again=True)
                 called = await session.call(prog, op, act, args)
+        except NotSent as exc:  # never sent: nothing ran
+            return Unreachable(str(exc))
         except ConnectionClosed as exc:  # sent, and the answer lost: it may have run
             log.warning("mcp_answer_lost", op=op, error=str(exc))
             return Lost("the daemon's answer was lost after the request was sent")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 
+import anyio
 import pytest
 
 from tests.daemon.backends import backend, run_on
@@ -29,6 +30,7 @@ from wardd.client import (
     Client,
     GuardedTool,
     MayHaveRun,
+    NotSent,
     Session,
     arguments_key,
 )
@@ -412,3 +414,38 @@ def test_a_refused_calls_bytes_replayed_after_an_epoch_advance_run_nothing(make_
     fresh = Session(d.connect(), a.neuron)
     assert fresh.call(a.prog, "rp-3", "stamp", b"x").status == "succeeded"
     assert runs(a) == [key(a, "rp-3")]
+
+
+class TestRestart:
+    def test_a_guarded_tool_across_a_daemon_restart(self, backend: str, make_daemon) -> None:
+        """On one session: without reconnect, a call after a restart is NotSent
+        (never MayHaveRun: nothing went out, nothing ran), again and again;
+        with reconnect=True the next call reconnects, places this boot and runs."""
+        d = make_daemon(call_env())
+        a = Actor(d, acts=("stamp",))
+        restarted = {"done": False}
+
+        def restart() -> None:
+            assert d.terminate() == 0
+            d.start()
+            restarted["done"] = True
+
+        async def body() -> None:
+            async with AsyncClient.connect(d.env.socket) as plain:
+                tool = GuardedTool(AsyncSession(plain, a.neuron), a.prog, "stamp")
+                await tool("before", {})
+                async with AsyncClient.connect(d.env.socket, reconnect=True) as kept:
+                    kept_tool = GuardedTool(AsyncSession(kept, a.neuron), a.prog, "stamp")
+                    await kept_tool("before-2", {})
+                    await anyio.to_thread.run_sync(restart)
+                    for op in ("after-1", "after-2"):
+                        with pytest.raises(NotSent) as ei:
+                            await tool(op, {})
+                        assert not isinstance(ei.value, MayHaveRun)
+                    assert await kept_tool("after-3", {}) is not None
+
+        run_on(backend, body)
+        assert restarted["done"]
+        assert runs(a) == [key(a, "before"), key(a, "before-2"), key(a, "after-3")]
+        a.client = d.connect()
+        assert code_of(a.op, "after-1").code == "unknown_operation"

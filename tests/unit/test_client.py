@@ -41,6 +41,7 @@ from wardd.client import (
     FrameTooLarge,
     KeyFileError,
     Neuron,
+    NotSent,
     RemoteProtocolError,
     Session,
     TrioClient,
@@ -283,7 +284,7 @@ class TestClientCore:
         assert str(ended.value) == "the daemon closed the connection before answering"
         with pytest.raises(ConnectionClosed, match="^the daemon closed the connection before"):
             core.raise_if_failed(in_flight=True)
-        with pytest.raises(ConnectionClosed, match="^the connection failed earlier: the daemon"):
+        with pytest.raises(NotSent, match="^the request was not sent: the connection failed"):
             core.request("status", {})
 
     def test_hello_comes_first_and_fixes_the_connection(self) -> None:
