@@ -99,13 +99,14 @@ def _mcp_parser(sub: Any) -> None:
         "at most once per idempotency key (params.idempotencyKey, _meta "
         '"wardd/idempotency_key", a digest of the arguments for a tool with key = '
         '"arguments", else a fresh op id). It is a client of the daemon: at start it '
-        "registers the neuron of the config's key, creates the prog and grants the tools' "
-        "acts when they are missing, and places the neuron on the configured worker (again "
+        "registers the neuron of the config's key, creates the prog and grants it the "
+        "tools' acts when the prog is missing (an existing grant is left as it is), and places the neuron on the configured worker (again "
         "after every daemon restart). By default it serves one host over stdin and stdout "
         "(an MCP host starts it); with --http it serves streamable HTTP at /mcp.",
         epilog="Exit statuses: 0 the host closed stdin (with --http: SIGINT or SIGTERM), 78 "
-        "configuration error (one line naming the file and the key, as check-config) or an "
-        "--http address that is not loopback, 1 other start-up failure (the key file, the "
+        "configuration error (one line naming the file and the key, as check-config), an "
+        "--http address that is not loopback, or --http without a usable http_token_file, "
+        "1 other start-up failure (the key file, the "
         "daemon cannot be reached or refused the set-up, an act the daemon lacks). Needs "
         "the MCP SDK: pip install 'wardd[mcp]'. Docs: docs/recipes.md ('Guard the tools of "
         "an MCP host'), docs/configuration.md ('wardd mcp').",
@@ -114,15 +115,17 @@ def _mcp_parser(sub: Any) -> None:
         "--config",
         metavar="PATH",
         required=True,
-        help="the mcp.toml: socket, key, prog, worker, step_limit and one "
+        help="the mcp.toml: socket, key, prog, worker, step_limit, http_token_file and one "
         '[tools."<act>"] table per tool (docs/configuration.md)',
     )
     mcp.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio; HOST must be a "
-        "loopback IP address (127.0.0.1, [::1]): the tools have no authentication. Port 0 "
-        "takes a free port (logged as mcp_listening)",
+        "loopback IP address (127.0.0.1, [::1]), and every request must carry "
+        "'Authorization: Bearer TOKEN', TOKEN from the config's http_token_file (required: "
+        "any local user can reach the port). Port 0 takes a free port (logged as "
+        "mcp_listening)",
     )
 
 

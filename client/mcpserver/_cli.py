@@ -2,7 +2,8 @@
 
 Exit statuses: 0 once the host closed stdin (or, with ``--http``, on SIGINT
 or SIGTERM); 78 a configuration error (one line naming the file and the
-dotted key, as ``wardd check-config``) or an address that is not loopback;
+dotted key, as ``wardd check-config``), an address that is not loopback,
+or ``--http`` without a usable ``http_token_file``;
 1 a start-up failure (the key file, the daemon cannot be reached or refused
 the set-up, an act the daemon does not have).
 """
@@ -18,7 +19,7 @@ from wardd.client import KeyFileError, Neuron
 from wardd.daemon._logging import configure_logging
 from wardd.daemon.config import ConfigError, loopback_listen
 
-from ._config import McpConfig, load_mcp_config
+from ._config import McpConfig, http_token, load_mcp_config
 from ._guard import Guard, SetUpFailed
 from ._server import build_server, serve_http, serve_stdio
 
@@ -35,6 +36,7 @@ def run_mcp(config_path: str, http: str | None, version: str) -> int:
     try:
         config = load_mcp_config(config_path)
         listen = loopback_listen("--http", "", http, why="the tools") if http else None
+        token = http_token(config) if http else None
     except ConfigError as exc:
         print(f"wardd: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -45,11 +47,15 @@ def run_mcp(config_path: str, http: str | None, version: str) -> int:
         print(f"wardd: key: {exc}", file=sys.stderr)  # a missing file's hint is in it, once
         return EXIT_START
     guard = Guard(config, neuron)
-    return anyio.run(_main, config, guard, listen, version, backend="asyncio")
+    return anyio.run(_main, config, guard, listen, token, version, backend="asyncio")
 
 
 async def _main(
-    config: McpConfig, guard: Guard, listen: tuple[str, int] | None, version: str
+    config: McpConfig,
+    guard: Guard,
+    listen: tuple[str, int] | None,
+    token: str | None,
+    version: str,
 ) -> int:
     try:
         await guard.set_up()
@@ -64,8 +70,8 @@ async def _main(
         tools=[t.act for t in config.tools],
         transport="http" if listen else "stdio",
     )
-    if listen is None:
+    if listen is None or token is None:
         await serve_stdio(server)
     else:
-        await serve_http(server, *listen)
+        await serve_http(server, *listen, token)
     return 0

@@ -11,6 +11,8 @@ descriptor.
 from __future__ import annotations
 
 import os
+import secrets
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,14 +25,21 @@ from wardd.client._paths import socket_path
 from wardd.daemon.config import ConfigError
 from wardd.protocol import is_id
 
-__all__ = ["KEY_ARGUMENTS", "McpConfig", "ToolConfig", "load_mcp_config", "parse_mcp_config"]
+__all__ = [
+    "KEY_ARGUMENTS",
+    "McpConfig",
+    "ToolConfig",
+    "http_token",
+    "load_mcp_config",
+    "parse_mcp_config",
+]
 
 KEY_ARGUMENTS = "arguments"
 """``key = "arguments"``: with no key given, the op id is a digest of the arguments."""
 
 DEFAULT_WORKER = "w0"
 DEFAULT_STEP_LIMIT = 1000
-_TOP_KEYS = ("socket", "key", "prog", "worker", "step_limit", "tools")
+_TOP_KEYS = ("socket", "key", "prog", "worker", "step_limit", "http_token_file", "tools")
 _TOOL_KEYS = ("description", "input_schema", "key")
 _MAX_STEP_LIMIT = 2**63 - 1
 
@@ -54,6 +63,7 @@ class McpConfig:
     worker: str
     step_limit: int
     tools: tuple[ToolConfig, ...]
+    http_token_file: Path | None = None  # required by --http (read at start)
 
     def tool(self, name: str) -> ToolConfig | None:
         """The tool of that name, or None."""
@@ -103,7 +113,64 @@ def parse_mcp_config(data: Mapping[str, Any], source: str) -> McpConfig:
         worker=worker,
         step_limit=step_limit,
         tools=_tools(source, data.get("tools")),
+        http_token_file=(
+            None
+            if data.get("http_token_file") is None
+            else _file(source, "http_token_file", data["http_token_file"], "")
+        ),
     )
+
+
+#: The shortest bearer token ``--http`` accepts (characters).
+MIN_TOKEN = 32
+
+
+def http_token(config: McpConfig) -> str:
+    """The bearer token ``--http`` requires of every request, read from
+    ``http_token_file``: a regular file only its owner can read or write
+    (as a key file), holding one line of at least `MIN_TOKEN` visible ASCII
+    characters; a file that does not exist is created so (64 random hex
+    digits, mode 0600), for the host's config to copy. Raises `ConfigError`
+    naming ``http_token_file``."""
+    where = "http_token_file"
+    path = config.http_token_file
+    if path is None:
+        raise ConfigError(
+            config.source,
+            where,
+            "is required with --http: any local user can reach a loopback port, so every "
+            "request must carry this file's token (Authorization: Bearer ...)",
+        )
+    try:
+        _create_token(path)
+        info = os.stat(path)
+        with open(path, "rb") as f:
+            raw = f.read(4097)
+    except OSError as exc:
+        raise ConfigError(config.source, where, f"cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077:
+        raise ConfigError(
+            config.source, where, f"{path} must be a regular file of mode 0600 (chmod 600)"
+        )
+    token = raw.decode("ascii", "replace").strip()
+    if len(token) < MIN_TOKEN or not all(33 <= ord(c) < 127 for c in token):
+        raise ConfigError(
+            config.source,
+            where,
+            f"{path} must hold one token of at least {MIN_TOKEN} visible ASCII characters "
+            "(e.g. from: openssl rand -hex 32)",
+        )
+    return token
+
+
+def _create_token(path: Path) -> None:
+    """Write a fresh token to `path` (mode 0600) unless the file exists."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
 
 
 def _key_default() -> str:

@@ -16,6 +16,7 @@ The SDK serves both transports: stdio (`serve_stdio`) and streamable HTTP at
 from __future__ import annotations
 
 import contextlib
+import hmac
 import signal
 import socket
 from collections.abc import Iterator, Mapping
@@ -170,12 +171,14 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_http(server: Server[Any], host: str, port: int) -> None:
+async def serve_http(server: Server[Any], host: str, port: int, token: str) -> None:
     """Serve streamable HTTP at ``http://HOST:PORT/mcp`` (a loopback address,
-    checked by the caller); port 0 takes a free port. Requests whose Host or
-    Origin is not this loopback address are refused (DNS rebinding). SIGTERM
-    or SIGINT stop it once the calls in progress have answered (a second
-    SIGINT at once)."""
+    checked by the caller); port 0 takes a free port. Every request must carry
+    ``Authorization: Bearer <token>`` (401 otherwise: any local user can reach
+    a loopback port, and the tools sign as this neuron). Requests whose Host
+    or Origin is not this loopback address are refused (DNS rebinding).
+    SIGTERM or SIGINT stop it once the calls in progress have answered (a
+    second SIGINT at once)."""
     shown = f"[{host}]" if ":" in host else host
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -187,7 +190,11 @@ async def serve_http(server: Server[Any], host: str, port: int) -> None:
     )
     sock = _listen(host, port)
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=10
+        _BearerOnly(app, token),
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=10,
     )
     web = _Uvicorn(config)
     async with anyio.create_task_group() as tg:
@@ -195,6 +202,35 @@ async def serve_http(server: Server[Any], host: str, port: int) -> None:
         log.info("mcp_listening", url=f"http://{shown}:{sock.getsockname()[1]}/mcp")
         await web.serve(sockets=[sock])
         tg.cancel_scope.cancel()
+
+
+class _BearerOnly:
+    """ASGI: an HTTP request without ``Authorization: Bearer <token>`` is
+    answered 401 and reaches nothing (compared in constant time)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode("ascii")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = b'{"error":"unauthorized: Authorization: Bearer <http_token_file> required"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="wardd-mcp"'),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
 
 
 class _Uvicorn(uvicorn.Server):

@@ -10,6 +10,7 @@ connects the streamable HTTP client. Either yields an initialized
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import anyio
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.daemon.harness import Env, child_env, toml_value
 from wardd.client import Neuron
@@ -49,7 +51,18 @@ def write_mcp_config(
     key = env.root / f"{name}.key"
     if "key" not in top and not key.exists():
         Neuron.generate().save(key)
-    values = {"socket": str(env.socket), "key": str(key), "prog": "agent", **top}
+    token = env.root / f"{name}.token"  # what --http requires of every request
+    if not token.exists():
+        token.write_text(secrets.token_hex(32) + "\n")
+        token.chmod(0o600)
+    values = {
+        "socket": str(env.socket),
+        "key": str(key),
+        "prog": "agent",
+        "http_token_file": str(token),
+        **top,
+    }
+    values = {k: v for k, v in values.items() if v is not None}  # None: leave the key out
     lines = [f"{k} = {toml_value(v)}" for k, v in values.items()]
     for act, table in tools.items():
         lines.append(f"\n[tools.{json.dumps(act)}]")
@@ -101,11 +114,20 @@ async def http_server(config: Path, log: Path) -> AsyncIterator[str]:
             proc.wait()
 
 
+def bearer(config: Path) -> dict[str, str]:
+    """The Authorization header ``--http`` requires, from the config's token file."""
+    token = (config.parent / f"{config.name}.token").read_text().strip()
+    return {"Authorization": f"Bearer {token}"}
+
+
 @asynccontextmanager
 async def http_host(config: Path, log: Path) -> AsyncIterator[ClientSession]:
-    """`http_server` and the streamable HTTP client on its /mcp."""
-    async with http_server(config, log) as url:
-        async with streamable_http_client(url) as (read, write):
+    """`http_server` and the streamable HTTP client (with the bearer token) on its /mcp."""
+    async with (
+        http_server(config, log) as url,
+        create_mcp_http_client(headers=bearer(config)) as http,
+    ):
+        async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 yield session

@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 from tests.daemon._mcp_host import (
+    bearer,
     call,
     http_host,
     http_server,
@@ -591,6 +592,7 @@ class TestHttp:
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
+            **bearer(config),  # the token is no defence here: a page has none
         }
 
         def post(url: str, extra: dict[str, str]) -> int:
@@ -615,6 +617,77 @@ class TestHttp:
         own, other_host, other_origin = _asyncio(run)
         assert own == 200  # the same request from a loopback page is served
         assert other_host in (403, 421) and other_origin in (403, 421)
+
+    def test_every_http_request_needs_the_bearer_token(self, setup) -> None:
+        """Another local user reaches the loopback port but has no token: 401,
+        and nothing runs; the right token is served."""
+        daemon, config = setup
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        hello["clientInfo"] = {"name": "other-user", "version": "1"}
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
+
+        def post(url: str, extra: dict[str, str]) -> int:
+            parts = urllib.parse.urlsplit(url)
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+            try:
+                conn.request("POST", parts.path, body.encode(), {**headers, **extra})
+                return conn.getresponse().status
+            finally:
+                conn.close()
+
+        async def run() -> list[int]:
+            async with http_server(config, daemon.env.root / "mcp-http.log") as url:
+                wrong = {"Authorization": "Bearer " + "0" * 64}
+                return [
+                    await anyio.to_thread.run_sync(post, url, {}),
+                    await anyio.to_thread.run_sync(post, url, wrong),
+                    await anyio.to_thread.run_sync(post, url, bearer(config)),
+                ]
+
+        missing, wrong, right = _asyncio(run)
+        assert (missing, wrong) == (401, 401) and right == 200
+
+    @pytest.mark.parametrize("problem", ["no key", "readable", "short"])
+    def test_http_without_a_usable_token_file_is_refused_exit_78(self, setup, problem) -> None:
+        """--http needs http_token_file: of mode 0600, with a long token."""
+        daemon, config = setup
+        token = daemon.env.root / "other.token"
+        token.write_text("x" * 64)
+        token.chmod(0o644 if problem == "readable" else 0o600)
+        if problem == "short":
+            token.write_text("short")
+        given = None if problem == "no key" else str(token)
+        bad = write_mcp_config(daemon.env, TOOLS, name="bad.toml", http_token_file=given)
+        done = run_mcp(bad, "--http", "127.0.0.1:0")
+        assert done.returncode == 78, done.stderr
+        assert done.stderr.startswith(f"wardd: config error: {bad}: http_token_file: ")
+        assert len(done.stderr.splitlines()) == 1
+
+    def test_a_missing_token_file_is_created_private(self, setup) -> None:
+        """http_token_file names a file that does not exist: created, 0600, and
+        its token is the one the server asks for."""
+        daemon, config = setup
+        token = daemon.env.root / "new.token"
+        made = write_mcp_config(daemon.env, TOOLS, name="made.toml", http_token_file=str(token))
+
+        async def run() -> int:
+            async with http_server(made, daemon.env.root / "mcp-made.log") as url:
+                parts = urllib.parse.urlsplit(url)
+                conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+                try:
+                    auth = {"Authorization": f"Bearer {token.read_text().strip()}"}
+                    await anyio.to_thread.run_sync(lambda: conn.request("GET", "/mcp", None, auth))
+                    return (await anyio.to_thread.run_sync(conn.getresponse)).status
+                finally:
+                    conn.close()
+
+        status = _asyncio(run)
+        assert status != 401 and (token.stat().st_mode & 0o777) == 0o600
+        assert len(token.read_text().strip()) == 64
 
     def test_http_refuses_an_address_that_is_not_loopback(self, setup) -> None:
         _, config = setup
