@@ -100,7 +100,8 @@ def _mcp_parser(sub: Any) -> None:
         '"wardd/idempotency_key", a digest of the arguments for a tool with key = '
         '"arguments", else a fresh op id). It is a client of the daemon: at start it '
         "registers the neuron of the config's key, creates the prog and grants it the "
-        "tools' acts when the prog is missing (an existing grant is left as it is), and places the neuron on the configured worker (again "
+        "tools' acts when the prog is missing (an existing grant is left as it is), and "
+        "places the neuron on the configured worker (again "
         "after every daemon restart). By default it serves one host over stdin and stdout "
         "(an MCP host starts it); with --http it serves streamable HTTP at /mcp.",
         epilog="Exit statuses: 0 the host closed stdin (with --http: SIGINT or SIGTERM), 78 "
