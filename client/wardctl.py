@@ -1339,8 +1339,11 @@ _COMMANDS = (
         *_OP_CONTENT,
         epilog="A repeated call with the same content answers what the op already is "
         "(already). Exit status 4 when the attempt failed (no effect), 3 when its outcome "
-        "is unknown, an earlier attempt is unknown (attempt_unknown), or the answer was "
-        "lost (it may have run); 1 when refused or the op was cancelled.",
+        "is unknown, an attempt of the op is unknown or running (attempt_unknown, "
+        "attempt_busy), a refusal says an earlier attempt reached its claim "
+        "(data.may_have_run), the op was pruned, or the answer was lost (it may have run); "
+        "1 when refused before any attempt of the op reached its claim, or cancelled before "
+        "one did.",
     ),
     _command("op", _missing_sub, "operation commands", subs=_OP_COMMANDS),
     _command(
