@@ -65,7 +65,17 @@ class TestValueOf:
             value_of(called(attempt=3, status=status))
         assert (ei.value.op, ei.value.attempt) == ("k", 3)
 
-    def test_a_cancelled_or_pruned_op_holds_no_value(self):
+    def test_an_op_cancelled_before_any_claim_holds_no_value(self):
         with pytest.raises(Terminal) as ei:
+            value_of(called(state="cancelled", already=True))
+        assert ei.value.data == {"state": "cancelled", "pruned": False}
+
+    def test_a_pruned_op_may_have_run(self):
+        """Its tombstone keeps no fate: never "nothing ran"."""
+        with pytest.raises(MayHaveRun, match="pruned"):
             value_of(called(state="consumed", already=True, pruned=True))
-        assert ei.value.data == {"state": "consumed", "pruned": True}
+
+    def test_a_cancelled_ops_success_ran_and_its_value_is_gone(self):
+        with pytest.raises(MayHaveRun, match="discarded") as ei:
+            value_of(called(attempt=1, status="succeeded", state="cancelled", already=True))
+        assert (ei.value.op, ei.value.attempt) == ("k", 1)
