@@ -95,9 +95,9 @@ def repeated(view: OpView) -> dict[str, Any] | None:
         answer["attempt"] = latest.attempt
         answer["status"] = latest.state.value
         out = view.outcomes.get(latest.attempt)
-        if latest.state == A.SUCCEEDED and op.state != OpState.CANCELLED:
-            # a cancelled op's value was discarded (contract §4 ``cancel``)
-            answer["result"] = None if out is None else out.value
+        if latest.state == A.SUCCEEDED:
+            if op.state != OpState.CANCELLED:  # cancel discarded it (contract §4 ``cancel``)
+                answer["result"] = None if out is None else out.value
         elif out is not None:
             answer["error"] = out.error
     return answer

@@ -189,3 +189,40 @@ class TestExistingOp:
         assert d.reply == Answered(
             {"op": "op-1", "state": OpState.CONSUMED.value, "already": True, "pruned": True}
         )
+
+
+class TestDoubtInRefusals:
+    """A refusal ordered before the op's state runs nothing now, but says when
+    an earlier attempt of the op reached its claim (or the op was pruned)."""
+
+    @pytest.mark.parametrize(
+        ("states", "data"),
+        [
+            ((A.SUCCEEDED,), {"op": "op-1", "attempt": 1, "may_have_run": True}),
+            ((A.UNKNOWN, A.VOID), {"op": "op-1", "attempt": 1, "may_have_run": True}),
+            ((A.VOID,), None),  # no attempt of it ever reached its claim
+        ],
+    )
+    def test_unknown_act_names_an_earlier_claimed_attempt(self, states, data):
+        ctx, pview, view = setup(states=states)
+        for decided in (decide, lambda c, pv, v, p: precheck(c, pv, v, p)):
+            with pytest.raises(UnknownAct) as ei:
+                decided(ctx, pview, view, params(act="nope"))
+            assert ei.value.data == data
+
+    def test_a_pruned_op_may_have_run(self):
+        ctx, pview, view = setup(World(op="pruned"))
+        with pytest.raises(UnknownAct) as ei:
+            decide(ctx, pview, view, params(act="nope"))
+        assert ei.value.data == {"op": "op-1", "may_have_run": True}
+
+    def test_a_cancelled_ops_success_is_answered_without_its_value(self):
+        ctx, pview, view = setup(states=(A.SUCCEEDED,), cancelled=True)
+        got = decide(ctx, pview, view, params()).reply.result
+        assert got == {
+            "op": "op-1",
+            "state": "cancelled",
+            "already": True,
+            "attempt": 1,
+            "status": "succeeded",
+        }
