@@ -8,8 +8,9 @@ import math
 import pytest
 
 from wardd.client import ActFailed, Called, MayHaveRun, arguments_key, canonical_arguments
+from wardd.client._doubt import refusal_in_doubt
 from wardd.client._tools import value_of
-from wardd.protocol import Terminal, is_id
+from wardd.protocol import Terminal, error_for, is_id
 
 
 class TestCanonicalArguments:
@@ -79,3 +80,22 @@ class TestValueOf:
         with pytest.raises(MayHaveRun, match="discarded") as ei:
             value_of(called(attempt=1, status="succeeded", state="cancelled", already=True))
         assert (ei.value.op, ei.value.attempt) == ("k", 1)
+
+
+class TestDoubtTable:
+    """One table (wardd.client._doubt) for GuardedTool, wardd mcp and wardctl call."""
+
+    @pytest.mark.parametrize(
+        ("error", "doubt"),
+        [
+            (error_for("attempt_unknown", "m", {"op": "k", "attempt": 1}), True),
+            (error_for("attempt_busy", "m", {"op": "k", "attempt": 1}), True),
+            (error_for("internal", "m", {"reason": "fail_stop"}), True),  # after the claim
+            (error_for("grant_disabled", "m", {"op": "k", "may_have_run": True}), True),
+            (error_for("grant_disabled", "m"), False),
+            (error_for("op_conflict", "m"), False),
+            (error_for("internal", "m", {"reason": "claim_failed"}), False),  # before it
+        ],
+    )
+    def test_which_answers_leave_the_act_in_doubt(self, error, doubt):
+        assert refusal_in_doubt(error) is doubt
