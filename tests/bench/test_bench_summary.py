@@ -19,7 +19,7 @@ from _common import Results  # noqa: E402
 ROWS = ["cpu", "wal_pages", "seq_dbos", "conc_dbos", "call_cpu", "call_seq_dbos",
         "call_conc_dbos", "prune_large", "prune_backlog",
         "prune_p99", "status_w2", "status_w4", "status_1m", "recovery"]
-KEPT = ["engine", "seq_raw4", "conc_raw4", "rss", "tombstone", "metrics"]
+KEPT = ["engine", "seq_raw4", "conc_raw4", "rss", "tombstone", "metrics", "traces"]
 
 
 def _results(**over: float) -> Results:
