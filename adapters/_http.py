@@ -225,8 +225,9 @@ def _status_list(value: object, key: str) -> frozenset[int]:
         raise AdapterConfigError(key, "must be a list of HTTP status codes")
     codes = set()
     for i, item in enumerate(value):
-        if not _config.is_int(item) or not 100 <= item <= 599:
-            raise AdapterConfigError(f"{key}[{i}]", "must be an integer from 100 to 599")
+        if not _config.is_int(item) or not 300 <= item <= 599:
+            # 1xx are interim, never an answer; 2xx are successes
+            raise AdapterConfigError(f"{key}[{i}]", "must be an integer from 300 to 599")
         if 200 <= item <= 299:
             raise AdapterConfigError(f"{key}[{i}]", f"{item} is a success, not a no-effect status")
         codes.add(int(item))

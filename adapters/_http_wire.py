@@ -20,7 +20,10 @@ response ended as its framing says (RFC 9112 §6.3):
 - the header block ended with its blank line; and
 - the body ended by its own framing: ``Content-Length`` bytes were read, or
   the last chunk (``0``) and the trailer's blank line; or the response has
-  no body by definition (1xx, 204, 304, an answer to ``HEAD``).
+  no body by definition (204, 304, an answer to ``HEAD``);
+- it is a final response: http.client passes over ``100 Continue`` only,
+  and returns any other 1xx (``103 Early Hints``) as if it were the answer,
+  leaving the final one unread; an interim response is never whole.
 
 A body that runs to the close (no length, not chunked) can never be told
 from a cut one: it never counts as ended. The connection classes here make
@@ -126,6 +129,8 @@ class FramedResponse(http.client.HTTPResponse):
         has been read to its end (a read answered ``b""``)."""
         if not self.head_ended:
             return "the header block never ended (no blank line before the close)"
+        if self.status < 200:
+            return f"an interim {self.status} response is no final answer"
         if self.chunked:
             if self._lines.last in _BLANK:  # the trailer's blank line, after the last chunk
                 return None

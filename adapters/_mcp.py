@@ -27,8 +27,17 @@ How a call ends (`judge`):
   session could not be initialized, the tool is not in the server's
   ``tools/list``, a secret file could not be read, ``timeout_s`` passed
   before the request went out, the adapter was stopped — `DefiniteFailure`;
-- a JSON-RPC error that the protocol defines as "not executed" (method not
-  found ``-32601``, invalid params ``-32602``) → `DefiniteFailure`;
+- args that do not match the tool's listed ``inputSchema`` → `DefiniteFailure`,
+  checked before the request is sent;
+- a JSON-RPC error answered after the request was sent → `OutcomeUnknown`,
+  whatever its code: the SDK's own server answers an ``MCPError`` raised
+  inside a tool (``-32602`` from a nested request, after the tool's effect)
+  as the call's error, and the SDK's client makes ``-32601`` out of a bare
+  HTTP 404, read without its body; with ``tool_errors = "failed"`` the
+  "not executed" codes (``-32601``, ``-32602``) are `DefiniteFailure`, as the
+  operator declares;
+- a result whose ``resultType`` is not ``complete`` (``input_required``, a
+  task) → `OutcomeUnknown`: the call has not ended;
 - a complete result with ``isError: false`` → succeeded, with its
   ``structuredContent``, or its ``content`` list when there is none;
 - a complete result with ``isError: true`` → `OutcomeUnknown` (a tool error
@@ -140,11 +149,16 @@ def judge(reply: Reply, tag: str, *, tool_errors: str = "unknown") -> Any:
         raise DefiniteFailure(f"{tag}: {reply.why}; nothing was sent")
     if reply.timed_out:
         raise OutcomeUnknown(f"{tag}: {reply.why}; the server may have acted")
-    if reply.error_code in NOT_EXECUTED_CODES:
-        raise DefiniteFailure(f"{tag}: {reply.why} (the protocol's 'not executed')")
+    if reply.error_code in NOT_EXECUTED_CODES and tool_errors == "failed":
+        raise DefiniteFailure(f"{tag}: {reply.why} (declared definite)")
     result = reply.result
     if result is None:
         raise OutcomeUnknown(f"{tag}: {reply.why} after the request was sent")
+    if result.get("resultType", "complete") != "complete":
+        # input_required, a task: the call has not ended, whatever it holds
+        raise OutcomeUnknown(
+            f"{tag}: the result is not complete (resultType {str(result['resultType'])[:40]!r})"
+        )
     if result.get("isError") is True:
         said = _excerpt(result)
         if tool_errors == "failed":

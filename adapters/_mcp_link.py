@@ -48,6 +48,7 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 import attrs
+import jsonschema
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -120,7 +121,7 @@ class _Conn:
     """One open connection, as seen by the calls that use it."""
 
     session: Any
-    tools: frozenset[str]
+    tools: Mapping[str, Any]  # each listed tool's inputSchema
     pid: int | None  # the stdio server's leader (its process group)
     instance: str
     dead: anyio.Event
@@ -259,6 +260,9 @@ class Link:
                 return Reply(sent=False, listed=False, why="not in the server's tools/list")
             if call.probe:
                 return Reply(sent=False, why="listed")
+            refused = _schema_refusal(conn.tools[call.tool], call.arguments)
+            if refused is not None:
+                return Reply(sent=False, why=refused)
             if conn.dead.is_set():
                 return Reply(sent=False, why="the connection ended before the request was sent")
             progress.sent = True
@@ -354,17 +358,34 @@ async def _relay(
         close.set()
 
 
-async def _list_tools(session: Any) -> frozenset[str]:
-    names: set[str] = set()
+async def _list_tools(session: Any) -> dict[str, Any]:
+    names: dict[str, Any] = {}
     cursor: str | None = None
     for _ in range(1000):  # a server that pages for ever is not listed for ever
         params = None if cursor is None else PaginatedRequestParams(cursor=cursor)
         page = await session.list_tools(params=params)
-        names.update(tool.name for tool in page.tools)
+        names.update((tool.name, tool.input_schema) for tool in page.tools)
         cursor = page.next_cursor
         if not cursor:
             break
-    return frozenset(names)
+    return names
+
+
+def _schema_refusal(schema: Any, arguments: Mapping[str, Any]) -> str | None:
+    """Why ``arguments`` do not match the tool's listed ``inputSchema`` (None:
+    they do, or the schema cannot be used). Checked before anything is sent,
+    so that a mismatch is a definite ``failed``: once a request is sent, a
+    JSON-RPC "invalid params" is no proof that nothing ran."""
+    try:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+    except Exception:  # noqa: BLE001 - a schema we cannot use decides nothing: send
+        return None
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "(the arguments)"
+    # the rule's keyword, never the value: args may hold personal data
+    return f"the args do not match the tool's inputSchema at {where} ({error.validator!s:.40})"
 
 
 def _describe(exc: BaseException) -> str:

@@ -22,6 +22,9 @@ Tools:
 - ``soak(mode, delay)``: the crash soak's act: ``ok`` has its effect and
   answers, ``pre`` has it and answers after ``delay`` s, ``post`` waits
   ``delay`` s and then has it, ``error`` has it and answers a tool error;
+- ``nested()``: has its effect, then raises the SDK's ``MCPError`` "invalid
+  params" (``-32602``), as a nested request refused inside a tool does: the
+  SDK's server answers it as the call's JSON-RPC error;
 - ``find_by_key(key)``: ``{"status": "executed", "value": {"key": key}}``
   for a key in the ledger, else ``{"status": "not_executed"}``.
 """
@@ -39,6 +42,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 
 
 def _append(path: Path, line: str) -> None:
@@ -110,6 +114,12 @@ def build(record: Path, ledger: Path, marks: Path | None) -> MCPServer:
         if mode == "error":
             raise ToolError("failed after the effect")
         return {"key": fence}
+
+    @server.tool()
+    def nested(ctx: Context) -> dict[str, Any]:
+        """The effect, then an "invalid params" error raised inside the tool."""
+        _append(ledger, str(seen(ctx, "nested")))
+        raise MCPError(-32602, "a nested request was refused")
 
     @server.tool()
     def find_by_key(ctx: Context, key: str) -> dict[str, Any]:

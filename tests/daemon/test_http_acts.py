@@ -659,7 +659,12 @@ class TestConfig:
             (
                 {"url": "http://h/x", "no_effect_statuses": [400, 600]},
                 'acts."pay.charge".no_effect_statuses[1]',
-                "100 to 599",
+                "300 to 599",
+            ),
+            (
+                {"url": "http://h/x", "no_effect_statuses": [103]},
+                'acts."pay.charge".no_effect_statuses[0]',
+                "300 to 599",
             ),
             ({"url": "http://h/x", "timeout_s": 0}, 'acts."pay.charge".timeout_s', "positive"),
             (

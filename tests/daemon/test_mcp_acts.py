@@ -188,6 +188,37 @@ class TestOutcomes:
         assert a.invoke("x")["status"] == "failed"
         assert server.calls() == []
 
+    def test_args_that_do_not_match_the_listed_schema_are_failed_and_never_sent(
+        self, make_daemon, tmp_path
+    ):
+        """create's title is a string: a number is refused before anything is sent."""
+        server = Server(tmp_path / "peer")
+        env = Env(acts={"gh.create": stdio_act(server, "create")})
+        a = Actor(make_daemon(env), acts=("gh.create",))
+        a.submit("x", "gh.create", b'{"title": 5}')
+        r = a.invoke("x")
+        assert r["status"] == "failed" and "inputSchema" in r["error"]
+        assert server.calls() == []
+
+    def test_invalid_params_answered_after_the_effect_is_unknown(self, make_daemon, tmp_path):
+        """The SDK's server answers an MCPError raised inside a tool (after its
+        effect) as the call's -32602: unknown, never failed (a second run would
+        be a second effect); failed only where tool_errors = "failed" declares it."""
+        server = Server(tmp_path / "peer")
+        env = Env(
+            acts={
+                "t.nested": stdio_act(server, "nested"),
+                "t.nested_def": stdio_act(server, "nested", tool_errors="failed"),
+            }
+        )
+        a = Actor(make_daemon(env), acts=("t.nested", "t.nested_def"))
+        a.submit("n1", "t.nested")
+        r = a.invoke("n1")
+        assert r["status"] == "unknown" and "-32602" in r["error"]
+        assert server.ledger.read_text().split() == [key(a, "n1")]
+        a.submit("n2", "t.nested_def")
+        assert a.invoke("n2")["status"] == "failed"
+
     def test_a_server_that_exits_at_once_is_failed(self, make_daemon, tmp_path):
         """A command that is no MCP server (it exits before the session is
         initialized): nothing was sent."""

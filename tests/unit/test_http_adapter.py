@@ -465,6 +465,12 @@ class TestCutResponses:
             (b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot", "IncompleteRead"),
             (b"HTTP/1.1 404 Not Found\r\n\r\nnot found", "its end is only the close"),
             (WHOLE_200_CHUNKED[:-2], "before its last chunk and trailer"),
+            # an interim response before the final one: http.client returns it as the answer
+            (
+                b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                "interim 103",
+            ),
         ],
     )
     def test_a_cut_response_says_why(self, peers, raw, why):

@@ -15,7 +15,7 @@ import pytest
 
 from wardd.adapters import CallAborted, DefiniteFailure, OutcomeUnknown, build_adapter
 from wardd.adapters._mcp import _KEYS, McpAdapter, decode_args, judge, receipt_of, redact_value
-from wardd.adapters._mcp_link import Reply
+from wardd.adapters._mcp_link import Reply, _schema_refusal
 
 MAX_FRAME = 1 << 20
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -58,8 +58,11 @@ class TestJudge:
             (Reply(sent=False, listed=False), DefiniteFailure),
             (Reply(sent=False, why="connection refused"), DefiniteFailure),
             (Reply(sent=False, timed_out=True, why="timed out"), DefiniteFailure),
-            (Reply(sent=True, error_code=-32601), DefiniteFailure),
-            (Reply(sent=True, error_code=-32602), DefiniteFailure),
+            (Reply(sent=False, why="args do not match the inputSchema"), DefiniteFailure),
+            # after the send, not even "not executed" codes prove nothing ran: the SDK's
+            # server answers -32602 raised inside a tool, its client makes -32601 of a 404
+            (Reply(sent=True, error_code=-32601), OutcomeUnknown),
+            (Reply(sent=True, error_code=-32602), OutcomeUnknown),
             (Reply(sent=True, error_code=-32603), OutcomeUnknown),
             (Reply(sent=True, error_code=-32000, why="Connection closed"), OutcomeUnknown),
             (Reply(sent=True, timed_out=True), OutcomeUnknown),
@@ -69,9 +72,47 @@ class TestJudge:
         ],
     )
     def test_how_far_it_got_decides(self, reply, outcome):
-        """failed only when nothing was sent or the protocol says not executed."""
+        """failed only when nothing was sent."""
         with pytest.raises(outcome):
             judge(reply, "t")
+
+    @pytest.mark.parametrize("code", [-32601, -32602])
+    def test_not_executed_codes_are_failed_only_when_declared(self, code):
+        """``tool_errors = "failed"`` declares the server's "not executed" answers definite."""
+        with pytest.raises(DefiniteFailure):
+            judge(Reply(sent=True, error_code=code), "t", tool_errors="failed")
+
+    @pytest.mark.parametrize("kind", ["input_required", "task"])
+    def test_a_result_that_is_not_complete_is_unknown(self, kind):
+        """A result whose resultType is not ``complete`` has not ended, whatever it holds."""
+        partial = {"content": [], "isError": False, "resultType": kind}
+        with pytest.raises(OutcomeUnknown, match="not complete"):
+            judge(Reply(sent=True, result=partial), "t")
+        complete = {"content": [], "isError": False, "resultType": "complete"}
+        assert judge(Reply(sent=True, result=complete), "t") == []
+
+
+class TestSchemaRefusal:
+    """Args are checked against the tool's listed inputSchema before sending."""
+
+    SCHEMA = {
+        "type": "object",
+        "properties": {"amount": {"type": "integer"}},
+        "required": ["amount"],
+    }
+
+    def test_matching_args_are_sent(self):
+        assert _schema_refusal(self.SCHEMA, {"amount": 3}) is None
+
+    def test_a_mismatch_names_the_place_and_rule_never_the_value(self):
+        why = _schema_refusal(self.SCHEMA, {"amount": "s3cret-value"})
+        assert why is not None and "amount" in why and "type" in why
+        assert "s3cret" not in why
+
+    def test_a_schema_that_cannot_be_used_decides_nothing(self):
+        broken = {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}
+        assert _schema_refusal(broken, {"a": 1}) is None
+        assert _schema_refusal({"type": 12}, {"a": 1}) is None
 
 
 class TestReceiptOf:
