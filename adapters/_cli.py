@@ -57,8 +57,9 @@ Decisions:
   started) and receipts answer ``unknown``.
 - The receipt program gets the idempotency key as its last argument, the
   same environment (``WARDD_ACT``, ``WARDD_IDEMPOTENCY_KEY``, and
-  ``WARDD_OP``/``WARDD_ATTEMPT`` taken from the key; no ``WARDD_BOOT``: a
-  receipt run has no effect to fence, so it is never an orphan), ``/dev/null`` as
+  ``WARDD_OP``/``WARDD_ATTEMPT`` taken from the key; no ``WARDD_BOOT``, and
+  ``WARDD_RECEIPT=1``: a receipt run has no effect to fence, so it is never
+  an orphan, even one with the key and no boot), ``/dev/null`` as
   stdin and 30 s; only exit 0 with a first stdout line of ``executed``,
   ``not_executed`` or ``unknown`` counts, anything else is ``unknown``.
 """
@@ -298,7 +299,7 @@ class CliAdapter:
         secrets: list[bytes] = []
         try:
             env, secrets = self._environment(
-                op=op, attempt=attempt, act=self.tag, key=idempotency_key
+                op=op, attempt=attempt, act=self.tag, key=idempotency_key, receipt=True
             )
             done = _process.run(
                 self._groups,
@@ -324,7 +325,14 @@ class CliAdapter:
         return Receipt("unknown", detail="receipt program gave no recognised answer")
 
     def _environment(
-        self, *, op: str | None, attempt: str | None, act: str, key: str, boot: str | None = None
+        self,
+        *,
+        op: str | None,
+        attempt: str | None,
+        act: str,
+        key: str,
+        boot: str | None = None,
+        receipt: bool = False,
     ) -> tuple[dict[str, str | bytes], list[bytes]]:
         """The child's whole environment and the secret values in it (read now)."""
         env: dict[str, str | bytes] = dict(self._base_env)
@@ -342,6 +350,8 @@ class CliAdapter:
         env["WARDD_IDEMPOTENCY_KEY"] = key
         if boot is not None:
             env["WARDD_BOOT"] = boot
+        if receipt:
+            env["WARDD_RECEIPT"] = "1"
         return env, secrets
 
 

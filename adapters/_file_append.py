@@ -133,6 +133,7 @@ from ._base import (
     OutcomeUnknown,
     Receipt,
 )
+from ._hold import hold as _hold
 
 _KEYS = ("adapter", "path", "max_arg_bytes")
 HOLD_ENV = "WARDD_TEST_FILE_APPEND_HOLD"  # the test hook (module docstring)
@@ -438,25 +439,6 @@ def _executed_or_unknown(path: str, prefix: bytes, why: str) -> Receipt:
         return Receipt("unknown", detail=why)
     except OSError as exc:
         return Receipt("unknown", detail=f"cannot read {path}: {exc.strerror}")
-
-
-def _hold(directory: str, point: str) -> None:
-    """The test hook (module docstring): wait at ``point`` while a test holds
-    the FIFO ``<directory>/<point>`` open; nothing when there is no FIFO."""
-    path = os.path.join(directory, point)
-    try:
-        if not stat.S_ISFIFO(os.stat(path).st_mode):
-            return
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # blocks until the test opens it
-    except OSError:
-        return
-    try:
-        while os.read(fd, 512):  # until the test closes its end
-            pass
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _regular_file_stat(fd: int, path: str) -> os.stat_result:

@@ -67,6 +67,7 @@ __all__ = [
     "invoke_claim",
     "invoke_precheck",
     "manual_take",
+    "orphan_killed",
     "mark_unknown",
     "outcome",
     "outcome_changes",
@@ -567,6 +568,30 @@ def unknown_evidence(claimed: bool, boot: str, orphan_killed: bool) -> dict[str,
     if orphan_killed:
         evidence["orphan_killed"] = True
     return evidence
+
+
+def orphan_killed(view: OpView, attempt_id: int) -> Decision:
+    """An attempt already unknown (an earlier start marked it) whose program
+    this start found still running and is about to kill: its evidence gains
+    ``orphan_killed: true``, with an ``orphan_killed`` record whose data is
+    that evidence. Evidence only: the attempt stays unknown. Nothing for an
+    attempt in another state, gone, or whose evidence says it already."""
+    attempt = next((a for a in view.attempts if a.id == attempt_id), None)
+    if attempt is None or attempt.state != A.UNKNOWN or view.op is None:
+        return Decision(())
+    evidence = dict(attempt.evidence or {})
+    if evidence.get("orphan_killed") is True:
+        return Decision(())
+    evidence["orphan_killed"] = True
+    op = view.op
+    return Decision(
+        (
+            SetAttempt(op.id, attempt.attempt, evidence=evidence),
+            AppendEvent(
+                "orphan_killed", op.neuron_id, op_id=op.id, attempt=attempt.attempt, data=evidence
+            ),
+        )
+    )
 
 
 @functools.cache

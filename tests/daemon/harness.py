@@ -7,6 +7,7 @@ datagram socket this harness binds), never on a sleep.
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import json
 import os
@@ -137,6 +138,19 @@ class Env:
     def ledger_lines(self, path: Path | None = None) -> list[str]:
         p = path or self.ledger
         return p.read_text().splitlines() if p.exists() else []
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def on_fixture(version: int, **top: Any) -> Env:
+    """An Env whose database is a copy of tests/data/schema-v<version>.db (a
+    database an earlier wardd wrote and left as it was when it was killed);
+    no daemon started."""
+    env = Env(**top)
+    env.database.parent.mkdir(parents=True)
+    shutil.copy(DATA / f"schema-v{version}.db", env.database)
+    return env
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -552,6 +566,57 @@ class ReadLease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class Hold:
+    """A test hook's directory and its FIFOs (adapters/_hold.py): the daemon
+    started with ``env`` stops at each armed point until the test lets go."""
+
+    def __init__(self, root: Path, variable: str, points: tuple[str, ...]) -> None:
+        self.dir = root / "hold"
+        self.dir.mkdir()
+        self.variable = variable
+        self.points = points
+        self.fds: list[int] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {self.variable: str(self.dir)}
+
+    def arm(self) -> None:
+        """From now on the daemon stops at each point."""
+        for point in self.points:
+            os.mkfifo(self.dir / point)
+
+    def reached(self, point: str) -> int:
+        """Wait until the daemon stands at ``point`` (it holds the FIFO open
+        for reading); it goes on once the returned descriptor is closed."""
+        got: list[int] = []
+
+        def opened() -> bool:
+            try:
+                got.append(os.open(self.dir / point, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no reader yet: not there
+                    return False
+                raise
+            return True
+
+        wait_for(opened, what=f"the daemon to stop at {point!r}")
+        self.fds.append(got[0])
+        return got[0]
+
+    def let_go(self, fd: int) -> None:
+        self.fds.remove(fd)
+        os.close(fd)
+
+    def disarm(self) -> None:
+        """Remove the FIFOs and close what the test still holds."""
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+        for point in self.points:
+            (self.dir / point).unlink(missing_ok=True)
 
 
 def poll_until(pred: Any, what: str, timeout: float = 20.0) -> None:

@@ -12,63 +12,11 @@ step waits on the other's real event, never on a delay.
 
 from __future__ import annotations
 
-import errno
-import os
 import subprocess
 from pathlib import Path
 
-from tests.daemon.harness import Actor, Background, Env, code_of, key, wait_for
+from tests.daemon.harness import Actor, Background, Env, Hold, code_of, key
 from wardd.adapters._file_append import HOLD_ENV
-
-
-class Hold:
-    """The ``file.append`` test hook's directory and its FIFOs."""
-
-    POINTS = ("checked", "written")
-
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "hold"
-        self.dir.mkdir()
-        self.fds: list[int] = []
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {HOLD_ENV: str(self.dir)}
-
-    def arm(self) -> None:
-        """From now on every call stops at each point."""
-        for point in self.POINTS:
-            os.mkfifo(self.dir / point)
-
-    def reached(self, point: str) -> int:
-        """Wait until a call stands at ``point`` (it holds the FIFO open for
-        reading); the call goes on once the returned descriptor is closed."""
-        got: list[int] = []
-
-        def opened() -> bool:
-            try:
-                got.append(os.open(self.dir / point, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no reader yet: the call is not there
-                    return False
-                raise
-            return True
-
-        wait_for(opened, what=f"the file.append call to stop at {point!r}")
-        self.fds.append(got[0])
-        return got[0]
-
-    def let_go(self, fd: int) -> None:
-        self.fds.remove(fd)
-        os.close(fd)
-
-    def disarm(self) -> None:
-        """Remove the FIFOs and close what the test still holds."""
-        for fd in self.fds:
-            os.close(fd)
-        self.fds.clear()
-        for point in self.POINTS:
-            (self.dir / point).unlink(missing_ok=True)
 
 
 def append_partial_line(path: Path, data: bytes) -> None:
@@ -89,7 +37,7 @@ class TestForeignPartialLine:
         line: the attempt is succeeded by receipt (never not_executed), and no
         second attempt runs, so the ledger holds our record once."""
         env = Env()
-        hold = Hold(env.root)
+        hold = Hold(env.root, HOLD_ENV, ("checked", "written"))
         d = make_daemon(env, start=False)
         d.start(hold.env)
         a = Actor(d, acts=("ledger",))
@@ -123,7 +71,7 @@ class TestForeignPartialLine:
     def test_without_a_foreign_append_the_hook_changes_nothing(self, make_daemon):
         """A call held at both points and let go writes its one line and succeeds."""
         env = Env()
-        hold = Hold(env.root)
+        hold = Hold(env.root, HOLD_ENV, ("checked", "written"))
         d = make_daemon(env, start=False)
         d.start(hold.env)
         a = Actor(d, acts=("ledger",))

@@ -7,11 +7,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
+import sqlite3
 import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from tests.daemon.harness import Actor, Background, Daemon, Env, wait_for
+import pytest
+
+from tests import _leftovers
+from tests.daemon.harness import DATA, Actor, Background, Daemon, Env, on_fixture, wait_for
 from wardd.client import Neuron
 from wardd.daemon._orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone
 
@@ -127,42 +135,186 @@ class TestAnotherDaemonsPrograms:
         assert not (envs[0].root / "effects").exists()
 
 
+def earlier_release_program(
+    root: Path, key: str, user: int | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A `cli` program started as wardd started them before programs carried
+    their boot: in its own session, ``WARDD_IDEMPOTENCY_KEY`` (and the op,
+    attempt and act) in its environment, no ``WARDD_BOOT``. It leaves a
+    background child that writes its effect to ``<root>/effects`` once the
+    gate ``<root>/gate`` exists, and writes that child's pid to the file
+    returned. ``user``: run as that uid (root only)."""
+    _neuron, op, attempt = key.split("/")
+    q = shlex.quote
+    script = (
+        f"(while [ ! -e {q(str(root / 'gate'))} ]; do sleep 0.05; done; "
+        f"echo $$ >> {q(str(root / 'effects'))}) & "
+        f"echo $! > {q(str(root / 'child.pid'))}; wait"
+    )
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "WARDD_OP": op,
+        "WARDD_ATTEMPT": attempt,
+        "WARDD_ACT": "gated",
+        "WARDD_IDEMPOTENCY_KEY": key,
+    }
+    prog = subprocess.Popen(
+        ["/bin/sh", "-c", script],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        user=user,
+    )
+    return prog, root / "child.pid"
+
+
+@pytest.fixture
+def programs() -> Iterator[Callable[..., list[int]]]:
+    """``programs(root, key, user=None)`` starts an ``earlier_release_program``
+    and answers the pids of its shell and its child, once both run; every
+    process of them is ended after the test."""
+    started: list[tuple[subprocess.Popen[bytes], list[_leftovers.Proc]]] = []
+
+    def start(root: Path, key: str, user: int | None = None) -> list[int]:
+        prog, pidfile = earlier_release_program(root, key, user)
+        procs: list[_leftovers.Proc] = []
+        started.append((prog, procs))
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="its child")
+        pids = [prog.pid, int(pidfile.read_text())]
+        procs.extend(p for p in map(_leftovers.identify, pids) if p is not None)
+        return pids
+
+    try:
+        yield start
+    finally:
+        for prog, procs in started:
+            _leftovers.end([*procs, *_leftovers.descendants(prog.pid)])
+            prog.kill()
+            prog.wait()
+
+
+def v5_claim(env: Env) -> tuple[str, str]:
+    """The key of schema-v5.db's claimed call (op ``running``, attempt 1, left
+    running when that daemon was killed) and the boot that claimed it."""
+    neuron = (DATA / "schema-v5.neuron").read_text().strip()
+    db = sqlite3.connect(env.database)
+    try:
+        (boot,) = db.execute("SELECT boot FROM claims").fetchone()
+    finally:
+        db.close()
+    return f"{neuron}/running/1", boot
+
+
+class TestAnEarlierReleasesOrphans:
+    def test_a_program_with_the_key_and_no_boot_is_killed_at_the_upgraded_start(
+        self, make_daemon, programs
+    ):
+        """An earlier wardd (schema 5) was SIGKILLed during a `cli` call whose
+        program, started with the key and no WARDD_BOOT, left a child that
+        writes the effect later. This wardd starts on that database: before
+        READY=1 the program and its child are gone, the attempt is unknown
+        with orphan_killed, and the effect never happens."""
+        env = on_fixture(5)
+        key, old_boot = v5_claim(env)
+        pids = programs(env.root, key)
+        assert all(alive(p) for p in pids)
+        d = make_daemon(env)
+        assert not any(alive(p) for p in pids)
+        (env.root / "gate").touch()
+        with d.connect() as c:
+            neuron = key.split("/")[0]
+            att = c.call("get_operation", {"neuron": neuron, "op": "running"})["attempts"][0]
+        assert att["state"] == "unknown"
+        assert att["evidence"] == {"claimed": True, "boot": old_boot, "orphan_killed": True}
+        (killed,) = [e for e in log_events(d) if e.get("event") == "orphan_killed"]
+        assert set(pids) <= set(killed["pids"]) and killed["op"] == "running"
+        assert not (env.root / "effects").exists()
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="another user's process needs root")
+    def test_another_users_program_with_the_key_and_no_boot_is_left_alone(
+        self, make_daemon, programs
+    ):
+        """A daemon that runs as root reads every process's environment: a
+        program of another user that carries the claim's key and no boot is
+        not taken for its orphan (it could not have started it), while its
+        own is killed."""
+        env = on_fixture(5)
+        key, _old_boot = v5_claim(env)
+        other = Path(tempfile.mkdtemp(prefix="other-", dir="/tmp"))
+        try:
+            os.chmod(other, 0o777)  # the other user's files
+            mine = programs(env.root, key)
+            theirs = programs(other, key, user=65534)
+            d = make_daemon(env)
+            assert not any(alive(p) for p in mine)
+            assert all(alive(p) for p in theirs)
+            (killed,) = [e for e in log_events(d) if e.get("event") == "orphan_killed"]
+            assert not set(theirs) & set(killed["pids"])
+            (env.root / "gate").touch()
+            (other / "gate").touch()
+            wait_for(lambda: (other / "effects").exists(), what="the other user's effect")
+            assert not (env.root / "effects").exists()
+        finally:
+            shutil.rmtree(other, ignore_errors=True)
+
+
 class TestFindOrphans:
     def test_finds_processes_by_their_key_and_boot_and_nothing_else(self, tmp_path):
-        """A /proc-like tree of real files: only a wanted key carried with the
-        boot of its claim is found; the same key with another daemon's boot,
-        or with none, is not ours."""
+        """A /proc-like tree of real files: a wanted key carried with the
+        boot of its claim is found, and so is a wanted key carried with no
+        boot at all (a program of an earlier release); the same key with
+        another daemon's boot, or in a receipt run, is not ours."""
         for pid, environ in {
             "101": b"PATH=/bin\0WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1\0",
             "102": b"WARDD_BOOT=b1\0WARDD_IDEMPOTENCY_KEY=n/a/1\0HOME=/h\0",
             "103": b"WARDD_IDEMPOTENCY_KEY=n/b/1\0WARDD_BOOT=b1\0",
             "104": b"PATH=/bin\0",
             "106": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=other\0",  # another daemon's
-            "107": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0",  # no boot: not provably ours
+            "107": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0",  # an earlier release's: the key alone
             "108": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1x\0",
+            "109": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_RECEIPT=1\0",  # a receipt run
+            "111": b"WARDD_IDEMPOTENCY_KEY=n/d/1\0",
             "self": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1\0",
         }.items():
             (tmp_path / pid).mkdir()
             (tmp_path / pid / "environ").write_bytes(environ)
         (tmp_path / "105").mkdir()  # unreadable: no environ file
         wanted = {"n/a/1": "b1", "n/c/1": "b1"}
-        assert find_orphans(wanted, str(tmp_path)) == {"n/a/1": [101, 102]}
-        assert find_orphans({"n/a/1": "other"}, str(tmp_path)) == {"n/a/1": [106]}
+        assert find_orphans(wanted, str(tmp_path)) == {"n/a/1": [101, 102, 107]}
+        assert find_orphans({"n/a/1": "other"}, str(tmp_path)) == {"n/a/1": [106, 107]}
+        assert find_orphans({"n/d/1": "b1"}, str(tmp_path)) == {"n/d/1": [111]}
         assert find_orphans({}, str(tmp_path)) == {}
         assert find_orphans({"x": "b1"}, str(tmp_path / "missing")) == {}
 
-    def test_any_marked_is_whether_a_process_carries_both_marks(self, tmp_path):
+    def test_a_key_without_a_boot_is_ours_only_under_our_own_user(self, tmp_path):
+        """A program with the key and no boot is taken for an orphan only when
+        it runs as the daemon's user (its /proc entry's owner); one with the
+        claim's boot is ours whoever it runs as."""
+        for pid, environ in {
+            "201": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0",
+            "202": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0WARDD_BOOT=b1\0",
+        }.items():
+            (tmp_path / pid).mkdir()
+            (tmp_path / pid / "environ").write_bytes(environ)
+        owner = (tmp_path / "201").stat().st_uid
+        assert find_orphans({"n/a/1": "b1"}, str(tmp_path), uid=owner) == {"n/a/1": [201, 202]}
+        assert find_orphans({"n/a/1": "b1"}, str(tmp_path), uid=owner + 1) == {"n/a/1": [202]}
+
+    def test_any_marked_is_whether_a_process_carries_a_key_outside_a_receipt(self, tmp_path):
         """The start skips listing its claimed calls only when no process
-        carries a key and a boot: one with both (whatever their values) is
-        enough to look, one with a key alone or none is not."""
+        carries a key: one with a key (with a boot or without one) is enough
+        to look; a boot alone, a receipt run or none is not."""
         for pid, environ in {
             "104": b"PATH=/bin\0",
-            "107": b"WARDD_IDEMPOTENCY_KEY=n/a/1\0",
             "109": b"WARDD_BOOT=b1\0",
+            "112": b"WARDD_RECEIPT=1\0WARDD_IDEMPOTENCY_KEY=n/a/1\0",
         }.items():
             (tmp_path / pid).mkdir()
             (tmp_path / pid / "environ").write_bytes(environ)
         assert not any_marked(str(tmp_path))
+        (tmp_path / "107").mkdir()
+        (tmp_path / "107" / "environ").write_bytes(b"WARDD_IDEMPOTENCY_KEY=n/a/1\0")
+        assert any_marked(str(tmp_path))
         (tmp_path / "110").mkdir()
         (tmp_path / "110" / "environ").write_bytes(b"WARDD_BOOT=zz\0WARDD_IDEMPOTENCY_KEY=q/r/9\0")
         assert any_marked(str(tmp_path))

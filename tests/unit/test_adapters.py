@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from wardd.adapters import (
@@ -702,6 +703,16 @@ class TestCli:
         assert answers == ["executed", "not_executed", "unknown", "unknown", "unknown"]
         assert not has_receipt(cli("true"))
         assert cli("true").receipt(key()).answer == "unknown"
+
+    def test_a_receipt_run_says_so_in_its_environment_and_a_call_does_not(self) -> None:
+        """A receipt program gets WARDD_RECEIPT=1 and no WARDD_BOOT (it is never
+        an orphan to kill); a call's program gets its boot and no WARDD_RECEIPT."""
+        said = 'echo "receipt=${WARDD_RECEIPT-none} boot=${WARDD_BOOT-none}"'
+        adapter = cli(said, receipt_argv=[SH, "-c", f"{said} >&2; exit 1"])
+        got = adapter.receipt(key())
+        assert got.answer == "unknown" and "receipt=1 boot=none" in (got.detail or "")
+        out = adapter.call(attrs.evolve(request(), boot="b1"))
+        assert out["stdout"] == b"receipt=none boot=b1\n"
 
     def test_kill_all_kills_running_groups_and_ends_the_adapter(
         self, tmp_path: Path, start_thread
