@@ -19,9 +19,19 @@ from typing import Any
 import pytest
 
 from tests import _leftovers
-from tests.daemon.harness import DATA, Actor, Background, Daemon, Env, on_fixture, wait_for
+from tests.daemon.harness import (
+    DATA,
+    Actor,
+    Background,
+    Daemon,
+    Env,
+    Hold,
+    on_fixture,
+    wait_for,
+)
 from wardd.client import Neuron
 from wardd.daemon._orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone
+from wardd.daemon.recovery import HOLD_ENV
 
 
 def alive(pid: int) -> bool:
@@ -256,6 +266,140 @@ class TestAnEarlierReleasesOrphans:
             assert not (env.root / "effects").exists()
         finally:
             shutil.rmtree(other, ignore_errors=True)
+
+
+def stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP): it runs no further until continued or killed."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(") ", 1)[1][0] == "T"
+
+
+def attempt_row(env: Env, op: str) -> tuple[str, dict[str, Any] | None]:
+    """Attempt 1 of ``op`` as the database file holds it now (state, evidence),
+    read while the daemon is held: what a SIGKILL now would leave."""
+    import cbor2
+
+    db = sqlite3.connect(f"file:{env.database}?mode=ro", uri=True)
+    try:
+        state, evidence = db.execute(
+            "SELECT a.state, a.evidence FROM attempts a JOIN operations o ON o.id = a.op_id"
+            " WHERE o.op = ? AND a.attempt = 1",
+            (op,),
+        ).fetchone()
+    finally:
+        db.close()
+    return state, None if evidence is None else cbor2.loads(evidence)
+
+
+def crash_mid_call(env: Env, d: Daemon) -> tuple[Actor, int]:
+    """Op ``s`` (act ``gated``, ``gated_act``) is claimed and its program runs;
+    op ``p`` (``ledger``) is prepared, never claimed. SIGKILL the daemon: the
+    program lives on. Returns the actor and the program's pid."""
+    a = Actor(d, acts=("gated", "ledger"))
+    a.submit("p", "ledger", b"x")
+    a.prepare("p")
+    a.submit("s", "gated")
+    Background(a.invoke, "s", 1, d.connect())
+    pidfile = env.root / "prog.pid"
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the program")
+    pid = int(pidfile.read_text())
+    d.kill()
+    assert alive(pid)
+    return a, pid
+
+
+class TestAStartKilledWhileItKillsOrphans:
+    """A start SIGKILLed after it killed (or stopped) an orphan and before its
+    marks commit loses nothing: the kill is committed before it is made."""
+
+    def _held_at(self, make_daemon: Any, point: str) -> tuple[Env, Daemon, Actor, int, Hold]:
+        env = Env()
+        env.acts["gated"] = gated_act(env)
+        env.write_config()
+        d = make_daemon(env)
+        a, pid = crash_mid_call(env, d)
+        hold = Hold(env.root, HOLD_ENV, (point,))
+        hold.arm()
+        d.spawn(hold.env)
+        hold.reached(point)
+        return env, d, a, pid, hold
+
+    def _restarted(self, d: Daemon, a: Actor, hold: Hold) -> dict[str, Any]:
+        d.kill()  # the start, at the held point
+        hold.disarm()
+        d.start()
+        a.client = d.connect()
+        return a.op("s")["attempts"][0]
+
+    def test_a_sigkill_between_the_kill_and_the_marks_keeps_orphan_killed(self, make_daemon):
+        """Held after the kill: the orphan is gone, its attempt is already
+        unknown with orphan_killed in the file, the other open attempt not
+        yet marked. SIGKILL, restart: the evidence still says orphan_killed
+        (one marked_unknown record), and the effect never happens."""
+        env, d, a, pid, hold = self._held_at(make_daemon, "orphans_killed")
+        assert not alive(pid)
+        state, evidence = attempt_row(env, "s")
+        assert state == "unknown" and evidence is not None and evidence["orphan_killed"] is True
+        assert attempt_row(env, "p")[0] == "prepared"  # the later marks: not committed
+        att = self._restarted(d, a, hold)
+        assert att["state"] == "unknown"
+        assert att["evidence"]["orphan_killed"] is True and att["evidence"]["claimed"] is True
+        kinds = [r["kind"] for r in a.history("s")]
+        assert kinds.count("marked_unknown") == 1 and "orphan_killed" not in kinds
+        assert a.op("p")["attempts"][0]["evidence"]["claimed"] is False  # marked by the restart
+        (env.root / "gate").touch()
+        assert not (env.root / "effects").exists()
+
+    def test_a_sigkill_between_the_record_and_the_kill_leaves_the_orphan_stopped(
+        self, make_daemon
+    ):
+        """Held after the record, before the kill: the orphan is stopped (it can
+        do nothing) and its attempt says orphan_killed. SIGKILL: it stays
+        stopped, and its gate opened does not let it write; the restart finds
+        it and kills it, and the evidence is recorded once."""
+        env, d, a, pid, hold = self._held_at(make_daemon, "orphans_recorded")
+        assert alive(pid) and stopped(pid)
+        state, evidence = attempt_row(env, "s")
+        assert state == "unknown" and evidence is not None
+        assert evidence["orphan_killed"] is True and evidence["claimed"] is True
+        d.kill()
+        (env.root / "gate").touch()
+        assert alive(pid) and stopped(pid)
+        hold.disarm()
+        d.start()
+        assert not alive(pid)
+        a.client = d.connect()
+        att = a.op("s")["attempts"][0]
+        assert att["evidence"]["orphan_killed"] is True
+        assert [r["kind"] for r in a.history("s")].count("marked_unknown") == 1
+        (killed,) = [e for e in log_events(d) if e.get("event") == "orphan_killed"]
+        assert pid in killed["pids"]
+        assert not (env.root / "effects").exists()
+
+
+class TestAnOrphanOfAnAttemptAlreadyUnknown:
+    def test_its_kill_is_added_to_the_evidence_with_a_record(self, make_daemon, programs):
+        """A start that did not know an earlier release's orphans marked the
+        attempt unknown and left its program running; the next start kills
+        it: the attempt stays unknown, its evidence gains orphan_killed, and
+        an orphan_killed record says when."""
+        env = on_fixture(5)
+        key, old_boot = v5_claim(env)
+        d = make_daemon(env)  # no program yet: marked unknown, nothing killed
+        assert d.terminate() == 0
+        pids = programs(env.root, key)
+        d.start()
+        assert not any(alive(p) for p in pids)
+        with d.connect() as c:
+            where = {"neuron": key.split("/")[0], "op": "running"}
+            att = c.call("get_operation", where)["attempts"][0]
+            records = c.call("history", where)["records"]
+        assert att["state"] == "unknown"
+        assert att["evidence"] == {"claimed": True, "boot": old_boot, "orphan_killed": True}
+        assert [r["kind"] for r in records][-2:] == ["marked_unknown", "orphan_killed"]
+        assert records[-1]["data"] == att["evidence"] and records[-1]["attempt"] == 1
+        (env.root / "gate").touch()
+        assert not (env.root / "effects").exists()
 
 
 class TestFindOrphans:
