@@ -82,6 +82,7 @@ EVENT_KINDS = (
     "claimed",
     "outcome",
     "marked_unknown",
+    "orphan_killed",
     "receipt",
     "reconciled",
     "rebound",

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
+import cbor2
 import pytest
 
 from wardd.daemon import recovery
@@ -328,3 +330,88 @@ def test_the_evidence_is_mark_unknowns() -> None:
             op, _attempt(A.RUNNING), claimed=claimed, orphan_killed=orphan
         )
         assert core.unknown_evidence(claimed, OLD_BOOT, orphan) == evidence
+
+
+class TestOrphansRecordedFirst:
+    """The unit committed before an orphan is killed (``recovery.record_orphans``)."""
+
+    def _events(self, conn: sqlite3.Connection, kind: str) -> list[tuple[int, Any]]:
+        return conn.execute(
+            "SELECT op_id, data FROM events WHERE kind = ? ORDER BY seq", (kind,)
+        ).fetchall()
+
+    def test_it_marks_its_open_attempts_and_the_start_marks_the_rest(
+        self, crashed: Path, fixed_time: None
+    ) -> None:
+        """Orphans' open attempts are marked unknown with orphan_killed as the
+        start's unit marks them; the start's unit after it marks the other
+        open attempts (not those again), without orphan_killed: 30 marks in
+        all, one record each, the counts exact."""
+        conn = connect(crashed)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            open_ids = [o.id for o in marks_mod.open_attempts(conn, BOOT)]
+            orphans = set(open_ids[:4])
+            first: list[tuple[dict[str, Any], dict[str, Any]]] = []
+            marked = recovery.record_orphans(BOOT, orphans, first)(conn)
+            assert sorted(marked) == sorted(orphans) and len(first) == 4
+            assert all(e["orphan_killed"] is True for _w, e in first)
+            rest: list[tuple[dict[str, Any], dict[str, Any]]] = []
+            later = recovery.mark_unknown(BOOT, rest)(conn)
+            conn.execute("COMMIT")
+            assert set(later) == set(open_ids) - orphans and len(open_ids) == 30
+            assert not any("orphan_killed" in e for _w, e in rest)
+            assert len(self._events(conn, "marked_unknown")) == 30
+            assert self._events(conn, "orphan_killed") == []
+            seeded = Counters()
+            seeded.seed(conn)
+            assert seeded.figures.wire() == count_afresh(conn).wire()
+        finally:
+            conn.close()
+
+    def test_an_attempt_already_unknown_gains_orphan_killed_once(
+        self, crashed: Path, fixed_time: None
+    ) -> None:
+        """An attempt an earlier start marked unknown (no orphan then): its
+        evidence gains orphan_killed with one ``orphan_killed`` record whose
+        data is the evidence; the attempt and its op stay unknown; a second
+        record of the same kill adds nothing."""
+        conn = connect(crashed)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            recovery.mark_unknown(OLD_BOOT + "x", [])(conn)  # an earlier start's marks
+            (attempt_id, op_id) = conn.execute(
+                "SELECT id, op_id FROM attempts WHERE state = 'unknown' ORDER BY id LIMIT 1"
+            ).fetchone()
+            before = load.op_attempts(conn, op_id)
+            for _ in range(2):
+                marks: list[tuple[dict[str, Any], dict[str, Any]]] = []
+                assert recovery.record_orphans(BOOT, {attempt_id}, marks)(conn) == []
+                assert marks == []
+            conn.execute("COMMIT")
+            after = load.op_attempts(conn, op_id)
+            (was,) = (a for a in before.attempts if a.id == attempt_id)
+            (now,) = (a for a in after.attempts if a.id == attempt_id)
+            assert now.state == A.UNKNOWN and after.op is not None
+            assert after.op.state == before.op.state == S.UNKNOWN  # type: ignore[union-attr]
+            assert now.evidence == {**(was.evidence or {}), "orphan_killed": True}
+            (record,) = self._events(conn, "orphan_killed")
+            assert record[0] == op_id and cbor2.loads(record[1]) == now.evidence
+        finally:
+            conn.close()
+
+
+def test_orphan_killed_changes_nothing_but_an_unknown_attempts_evidence() -> None:
+    """``core.orphan_killed`` on an attempt in any other state, or one that
+    says orphan_killed already, or an attempt not in the view: no change."""
+    from wardd.daemon.core.records import OpView
+
+    op = _op(S.UNKNOWN, False, False, 2)
+    for state in AttemptState:
+        view = OpView(neuron=None, name="op", op=op, prog=None, attempts=(_attempt(state),))
+        changes = core.orphan_killed(view, 9).changes
+        assert bool(changes) == (state == A.UNKNOWN), state
+        assert core.orphan_killed(view, 10).changes == ()
+    said = attrs.evolve(_attempt(A.UNKNOWN), evidence={"orphan_killed": True})
+    view = OpView(neuron=None, name="op", op=op, prog=None, attempts=(said,))
+    assert core.orphan_killed(view, 9).changes == ()
