@@ -136,7 +136,7 @@ def fixed_time(monkeypatch: pytest.MonkeyPatch) -> None:
 def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
     names = [
         r[0]
-        for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
     ]
     return {
         name: sorted(conn.execute(f"SELECT * FROM {name}").fetchall(), key=repr) for name in names

@@ -6,6 +6,7 @@ the records by their primary key, never by a scan of the table."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -14,11 +15,18 @@ import pytest
 
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core import ops
-from wardd.daemon.store import load, marks
+from wardd.daemon.store import load, marks, schema
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.prune import prune_ops
 from wardd.daemon.store.reads import Reads
-from wardd.daemon.store.schema import OP_RECORDS, SCHEMA_VERSION, attempts_in, migrate
+from wardd.daemon.store.schema import (
+    _SCRIPTS,
+    OP_RECORDS,
+    SCHEMA_VERSION,
+    SQLITE_MIN,
+    attempts_in,
+    migrate,
+)
 from wardd.daemon.store.writer import connect
 from wardd.protocol import AttemptState
 
@@ -262,3 +270,118 @@ class TestDescriptors:
         with pytest.raises(sqlite3.IntegrityError, match="kept for ever"):
             conn.execute("UPDATE descriptors SET descriptor = x'00'")
         conn.close()
+
+
+# v6 as released: it copied the claims and outcomes with `UPDATE ... FROM`
+# (SQLite 3.33), newer than the SQLite 3.31 that wardd accepts.
+RELEASED_V6_COPIES = """
+UPDATE attempts SET claim_generation = c.placement_generation, claim_digest = c.digest,
+    claim_worker = c.worker, claim_boot = c.boot, claim_info = c.claim_info, claimed_at = c.at
+    FROM claims c WHERE c.attempt_id = attempts.id;
+UPDATE attempts SET outcome_status = oc.status, outcome_value = oc.value,
+    outcome_error = oc.error, outcome_source = oc.source, outcome_at = oc.at
+    FROM outcomes oc WHERE oc.attempt_id = attempts.id;
+"""
+
+# syntax SQLite added after 3.31 (SQLITE_MIN), with the version that added it
+_NEWER_WORDS = {
+    "RETURNING": "3.35",
+    "MATERIALIZED": "3.35",
+    "STRICT": "3.37",
+    "IIF": "3.32",
+    "UNIXEPOCH": "3.38",
+    "SQLITE_SCHEMA": "3.33",
+    "->": "3.38",
+    "->>": "3.38",
+}
+_CONFLICT = {"OR", "ROLLBACK", "ABORT", "REPLACE", "FAIL", "IGNORE"}
+
+
+def _tokens(sql: str) -> list[str]:
+    """The statement's words, operators and parentheses, upper-cased, without
+    its string literals and comments."""
+    sql = re.sub(r"--[^\n]*|'(?:[^']|'')*'", " ", sql)
+    return [t.upper() for t in re.findall(r"->>|->|\w+|[()\[\];.,=]", sql)]
+
+
+def newer_syntax(sql: str) -> list[str]:
+    """What in ``sql`` needs an SQLite newer than 3.31: the words above, and
+    an `UPDATE ... FROM` (a FROM at the depth of an UPDATE statement's own
+    clauses, before its end; a trigger's `UPDATE OF`/`UPDATE ON` is no
+    statement)."""
+    toks = _tokens(sql)
+    found = [f"{t} ({_NEWER_WORDS[t]})" for t in toks if t in _NEWER_WORDS]
+    pairs = zip(toks, toks[1:], strict=False)
+    found += ["DROP COLUMN (3.35)" for pair in pairs if pair == ("DROP", "COLUMN")]
+    depth, update_at = 0, None
+    for i, t in enumerate(toks):
+        if t == "(":
+            depth += 1
+        elif t == ")":
+            depth -= 1
+        if update_at is not None and (depth < update_at or t in (";", "END")):
+            update_at = None
+        if t == "UPDATE":
+            j = i + 1
+            while j < len(toks) and toks[j] in _CONFLICT:
+                j += 1
+            name_end = j + 3 if toks[j + 1 : j + 2] == ["."] else j + 1
+            if toks[name_end : name_end + 1] == ["SET"]:
+                update_at = depth
+        elif t == "FROM" and update_at == depth:
+            found.append("UPDATE ... FROM (3.33)")
+    return found
+
+
+def _statements(script: str) -> list[str]:
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf)
+            buf = ""
+    return out
+
+
+class TestTheOldestSQLite:
+    def test_no_migration_uses_syntax_newer_than_the_oldest_sqlite_accepted(self):
+        """Every statement of every version's script runs on SQLite 3.31
+        (SQLITE_MIN): none uses `UPDATE ... FROM` or later syntax. The check
+        is not blind: v6's copies as released are caught."""
+        assert SQLITE_MIN == (3, 31, 0)
+        for version, script in _SCRIPTS.items():
+            for statement in _statements(script):
+                assert newer_syntax(statement) == [], (version, statement)
+        assert newer_syntax(RELEASED_V6_COPIES) == ["UPDATE ... FROM (3.33)"] * 2
+        trigger = "CREATE TRIGGER t BEFORE UPDATE OF a ON x BEGIN DELETE FROM y; END;"
+        assert newer_syntax(trigger) == []
+        assert newer_syntax("UPDATE OR IGNORE main.x SET a = 1 FROM y;") != []
+        assert newer_syntax("UPDATE x SET a = (SELECT b FROM y) WHERE id IN (SELECT 1);") == []
+
+    @pytest.mark.skipif(
+        sqlite3.sqlite_version_info < (3, 33, 0), reason="the released form needs SQLite 3.33"
+    )
+    @pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+    def test_the_rewritten_copies_leave_the_rows_the_released_ones_left(
+        self, tmp_path, monkeypatch, version
+    ):
+        """Each fixture migrated with v6 as released (on an SQLite that has
+        `UPDATE ... FROM`) and as it is now: every table and view the same."""
+        released = schema._SCRIPTS[6]
+        start = released.index("UPDATE attempts SET (claim_generation")
+        end = released.index("DROP TRIGGER claims_no_delete;")
+        old = released[:start] + RELEASED_V6_COPIES.lstrip("\n") + released[end:]
+        dumps = []
+        for name, script in (("now", released), ("released", old)):
+            path = tmp_path / f"{name}.db"
+            shutil.copy(DATA / f"schema-v{version}.db", path)
+            monkeypatch.setitem(schema._SCRIPTS, 6, script)
+            conn = connect(path)
+            try:
+                migrate(conn)
+                dumps.append(list(conn.iterdump()))
+            finally:
+                conn.close()
+        now, before = dumps
+        assert now == before
+        assert any("claim_boot" in line for line in now)

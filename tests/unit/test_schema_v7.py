@@ -146,6 +146,6 @@ def test_an_older_sqlite_refuses_the_migration_before_it_begins(tmp_path, monkey
         with pytest.raises(SQLiteTooOld, match="older than 3.31.0"):
             migrate(conn)
         assert conn.execute("PRAGMA user_version").fetchone() == (0,)
-        assert conn.execute("SELECT count(*) FROM sqlite_schema").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
     finally:
         conn.close()
