@@ -10,6 +10,13 @@ connection of its own (one statement, one scrape at a time).
 
 Off by default; only a loopback address is accepted (the configuration
 refuses any other): there is no authentication on it.
+
+A connection refused because every slot is taken is counted, not logged
+one line each (a local client could otherwise drive the log's rate without
+bound): the first refusal is logged at once, then at most one
+``metrics_busy`` line per ``BUSY_LOG_INTERVAL_S`` with the number refused
+since the last line (:class:`Refusals`), flushed by the server's own loop
+even when no refusal follows.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -25,7 +33,7 @@ import structlog
 
 from ._metrics import CONTENT_TYPE
 
-__all__ = ["MetricsServer"]
+__all__ = ["MetricsServer", "Refusals"]
 
 log = structlog.get_logger("wardd.metrics")
 
@@ -35,6 +43,33 @@ SCRAPER_TIMEOUT_S = 10.0  # a connection that sends or takes nothing for this lo
 # holds its thread for as long as it goes on, so without a cap local clients
 # could take threads without end (and starve the daemon's own thread starts).
 MAX_SCRAPERS = 8
+BUSY_LOG_INTERVAL_S = 10.0  # at most one metrics_busy line per this long
+
+
+class Refusals:
+    """The refused connections, and when to say so: the first at once, then
+    at most one line per ``interval_s`` with the number refused since the
+    last line. Used from the server's loop thread only."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.pending = 0  # refused since the last line
+        self._said_at: float | None = None  # when the last line was due
+
+    def refused(self, now: float) -> int | None:
+        """One more refused at ``now``; the number to log now, if a line is due."""
+        self.pending += 1
+        return self.due(now)
+
+    def due(self, now: float) -> int | None:
+        """The number to log now (None: no line due): the refusals not said
+        yet, once ``interval_s`` has passed since the last line."""
+        if not self.pending or (
+            self._said_at is not None and now - self._said_at < self.interval_s
+        ):
+            return None
+        count, self.pending, self._said_at = self.pending, 0, now
+        return count
 
 
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
@@ -43,12 +78,27 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(MAX_SCRAPERS)
+        self.refusals = Refusals(BUSY_LOG_INTERVAL_S)
         super().__init__(*args, **kwargs)
+
+    def _say_refused(self, count: int | None) -> None:
+        if count is not None:
+            log.warning(
+                "metrics_busy",
+                max_scrapers=MAX_SCRAPERS,
+                refused=count,
+                interval_s=self.refusals.interval_s,
+            )
+
+    def service_actions(self) -> None:
+        """The loop's turn between connections (every half second at most):
+        the refusals not said yet, once their line is due."""
+        self._say_refused(self.refusals.due(time.monotonic()))
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection while a slot is free; otherwise it is closed now."""
         if not self._slots.acquire(blocking=False):
-            log.warning("metrics_busy", max_scrapers=MAX_SCRAPERS)
+            self._say_refused(self.refusals.refused(time.monotonic()))
             self.shutdown_request(request)
             return
         try:
@@ -78,13 +128,22 @@ class _Handler(WSGIRequestHandler):
 class MetricsServer:
     """Serves ``render()`` at ``GET /metrics`` on ``host:port`` from threads of its own."""
 
-    def __init__(self, host: str, port: int, render: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        render: Callable[[], str],
+        busy_log_interval_s: float = BUSY_LOG_INTERVAL_S,
+    ) -> None:
         self._render = render
         self._lock = threading.Lock()  # one rendering at a time (its reader connection)
         server_class = _Server6 if ":" in host else _Server
-        self._server = make_server(
+        server = make_server(
             host, port, self._app, server_class=server_class, handler_class=_Handler
         )
+        assert isinstance(server, _Server)
+        server.refusals = Refusals(busy_log_interval_s)  # before it serves
+        self._server = server
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="wardd-metrics-http", daemon=True
         )

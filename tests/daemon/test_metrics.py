@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
 from tests.daemon.harness import Actor, Env, run_wardctl, wait_for
 from wardd.daemon._metrics import CONTENT_TYPE, SERIES
-from wardd.daemon._metrics_http import MAX_SCRAPERS
+from wardd.daemon._metrics_http import BUSY_LOG_INTERVAL_S, MAX_SCRAPERS
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 FAST_PRUNE = {"retention_s": 1, "prune_interval_s": 1}
@@ -236,25 +237,38 @@ class TestMetricsListen:
     def test_connections_past_the_cap_are_closed_at_once_and_the_slots_come_back(
         self, make_daemon
     ):
-        """MAX_SCRAPERS silent connections take every slot: one more is closed
-        unread (logged metrics_busy), and once they go, a scrape is served."""
+        """MAX_SCRAPERS silent connections take every slot: each one more is
+        closed unread, and the log says so once (metrics_busy, refused: 1),
+        not once per connection (the next line, at most every 10 s, counts
+        the rest); once they go, a scrape is served."""
         d = make_daemon(Env(metrics_listen="127.0.0.1:0"))
         port = _listening_port(d)
         stuck = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_SCRAPERS)]
         try:
             for s in stuck:
                 s.sendall(b"GET /metr")
-            extra = socket.create_connection(("127.0.0.1", port), timeout=30)
-            try:
+            t0 = time.monotonic()
+            for _ in range(20):
+                extra = socket.create_connection(("127.0.0.1", port), timeout=30)
                 try:
-                    extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-                    got = extra.recv(4096)
-                except ConnectionResetError:  # closed with our request unread: a reset
-                    got = b""
-                assert got == b""  # closed, not served
-            finally:
-                extra.close()
-            wait_for(lambda: '"metrics_busy"' in d.logs[-1].read_text(), what="metrics_busy")
+                    try:
+                        extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                        got = extra.recv(4096)
+                    except ConnectionResetError:  # closed with our request unread: a reset
+                        got = b""
+                    assert got == b""  # closed, not served
+                finally:
+                    extra.close()
+            elapsed = time.monotonic() - t0
+
+            def busy() -> list[dict[str, Any]]:
+                lines = d.logs[-1].read_text().splitlines()
+                events = [json.loads(x) for x in lines if x.startswith("{")]
+                return [e for e in events if e["event"] == "metrics_busy"]
+
+            wait_for(lambda: busy(), what="metrics_busy")
+            if elapsed < BUSY_LOG_INTERVAL_S:  # the rest are counted for the next line
+                assert [e["refused"] for e in busy()] == [1]
         finally:
             for s in stuck:
                 s.close()

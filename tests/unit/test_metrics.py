@@ -4,6 +4,8 @@ counting only the attempt moves it committed."""
 from __future__ import annotations
 
 import datetime
+import socket
+import time
 
 import pytest
 import structlog.testing
@@ -11,6 +13,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from wardd.daemon._metrics import SERIES, Figures, Metrics
+from wardd.daemon._metrics_http import MetricsServer, Refusals
 from wardd.daemon.core.changes import Decision, SetAttempt
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.writer import Writer, connect
@@ -179,3 +182,58 @@ class TestWriterCountsCommittedMoves:
             w.stop()
         assert [e["event"] for e in logs] == ["observer_failed"]
         assert w.fatal is None
+
+
+class TestRefusalsAreCountedNotLoggedEach:
+    def test_the_first_is_said_at_once_then_one_line_per_interval_with_the_count(self):
+        """``Refusals``: a line for the first refusal, none within the
+        interval after a line, then one with every refusal since; nothing
+        when none is pending."""
+        r = Refusals(10.0)
+        assert r.due(0.0) is None
+        assert r.refused(100.0) == 1
+        assert [r.refused(100.0 + i / 10) for i in range(1, 50)] == [None] * 49
+        assert r.due(109.9) is None
+        assert r.due(110.0) == 49
+        assert r.due(125.0) is None  # none pending
+        assert r.refused(125.0) == 1  # the interval has passed: said at once
+        assert r.refused(126.0) is None and r.due(135.0) == 1
+
+    def test_a_flood_of_refused_connections_is_a_few_lines_with_its_count(self):
+        """A real server on 127.0.0.1 with every slot held by a silent
+        connection: 40 connections more are each closed unread, and the log
+        says so in a line at once and one after the interval (flushed by the
+        server's loop, no refusal after it), whose counts add up to 40."""
+        server = MetricsServer("127.0.0.1", 0, lambda: "x 1\n", busy_log_interval_s=0.5)
+        held: list[socket.socket] = []
+        with structlog.testing.capture_logs() as logs:
+            server.start()
+            try:
+                held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(8)]
+                for s in held:
+                    s.sendall(b"GET /metr")
+                t0 = time.monotonic()
+                for _ in range(40):
+                    extra = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                    try:
+                        try:
+                            assert extra.recv(16) == b""  # closed unread
+                        except ConnectionResetError:
+                            pass
+                    finally:
+                        extra.close()
+                elapsed = time.monotonic() - t0
+
+                def said() -> list[int]:
+                    return [e["refused"] for e in logs if e["event"] == "metrics_busy"]
+
+                deadline = time.monotonic() + 10
+                while sum(said()) < 40 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                for s in held:
+                    s.close()
+                server.stop()
+        counts = said()
+        assert sum(counts) == 40 and counts[0] == 1
+        assert len(counts) <= 2 + int(elapsed / 0.5)
