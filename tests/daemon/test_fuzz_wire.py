@@ -28,6 +28,7 @@ soak-marked form (``WARDD_SOAK_CASES``, default 100,000 cases).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
@@ -35,6 +36,7 @@ import random
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -1072,23 +1074,86 @@ class TestRegressions:
 # -- the soak form ----------------------------------------------------------------------------
 
 
+class StallProbe:
+    """A quiet client beside the fuzz: ``status`` on a connection of its own,
+    one request after the other. A frame the daemon works on in its event
+    loop holds every other client for as long: the probe's worst round trip
+    bounds the longest the loop was held by any one frame sent meanwhile
+    (plus the probe's own round trip, its median). ``batch`` names what the
+    fuzz is sending, for the report."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.batch = ""
+        self.worst = 0.0
+        self.worst_in = ""
+        self.samples: collections.deque[float] = collections.deque(maxlen=100_000)  # the last
+        self.count = 0
+        self._stop = threading.Event()
+        self._wire: Wire | None = None
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._wire = Wire(self.path, timeout=120).hello()
+                while not self._stop.is_set():
+                    t0 = time.monotonic()
+                    self._wire.call("status")
+                    self._note(time.monotonic() - t0)
+                    self._stop.wait(0.005)  # pacing: the probe is not a load
+            except (OSError, Closed, AssertionError):
+                self._stop.wait(0.1)  # the daemon is being restarted: try again
+            finally:
+                if self._wire is not None:
+                    self._wire.close()
+
+    def _note(self, rtt: float) -> None:
+        self.count += 1
+        self.samples.append(rtt)
+        if rtt > self.worst:
+            self.worst, self.worst_in = rtt, self.batch
+
+    def stop(self) -> None:
+        self._stop.set()
+        wire = self._wire
+        if wire is not None:
+            _end_wire(wire)
+
+    def report(self) -> str:
+        ordered = sorted(self.samples) or [0.0]
+        median = ordered[len(ordered) // 2]
+        p999 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.999))]
+        return (
+            f"stall_probes={self.count} stall_worst_ms={self.worst * 1000:.1f} "
+            f"(in {self.worst_in or '-'}) stall_p99.9_ms={p999 * 1000:.1f} "
+            f"stall_median_ms={median * 1000:.2f}"
+        )
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(0)
 @pytest.mark.skipif(not SOAK_CASES, reason="soak: run by `make soak` (WARDD_SOAK_CASES)")
-def test_fuzz_soak(target):
-    """The same batches at soak size (>= 100k cases), state checked after each batch."""
+def test_fuzz_soak(target, start_thread):
+    """The same batches at soak size (>= 100k cases), state checked after
+    each batch; a quiet client's worst round trip meanwhile is reported as
+    the worst event-loop stall (``StallProbe``)."""
     per = max(1, SOAK_CASES // len(BATCHES) // 10)
     start = target.cases
+    probe = StallProbe(target.path)
+    start_thread(probe.run, stop=probe.stop)
     t0 = time.monotonic()
     while target.cases - start < SOAK_CASES:
         for name, batch in BATCHES.items():
             before = target.snapshot()
+            probe.batch = name
             batch(target, per)
+            probe.batch = ""
             target.drop_wire()
             assert not target.deaths, f"the daemon died in {name}:\n" + target.deaths[-1]
             assert target.snapshot() == before, f"a refused request changed state ({name})"
+    probe.stop()
     cases = target.cases - start
     print(
         f"\nwire fuzz soak: cases={cases} seconds={time.monotonic() - t0:.0f} "
-        f"deaths={len(target.deaths)}"
+        f"deaths={len(target.deaths)} {probe.report()}"
     )
