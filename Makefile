@@ -52,8 +52,10 @@ dist: $(STAMP)
 	$(BIN)/python -m pytest -q -rs tests/daemon/test_install.py -k TestTheWheel
 
 # The soaks (docs/reliability.md): KILLS crash cycles, CASES wire-fuzz cases; -s shows the figures.
+# BUDGET (seconds, 0: none) ends each soak early, with the figures of what it ran.
 soak: $(STAMP)
 	WARDD_SOAK_KILLS=$${KILLS:-200} WARDD_SOAK_CASES=$${CASES:-100000} \
+	WARDD_SOAK_BUDGET_S=$${BUDGET:-0} \
 	$(BIN)/python -m pytest -q -s -o faulthandler_timeout=0 -m soak \
 	tests/soak tests/daemon/test_fuzz_wire.py tests/unit/test_params.py
 

@@ -67,6 +67,7 @@ from _hostile import colliding_keys  # noqa: E402
 
 MAX_FRAME = 1 << 20
 SOAK_CASES = int(os.environ.get("WARDD_SOAK_CASES", "0") or 0)
+SOAK_BUDGET_S = float(os.environ.get("WARDD_SOAK_BUDGET_S", "0") or 0)  # 0: none
 #: Default-suite examples per hypothesis test (there are five such tests).
 DEFAULT_EXAMPLES = 1200
 
@@ -1142,7 +1143,8 @@ def test_fuzz_soak(target, start_thread):
     probe = StallProbe(target.path)
     start_thread(probe.run, stop=probe.stop)
     t0 = time.monotonic()
-    while target.cases - start < SOAK_CASES:
+    over = False
+    while target.cases - start < SOAK_CASES and not over:
         for name, batch in BATCHES.items():
             before = target.snapshot()
             probe.batch = name
@@ -1151,9 +1153,13 @@ def test_fuzz_soak(target, start_thread):
             target.drop_wire()
             assert not target.deaths, f"the daemon died in {name}:\n" + target.deaths[-1]
             assert target.snapshot() == before, f"a refused request changed state ({name})"
+            over = bool(SOAK_BUDGET_S) and time.monotonic() - t0 > SOAK_BUDGET_S
+            if over:
+                break
     probe.stop()
     cases = target.cases - start
     print(
         f"\nwire fuzz soak: cases={cases} seconds={time.monotonic() - t0:.0f} "
         f"deaths={len(target.deaths)} {probe.report()}"
+        + (f" budget_reached={SOAK_BUDGET_S:.0f}s" if over else "")
     )

@@ -915,14 +915,19 @@ def run_soak(
     rotate: float = 0.2,
     reconfigure: float = 0.1,
     seed: int | None = None,
+    budget_s: float = 0.0,
 ) -> tuple[dict[str, Any], list[str], Cluster]:
     """Run `kills` crash cycles; return (figures, violations, cluster). After a kill,
     ``rotate`` and ``reconfigure`` are the chances of a ledger rotation and of an act
-    reconfiguration before the next start."""
+    reconfiguration before the next start. ``budget_s`` (0: none): no new cycle
+    begins once it has passed (the last checks still run; ``budget_reached`` in
+    the figures)."""
     seed = random.randrange(1 << 32) if seed is None else seed
     k = Cluster(seed)
     try:
-        return _run(k, kills, neurons, delay, kill_during_start, (rotate, reconfigure))
+        return _run(
+            k, kills, neurons, delay, kill_during_start, (rotate, reconfigure), budget_s
+        )
     except BaseException:
         k.cleanup()  # no daemon and no API outlive a failed run
         raise
@@ -935,10 +940,15 @@ def _run(
     delay: tuple[float, float],
     kill_during_start: float,
     operator: tuple[float, float],
+    budget_s: float = 0.0,
 ) -> tuple[dict[str, Any], list[str], Cluster]:
     t0 = time.monotonic()
     k.setup(neurons)
+    over = False
     while k.stats.c["kills"] < kills:
+        if budget_s and time.monotonic() - t0 > budget_s:
+            over = True
+            break
         if k.stats.c["kills"]:
             k.between_lives(*operator)
         if k.rng.random() < kill_during_start and k.stats.c["kills"]:
@@ -962,5 +972,7 @@ def _run(
     k.check_after_kill()
     figures = k.figures()
     figures["seconds"] = round(time.monotonic() - t0, 1)
+    if over:
+        figures["budget_reached"] = budget_s
     (k.env.root / "soak-figures.json").write_text(json.dumps(figures, indent=2))
     return figures, k.violations, k
