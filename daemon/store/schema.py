@@ -683,14 +683,27 @@ class SQLiteTooOld(Exception):
 
 def check_sqlite() -> None:
     """Raise `SQLiteTooOld` when the SQLite this Python links is older than
-    :data:`SQLITE_MIN`: a start refused before any database is opened."""
+    :data:`SQLITE_MIN`, or lacks the JSON functions schema 7's migration
+    calls (built in from SQLite 3.38; before, a build option every common
+    build turns on): a start refused before any database is opened."""
+    need = ".".join(map(str, SQLITE_MIN))
     if sqlite3.sqlite_version_info < SQLITE_MIN:
-        need = ".".join(map(str, SQLITE_MIN))
         raise SQLiteTooOld(
             f"SQLite {sqlite3.sqlite_version} is older than {need}, which wardd's database"
             f" (schema {SCHEMA_VERSION}) needs; run wardd on a Python linked with SQLite {need}"
             " or newer"
         )
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("SELECT json_group_object('a', 1)").fetchone()
+    except sqlite3.Error as exc:
+        raise SQLiteTooOld(
+            f"SQLite {sqlite3.sqlite_version} was built without its JSON functions ({exc}),"
+            f" which wardd's database (schema {SCHEMA_VERSION}) needs; run wardd on a Python"
+            f" linked with SQLite {need} or newer built with them (every SQLite from 3.38 is)"
+        ) from None
+    finally:
+        probe.close()
 
 
 def migrate(conn: sqlite3.Connection) -> tuple[int, int]:

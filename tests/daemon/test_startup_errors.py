@@ -126,3 +126,33 @@ class TestSQLiteTooOld:
         line = one_line(d.log_text())
         assert "SQLite 3.30.1 is older than 3.31.0" in line
         assert not env.database.exists()
+
+    def test_a_sqlite_without_its_json_functions_is_refused_before_the_database(
+        self, make_daemon, tmp_path
+    ):
+        """SQLite before 3.38 has its JSON functions only when built with them,
+        and schema 7's migration calls one: on a build without them the start
+        is one line saying so, exit 1 (not "not a usable database", exit 65),
+        and no database made. The shim denies the function (SQLite's own
+        authorizer) on every connection, as such a build lacks it."""
+        shim = tmp_path / "no-json"
+        shim.mkdir()
+        (shim / "sitecustomize.py").write_text(
+            "import sqlite3\n"
+            "_connect = sqlite3.connect\n"
+            "def _deny(action, arg1, arg2, db, trigger):\n"
+            "    if action == sqlite3.SQLITE_FUNCTION and arg2 == 'json_group_object':\n"
+            "        return sqlite3.SQLITE_DENY\n"
+            "    return sqlite3.SQLITE_OK\n"
+            "def connect(*args, **kwargs):\n"
+            "    conn = _connect(*args, **kwargs)\n"
+            "    conn.set_authorizer(_deny)\n"
+            "    return conn\n"
+            "sqlite3.connect = connect\n"
+        )
+        env = Env()
+        d = make_daemon(env, start=False)
+        assert d.spawn({"PYTHONPATH": str(shim)}).wait(30) == 1
+        line = one_line(d.log_text())
+        assert "built without its JSON functions" in line and "json_group_object" in line
+        assert not env.database.exists()
