@@ -51,6 +51,7 @@ __all__ = [
     "DEFAULT_TOML",
     "TracingConfig",
     "load_config",
+    "read_toml",
     "loopback_listen",
     "parse_config",
 ]
@@ -591,15 +592,20 @@ def load_config(path: str | os.PathLike[str] | None) -> Config:
     if path is None:
         return parse_config(tomllib.loads(DEFAULT_TOML), "<embedded default>")
     source = os.fspath(path)
+    return parse_config(read_toml(source), source)
+
+
+def read_toml(source: str) -> dict[str, Any]:
+    """The TOML file ``source`` as a table; `ConfigError` (the file named,
+    no key) when it cannot be read, is not UTF-8 or is not TOML."""
     try:
         with open(source, "rb") as f:
             raw = f.read()
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read: {exc.strerror or exc}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(source, "", "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, "", f"invalid TOML: {exc}") from None
-    return parse_config(data, source)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import attrs
 
 from wardd.client import default_key_path
 from wardd.client._paths import socket_path
-from wardd.daemon.config import ConfigError
+from wardd.daemon.config import ConfigError, read_toml
 from wardd.protocol import is_id
 
 __all__ = [
@@ -73,18 +72,7 @@ class McpConfig:
 def load_mcp_config(path: str | os.PathLike[str]) -> McpConfig:
     """Read and validate ``path``; raises `ConfigError`."""
     source = os.fspath(path)
-    try:
-        with open(source, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(source, "", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(source, "", "not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(source, "", f"invalid TOML: {exc}") from None
-    return parse_mcp_config(data, source)
+    return parse_mcp_config(read_toml(source), source)
 
 
 def parse_mcp_config(data: Mapping[str, Any], source: str) -> McpConfig:
