@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unasync man dist soak integration bench coverage clean
+.PHONY: run test lint lint-mypy unasync man dist soak integration bench coverage clean
 
 # The editable install is "strict": a tree of links to the source files under
 # build/, which type checkers read like any installed package (mypy --strict on a
@@ -28,11 +28,14 @@ WORKERS ?= 2
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -n $(WORKERS) $(PYTEST_ARGS)
 
-lint: $(STAMP)
-	@mkdir -p .lint/wardd && for d in protocol daemon client adapters; do ln -sfn ../../$$d .lint/wardd/$$d; done
+lint: $(STAMP) lint-mypy
 	$(BIN)/ruff check .
-	$(BIN)/mypy
+	$(BIN)/ruff format --check .
 	$(BIN)/python client/_unasync.py --check
+
+lint-mypy: $(STAMP)
+	@mkdir -p .lint/wardd && for d in protocol daemon client adapters; do ln -sfn ../../$$d .lint/wardd/$$d; done
+	$(BIN)/mypy
 
 # The blocking Session is generated from the async one: edit client/_async_session.py, then this.
 unasync: $(STAMP)

@@ -76,9 +76,9 @@ __all__ = [
     "ReceiptAnswer",
     "SecretFile",
     "SentCall",
+    "as_receipt",
     "build_adapter",
     "echo_adapter",
-    "as_receipt",
     "has_receipt",
     "idempotency_key",
 ]

@@ -22,6 +22,7 @@ from wardd.protocol import RECEIPT_ANSWERS, ReceiptAnswer
 
 __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
+    "RECEIPT_ANSWERS",
     "ActRequest",
     "Adapter",
     "AdapterConfigError",
@@ -30,7 +31,6 @@ __all__ = [
     "OutcomeUnknown",
     "Receipt",
     "ReceiptAnswer",
-    "RECEIPT_ANSWERS",
     "SentCall",
     "as_receipt",
     "has_receipt",
@@ -39,7 +39,6 @@ __all__ = [
 
 #: The argument bound of an act whose table does not set ``max_arg_bytes``.
 DEFAULT_MAX_ARG_BYTES = 65536
-
 
 
 class DefiniteFailure(Exception):

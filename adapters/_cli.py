@@ -265,7 +265,7 @@ class CliAdapter:
             raise DefiniteFailure(_redact.redact_text(str(exc), secrets)) from None
         except CallAborted:
             raise  # aborted before its program started (a fixed text, no secret)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure after the start may follow the effect: unknown
             # Not chained: only the redacted text of the cause may travel on.
             message = _redact.redact_text(f"{type(exc).__name__}: {exc}", secrets)
             raise OutcomeUnknown(f"{self.tag}: the run failed ({message})") from None
@@ -310,7 +310,7 @@ class CliAdapter:
                 stdout_head=RECEIPT_STDOUT_BYTES,
                 stderr_tail=_MESSAGE_TAIL_CHARS + _redact.longest(secrets),
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a receipt that cannot run answers unknown
             reason = _redact.redact_text(f"{type(exc).__name__}: {exc}", secrets)
             return Receipt("unknown", detail=f"receipt run failed ({reason})")
         if done.timed_out or done.returncode != 0:

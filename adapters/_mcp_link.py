@@ -62,7 +62,7 @@ from mcp_types import (
     PaginatedRequestParams,
 )
 
-__all__ = ["Endpoint", "Link", "Reply", "ToolCall", "SERVER_VAR", "ACT_VAR"]
+__all__ = ["ACT_VAR", "SERVER_VAR", "Endpoint", "Link", "Reply", "ToolCall"]
 
 SERVER_VAR = "WARDD_MCP_SERVER"
 ACT_VAR = "WARDD_MCP_ACT"
@@ -209,7 +209,7 @@ class Link:
                 )
                 self._portal = cm.__enter__()
                 self._cm = cm
-                self._devnull = open(os.devnull, "w")  # noqa: SIM115 - closed by close()
+                self._devnull = open(os.devnull, "w")
                 self._portal.start_task(self._group_task)
             return self._portal
 

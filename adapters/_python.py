@@ -139,7 +139,7 @@ class PythonAdapter:
             value = self.function(request)
         except DefiniteFailure:
             raise
-        except BaseException as exc:  # noqa: BLE001 - any other end: the effect may have happened
+        except BaseException as exc:
             raise OutcomeUnknown(describe(exc)) from exc
         _, why = wire_safe(value)
         if why is not None:

@@ -20,8 +20,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "Results", "Stat", "bench_tmp", "fmt_rate", "log", "percentile", "raise_nofile",
-    "rss_kib", "section",
+    "Results",
+    "Stat",
+    "bench_tmp",
+    "fmt_rate",
+    "log",
+    "percentile",
+    "raise_nofile",
+    "rss_kib",
+    "section",
 ]
 
 T0 = time.monotonic()
@@ -67,12 +74,20 @@ class Stat:
     def __str__(self) -> str:
         if not self.samples:
             return "n/a"
-        return (f"{fmt_rate(self.median)}{self.unit}  [{fmt_rate(self.min)}–"
-                f"{fmt_rate(self.max)}, n={len(self.samples)}]")
+        return (
+            f"{fmt_rate(self.median)}{self.unit}  [{fmt_rate(self.min)}–"
+            f"{fmt_rate(self.max)}, n={len(self.samples)}]"
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"median": self.median, "min": self.min, "max": self.max,
-                "n": len(self.samples), "unit": self.unit, "samples": self.samples}
+        return {
+            "median": self.median,
+            "min": self.min,
+            "max": self.max,
+            "n": len(self.samples),
+            "unit": self.unit,
+            "samples": self.samples,
+        }
 
 
 def fmt_rate(x: float) -> str:
@@ -110,8 +125,11 @@ class Results:
         print(f"   note: {text}", flush=True)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"stats": {k: s.as_dict() for k, s in self.stats.items()},
-                "values": self.values, "notes": self.notes}
+        return {
+            "stats": {k: s.as_dict() for k, s in self.stats.items()},
+            "values": self.values,
+            "notes": self.notes,
+        }
 
 
 def raise_nofile(want: int) -> int:
@@ -132,7 +150,7 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-class bench_tmp:  # noqa: N801 - used as a context manager, like tempfile's
+class bench_tmp:
     """A temp dir for one run, removed at the end whatever happens."""
 
     def __init__(self, base: str | None) -> None:
@@ -155,8 +173,10 @@ def machine_info() -> dict[str, Any]:
     import sqlite3
 
     info: dict[str, Any] = {
-        "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
-        "cores": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
     }
     try:
         with open("/proc/cpuinfo") as f:

@@ -26,12 +26,19 @@ def ensure_venv(log: Any) -> tuple[Path | None, str]:
     log(f"creating {VENV} and installing DBOS Transact (once)")
     try:
         if not py.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True,
-                           capture_output=True, timeout=300)
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(VENV)],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
         for spec in (PIN, "dbos"):
-            r = subprocess.run([str(py), "-m", "pip", "install", "-q",
-                                "--disable-pip-version-check", spec],
-                               capture_output=True, text=True, timeout=900)
+            r = subprocess.run(
+                [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", spec],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             if r.returncode == 0:
                 STAMP.write_text(spec + "\n")
                 return py, f"installed {spec}"
@@ -41,11 +48,23 @@ def ensure_venv(log: Any) -> tuple[Path | None, str]:
         return None, f"could not create the DBOS venv: {exc}"
 
 
-def run_peer(py: Path, root: Path, *, steps: int, workflows: int, reps: int,
-             journal: str) -> dict[str, Any]:
-    r = subprocess.run([str(py), str(HERE / "_dbos_peer.py"), str(root), str(steps),
-                        str(workflows), str(reps), journal],
-                       capture_output=True, text=True, timeout=1800)
+def run_peer(
+    py: Path, root: Path, *, steps: int, workflows: int, reps: int, journal: str
+) -> dict[str, Any]:
+    r = subprocess.run(
+        [
+            str(py),
+            str(HERE / "_dbos_peer.py"),
+            str(root),
+            str(steps),
+            str(workflows),
+            str(reps),
+            journal,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if r.returncode != 0:
         raise RuntimeError("the DBOS peer failed:\n" + r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -55,9 +74,13 @@ class Peer:
     """A DBOS peer process kept alive between repetitions (``serve`` mode)."""
 
     def __init__(self, py: Path, root: Path, journal: str = "wal") -> None:
-        self.proc = subprocess.Popen([str(py), str(HERE / "_dbos_peer.py"), str(root), "serve",
-                                      journal], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [str(py), str(HERE / "_dbos_peer.py"), str(root), "serve", journal],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if line.strip() != "ready":

@@ -34,8 +34,13 @@ def main() -> int:
         root, journal = sys.argv[1], sys.argv[3]
         steps = workflows = reps = 0
     else:
-        root, steps, workflows, reps, journal = (sys.argv[1], int(sys.argv[2]),
-                                                 int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        root, steps, workflows, reps, journal = (
+            sys.argv[1],
+            int(sys.argv[2]),
+            int(sys.argv[3]),
+            int(sys.argv[4]),
+            sys.argv[5],
+        )
     path = os.path.join(root, f"dbos-{journal}.sqlite")
     if journal == "wal":
         c = sqlite3.connect(path)
@@ -46,8 +51,12 @@ def main() -> int:
 
     from dbos import DBOS, DBOSConfig
 
-    config: DBOSConfig = {"name": "wardd-bench", "system_database_url": f"sqlite:///{path}",
-                          "log_level": "ERROR", "enable_otlp": False}
+    config: DBOSConfig = {
+        "name": "wardd-bench",
+        "system_database_url": f"sqlite:///{path}",
+        "log_level": "ERROR",
+        "enable_otlp": False,
+    }
     DBOS(config=config)
 
     @DBOS.step()
@@ -86,8 +95,7 @@ def main() -> int:
                 if not words or words[0] != "rep":
                     break
                 rep(int(words[1]), int(words[2]))
-                print(json.dumps({"steps": step_rates[-1], "workflows": wf_rates[-1]}),
-                      flush=True)
+                print(json.dumps({"steps": step_rates[-1], "workflows": wf_rates[-1]}), flush=True)
         else:
             for _ in range(reps):
                 rep(steps, workflows)
@@ -99,15 +107,24 @@ def main() -> int:
     c.close()
     import dbos
 
-    print(json.dumps({"steps": step_rates, "workflows": wf_rates, "journal_mode": mode,
-                      "synchronous": {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(sync),
-                      "version": getattr(dbos, "__version__", None) or _version()}))
+    print(
+        json.dumps(
+            {
+                "steps": step_rates,
+                "workflows": wf_rates,
+                "journal_mode": mode,
+                "synchronous": {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(sync),
+                "version": getattr(dbos, "__version__", None) or _version(),
+            }
+        )
+    )
     return 0
 
 
 def _version() -> str | None:
     try:
         from importlib.metadata import version
+
         return version("dbos")
     except Exception:  # noqa: BLE001
         return None

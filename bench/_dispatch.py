@@ -67,6 +67,7 @@ def thread_cpu(pid: int, workers: int) -> dict[str, float]:
 
 def _self_cpu() -> float:
     import resource
+
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
@@ -79,8 +80,9 @@ def submit_all(client: Client, params: list[dict[str, Any]]) -> float:
     return len(params) / (time.perf_counter() - t0)
 
 
-def timed_calls(client: Client, method: str,
-                params: list[dict[str, Any]]) -> tuple[float, list[float]]:
+def timed_calls(
+    client: Client, method: str, params: list[dict[str, Any]]
+) -> tuple[float, list[float]]:
     """Call ``method`` once per pre-signed params: (calls/s, latencies)."""
     lat: list[float] = []
     t0 = time.perf_counter()
@@ -93,8 +95,15 @@ def timed_calls(client: Client, method: str,
     return len(params) / (time.perf_counter() - t0), lat
 
 
-def sequential(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
-               workers: int = 2, before_cycles: Any = None) -> dict[str, Any]:
+def sequential(
+    d: Daemon,
+    actor: Actor,
+    client: Client,
+    n: int,
+    rep: int,
+    workers: int = 2,
+    before_cycles: Any = None,
+) -> dict[str, Any]:
     """One repetition: submit n ops, then invoke them (timed), then n/2 full
     submit+invoke cycles (timed). ``before_cycles()``, if given, runs right
     before the cycles (a paired raw sample); its result is kept as ``paired``."""
@@ -113,12 +122,21 @@ def sequential(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
     pairs = [(actor.submit_params(op), actor.invoke_params(op)) for op in cyc_ops]
     paired = before_cycles() if before_cycles is not None else None
     cyc_rate, cyc_lat = _cycles(client, pairs)
-    return {"submit_rate": submit_rate, "rate": rate, "lat": lat, "cpu_per_invoke": cpu,
-            "threads": threads, "cycle_rate": cyc_rate, "cycle_lat": cyc_lat, "paired": paired}
+    return {
+        "submit_rate": submit_rate,
+        "rate": rate,
+        "lat": lat,
+        "cpu_per_invoke": cpu,
+        "threads": threads,
+        "cycle_rate": cyc_rate,
+        "cycle_lat": cyc_lat,
+        "paired": paired,
+    }
 
 
-def sequential_call(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
-                    workers: int = 2) -> dict[str, Any]:
+def sequential_call(
+    d: Daemon, actor: Actor, client: Client, n: int, rep: int, workers: int = 2
+) -> dict[str, Any]:
     """One repetition: n ``call`` s of fresh ops on one connection (timed), with
     the daemon's CPU per call, in all and per thread."""
     params = [actor.call_params(f"call{rep}-{i}") for i in range(n)]
@@ -127,12 +145,24 @@ def sequential_call(d: Daemon, actor: Actor, client: Client, n: int, rep: int,
     rate, lat = timed_calls(client, "call", params)
     cpu = (cpu_s(d.pid) - c0) / n
     t1 = thread_cpu(d.pid, workers)
-    return {"rate": rate, "lat": lat, "cpu_per_call": cpu,
-            "threads": {k: (t1[k] - t0[k]) / n for k in t1}}
+    return {
+        "rate": rate,
+        "lat": lat,
+        "cpu_per_call": cpu,
+        "threads": {k: (t1[k] - t0[k]) / n for k in t1},
+    }
 
 
-def concurrent_call(root: Path, *, workers: int, clients: int, neurons: int, per_client: int,
-                    probe_interval: float, rep: int) -> dict[str, Any]:
+def concurrent_call(
+    root: Path,
+    *,
+    workers: int,
+    clients: int,
+    neurons: int,
+    per_client: int,
+    probe_interval: float,
+    rep: int,
+) -> dict[str, Any]:
     """One repetition on a fresh daemon: ``clients`` threads, each with its own
     connection, over ``neurons`` neurons bound round-robin to the workers,
     each running ``per_client`` ``call`` s of fresh ops, while a prober process
@@ -147,10 +177,17 @@ def concurrent_call(root: Path, *, workers: int, clients: int, neurons: int, per
         for _ in range(clients):
             conns.append(d.connect())
         cl = conns[1:]
-        params = [[actors[j % neurons].call_params(f"m{j}-{i}") for i in range(per_client)]
-                  for j in range(clients)]
-        out = _loaded(d, admin, [lambda j=j: timed_calls(cl[j], "call", params[j])
-                                 for j in range(clients)], clients * per_client, probe_interval)
+        params = [
+            [actors[j % neurons].call_params(f"m{j}-{i}") for i in range(per_client)]
+            for j in range(clients)
+        ]
+        out = _loaded(
+            d,
+            admin,
+            [lambda j=j: timed_calls(cl[j], "call", params[j]) for j in range(clients)],
+            clients * per_client,
+            probe_interval,
+        )
         return out
     finally:
         for c in conns:
@@ -174,7 +211,10 @@ class Prober:
     def __init__(self, socket_path: Path, interval: float) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "_probe.py"), str(socket_path), str(interval)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         if self.proc.stdout.readline().strip() != "ready":
             self.proc.kill()
@@ -223,8 +263,9 @@ def _parallel(fns: list[Any]) -> list[Any]:
     return out
 
 
-def _cycles(client: Client, pairs: list[tuple[dict[str, Any], dict[str, Any]]]
-            ) -> tuple[float, list[float]]:
+def _cycles(
+    client: Client, pairs: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> tuple[float, list[float]]:
     """Full cycles on one connection, each a pre-signed ``submit`` then the
     ``invoke`` of that op: (cycles/s, cycle latencies)."""
     lat: list[float] = []
@@ -239,8 +280,9 @@ def _cycles(client: Client, pairs: list[tuple[dict[str, Any], dict[str, Any]]]
     return len(pairs) / (time.perf_counter() - t0), lat
 
 
-def _loaded(d: Daemon, admin: Client, fns: list[Any], count: int,
-            probe_interval: float) -> dict[str, Any]:
+def _loaded(
+    d: Daemon, admin: Client, fns: list[Any], count: int, probe_interval: float
+) -> dict[str, Any]:
     """Run ``fns`` (one per client thread, ``count`` calls or cycles in all)
     while a prober process calls ``status``; the rate, the daemon's CPU and
     the writer's batches over that phase alone."""
@@ -261,16 +303,31 @@ def _loaded(d: Daemon, admin: Client, fns: list[Any], count: int,
     w = admin.call("status")["writer"]
     units = w["mean_batch"] * w["batches"] - before["mean_batch"] * before["batches"]
     batches = w["batches"] - before["batches"]
-    return {"rate": count / elapsed, "lat": [x for _, ls in results for x in ls],
-            "cpu_per_call": cpu / count, "cpu_share": cpu / elapsed,
-            "client_cpu_share": self_cpu / elapsed, "batches": batches,
-            "mean_batch": units / batches if batches else 0.0, "max_batch": w["max_batch"],
-            "status_lat": probe["latencies"]}
+    return {
+        "rate": count / elapsed,
+        "lat": [x for _, ls in results for x in ls],
+        "cpu_per_call": cpu / count,
+        "cpu_share": cpu / elapsed,
+        "client_cpu_share": self_cpu / elapsed,
+        "batches": batches,
+        "mean_batch": units / batches if batches else 0.0,
+        "max_batch": w["max_batch"],
+        "status_lat": probe["latencies"],
+    }
 
 
-def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_client: int,
-               probe_interval: float, rep: int, before_cycles: Any = None,
-               database: Path | None = None) -> dict[str, Any]:
+def concurrent(
+    root: Path,
+    *,
+    workers: int,
+    clients: int,
+    neurons: int,
+    per_client: int,
+    probe_interval: float,
+    rep: int,
+    before_cycles: Any = None,
+    database: Path | None = None,
+) -> dict[str, Any]:
     """One repetition on a fresh daemon: ``clients`` threads, each with its
     own connection, over ``neurons`` neurons bound round-robin to the
     workers. Ops are submitted first (concurrently: that is group commit on
@@ -316,24 +373,51 @@ def concurrent(root: Path, *, workers: int, clients: int, neurons: int, per_clie
         cl = conns[1:]
         total = clients * per_client
         invs = [[actors[j % neurons].invoke_params(op) for op in ops[j]] for j in range(clients)]
-        inv = _loaded(d, admin, [lambda j=j: timed_calls(cl[j], "invoke", invs[j])
-                                 for j in range(clients)], total, probe_interval)
+        inv = _loaded(
+            d,
+            admin,
+            [lambda j=j: timed_calls(cl[j], "invoke", invs[j]) for j in range(clients)],
+            total,
+            probe_interval,
+        )
         # the full cycle under the same load shape: fresh ops, pre-signed
-        pairs = [[(actors[j % neurons].submit_params(f"q{j}-{i}"),
-                   actors[j % neurons].invoke_params(f"q{j}-{i}")) for i in range(per_client)]
-                 for j in range(clients)]
+        pairs = [
+            [
+                (
+                    actors[j % neurons].submit_params(f"q{j}-{i}"),
+                    actors[j % neurons].invoke_params(f"q{j}-{i}"),
+                )
+                for i in range(per_client)
+            ]
+            for j in range(clients)
+        ]
         paired = before_cycles() if before_cycles is not None else None
-        cyc = _loaded(d, admin, [lambda j=j: _cycles(cl[j], pairs[j]) for j in range(clients)],
-                      total, probe_interval)
+        cyc = _loaded(
+            d,
+            admin,
+            [lambda j=j: _cycles(cl[j], pairs[j]) for j in range(clients)],
+            total,
+            probe_interval,
+        )
         after = admin.call("status")
         rss = rss_kib(d.pid) / 1024
         counts = {s["id"]: s["counts"]["succeeded"] for s in after["workers"]}
-        return {"rate": inv["rate"], "submit_rate": submit_rate, "lat": inv["lat"],
-                "cpu_per_invoke": inv["cpu_per_call"], "cpu_share": inv["cpu_share"],
-                "client_cpu_share": inv["client_cpu_share"], "batches": inv["batches"],
-                "mean_batch": inv["mean_batch"], "max_batch": inv["max_batch"],
-                "status_lat": inv["status_lat"], "cycle": cyc, "paired": paired,
-                "per_worker": counts, "rss_mib": rss}
+        return {
+            "rate": inv["rate"],
+            "submit_rate": submit_rate,
+            "lat": inv["lat"],
+            "cpu_per_invoke": inv["cpu_per_call"],
+            "cpu_share": inv["cpu_share"],
+            "client_cpu_share": inv["client_cpu_share"],
+            "batches": inv["batches"],
+            "mean_batch": inv["mean_batch"],
+            "max_batch": inv["max_batch"],
+            "status_lat": inv["status_lat"],
+            "cycle": cyc,
+            "paired": paired,
+            "per_worker": counts,
+            "rss_mib": rss,
+        }
     finally:
         for c in conns:
             c.close()

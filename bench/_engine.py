@@ -42,8 +42,9 @@ def prepare_db(root: Path, n: int) -> tuple[Path, Actor]:
     return d.database, actor
 
 
-def run(db: Path, actor: Actor, start: int, n: int, *,
-        count_frames: bool = False) -> dict[str, Any]:
+def run(
+    db: Path, actor: Actor, start: int, n: int, *, count_frames: bool = False
+) -> dict[str, Any]:
     from wardd.daemon import _units
     from wardd.daemon._records import dec
     from wardd.daemon.store.writer import connect
@@ -51,12 +52,18 @@ def run(db: Path, actor: Actor, start: int, n: int, *,
     conn = connect(db)
     conn.row_factory = sqlite3.Row
     try:
-        row = conn.execute("SELECT placement, placement_digest, placement_generation, epoch"
-                           " FROM neurons WHERE neuron = ?", (actor.id,)).fetchone()
+        row = conn.execute(
+            "SELECT placement, placement_digest, placement_generation, epoch"
+            " FROM neurons WHERE neuron = ?",
+            (actor.id,),
+        ).fetchone()
         desc = dec(row["placement"])
-        ctx = _units.BootContext(boot=desc["executor"]["boot"], network="bench",
-                                 advertised={row["placement_digest"]: desc},
-                                 act_bounds={"echo": 65536})
+        ctx = _units.BootContext(
+            boot=desc["executor"]["boot"],
+            network="bench",
+            advertised={row["placement_digest"]: desc},
+            act_bounds={"echo": 65536},
+        )
         commit_s = 0.0
 
         def unit(fn: Any) -> Any:
@@ -75,17 +82,22 @@ def run(db: Path, actor: Actor, start: int, n: int, *,
             conn.execute("PRAGMA wal_autocheckpoint=0")
         t0 = time.perf_counter()
         for i in range(start, start + n):
-            p = {"op": f"e{i}", "expected_attempt": 1,
-                 "placement_generation": row["placement_generation"],
-                 "expected_epoch": row["epoch"]}
-            ref = unit(_units.invoke_claim(ctx, actor.id, p, worker="w0",
-                                           claim_info=None))
+            p = {
+                "op": f"e{i}",
+                "expected_attempt": 1,
+                "placement_generation": row["placement_generation"],
+                "expected_epoch": row["epoch"],
+            }
+            ref = unit(_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None))
             if isinstance(ref, Exception) or isinstance(ref, str):
                 raise RuntimeError(f"invoke_claim refused: {ref!r}")
             unit(_units.outcome(ref, "succeeded", ref.args, None, "adapter"))
         elapsed = time.perf_counter() - t0
-        out: dict[str, Any] = {"rate": n / elapsed, "commit_share": commit_s / elapsed,
-                               "commit_ms": commit_s / (2 * n) * 1000}
+        out: dict[str, Any] = {
+            "rate": n / elapsed,
+            "commit_share": commit_s / elapsed,
+            "commit_ms": commit_s / (2 * n) * 1000,
+        }
         if count_frames:
             out["frames_per_commit"] = os.path.getsize(str(db) + "-wal") / WAL_FRAME / (2 * n)
             conn.execute("PRAGMA wal_autocheckpoint=1000")

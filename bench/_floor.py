@@ -48,8 +48,11 @@ def _show(label: str, samples: list[tuple[float, float]]) -> None:
     med = statistics.median(tot) * 1e6
     user = statistics.median(u for u, _ in samples) * 1e6
     sys_ = statistics.median(s for _, s in samples) * 1e6
-    print(f"   {label:<62} {med:8.1f} µs  [{min(tot) * 1e6:.1f}–{max(tot) * 1e6:.1f}]"
-          f"  user {user:.0f}, system {sys_:.0f}", flush=True)
+    print(
+        f"   {label:<62} {med:8.1f} µs  [{min(tot) * 1e6:.1f}–{max(tot) * 1e6:.1f}]"
+        f"  user {user:.0f}, system {sys_:.0f}",
+        flush=True,
+    )
 
 
 def _per_iter(fn: Callable[[], Any], n: int) -> list[tuple[float, float]]:
@@ -64,6 +67,7 @@ def _per_iter(fn: Callable[[], Any], n: int) -> list[tuple[float, float]]:
 
 
 # -- the writer -----------------------------------------------------------------------
+
 
 def raw_commits(root: Path, pages: tuple[int, ...] = (7, 5), n: int = 300) -> None:
     """FULL WAL commits of one row each, as long as ``pages`` pages, in a row."""
@@ -80,8 +84,10 @@ def raw_commits(root: Path, pages: tuple[int, ...] = (7, 5), n: int = 300) -> No
             conn.execute("COMMIT")
 
     try:
-        _show(f"writer: {len(pages)} FULL WAL commits of {'+'.join(map(str, pages))} pages",
-              _per_iter(pair, n))
+        _show(
+            f"writer: {len(pages)} FULL WAL commits of {'+'.join(map(str, pages))} pages",
+            _per_iter(pair, n),
+        )
     finally:
         conn.close()
 
@@ -102,6 +108,7 @@ def engine(root: Path, n: int = 300) -> None:
 
 # -- the event loop ---------------------------------------------------------------------
 
+
 def verify_floor() -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
         Ed25519PrivateKey,
@@ -113,15 +120,19 @@ def verify_floor() -> None:
     sig = key.sign(msg)
     raw = key.public_key().public_bytes_raw()
     pub = Ed25519PublicKey.from_public_bytes(raw)
-    _show("loop: one Ed25519 check, OpenSSL (cryptography)",
-          _per_iter(lambda: pub.verify(sig, msg), 2000))
+    _show(
+        "loop: one Ed25519 check, OpenSSL (cryptography)",
+        _per_iter(lambda: pub.verify(sig, msg), 2000),
+    )
     try:
         from nacl.bindings import crypto_sign_open
     except ImportError:
         print("   loop: one Ed25519 check, libsodium: PyNaCl is not installed")
         return
-    _show("loop: one Ed25519 check, libsodium (PyNaCl)",
-          _per_iter(lambda: crypto_sign_open(sig + msg, raw), 2000))
+    _show(
+        "loop: one Ed25519 check, libsodium (PyNaCl)",
+        _per_iter(lambda: crypto_sign_open(sig + msg, raw), 2000),
+    )
 
 
 def _client(sock: socket.socket, frame: bytes, n: int) -> None:
@@ -221,6 +232,7 @@ async def _answer(fd: int, reply: bytes, hop: _Hop | None) -> None:
 
 
 # -- the workers ---------------------------------------------------------------------------
+
 
 def wakeups(n: int = 5000) -> None:
     """Two threads handing a turn back and forth through conditions:

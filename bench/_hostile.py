@@ -156,9 +156,7 @@ def _frame(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-_HELLO = _frame(
-    b"\xa3bid\x00fmethodehellofparams\xa2hprotocol\x01fclientghostile"
-)
+_HELLO = _frame(b"\xa3bid\x00fmethodehellofparams\xa2hprotocol\x01fclientghostile")
 
 
 def _reply(sock: socket.socket) -> bytes | None:

@@ -53,8 +53,9 @@ def _truncate_wal(db: Path) -> None:
         conn.close()
 
 
-def daemon_frames(d: Daemon, actor: Actor, client: Any, n: int = 40,
-                  tag: str = "wal") -> float | None:
+def daemon_frames(
+    d: Daemon, actor: Actor, client: Any, n: int = 40, tag: str = "wal"
+) -> float | None:
     """Frames per dispatch commit over ``n`` sequential invokes on ``d``."""
     ops = [f"{tag}-{i}" for i in range(n)]
     for op in ops:
@@ -97,11 +98,18 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
     wal = Path(str(db) + "-wal")
     raw: dict[str, list[int]] = {"claim": [], "outcome": []}
     try:
-        row = conn.execute("SELECT placement, placement_digest, placement_generation, epoch"
-                           " FROM neurons WHERE neuron = ?", (actor.id,)).fetchone()
+        row = conn.execute(
+            "SELECT placement, placement_digest, placement_generation, epoch"
+            " FROM neurons WHERE neuron = ?",
+            (actor.id,),
+        ).fetchone()
         desc = dec(row[0])
-        ctx = _units.BootContext(boot=desc["executor"]["boot"], network="bench",
-                                 advertised={row[1]: desc}, act_bounds={"echo": 65536})
+        ctx = _units.BootContext(
+            boot=desc["executor"]["boot"],
+            network="bench",
+            advertised={row[1]: desc},
+            act_bounds={"echo": 65536},
+        )
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("PRAGMA wal_autocheckpoint=0")
 
@@ -114,10 +122,13 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
             return value
 
         for i in range(n):
-            p = {"op": f"e{i}", "expected_attempt": 1, "placement_generation": row[2],
-                 "expected_epoch": row[3]}
-            ref = unit("claim", _units.invoke_claim(ctx, actor.id, p, worker="w0",
-                                                    claim_info=None))
+            p = {
+                "op": f"e{i}",
+                "expected_attempt": 1,
+                "placement_generation": row[2],
+                "expected_epoch": row[3],
+            }
+            ref = unit("claim", _units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None))
             if not isinstance(ref, _units.AttemptRef):
                 raise RuntimeError(f"invoke_claim refused: {ref!r}")
             unit("outcome", _units.outcome(ref, "succeeded", ref.args, None, "adapter"))
@@ -129,8 +140,10 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
     out: dict[str, dict[str, Any]] = {}
     for kind, pages in raw.items():
         by = collections.Counter(names.get(p, "free list or pointer map") for p in pages)
-        out[kind] = {"frames_per_commit": len(pages) / n,
-                     "by_btree": {k: v / n for k, v in by.most_common()}}
+        out[kind] = {
+            "frames_per_commit": len(pages) / n,
+            "by_btree": {k: v / n for k, v in by.most_common()},
+        }
     return out
 
 
@@ -141,4 +154,3 @@ def describe(units: dict[str, dict[str, Any]]) -> str:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in u["by_btree"].items())
         lines.append(f"{kind:<8} {u['frames_per_commit']:.2f}: {parts}")
     return "\n".join(lines)
-

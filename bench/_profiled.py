@@ -80,7 +80,8 @@ def stretches(out: Path, args: list[str]) -> int:
         return wardd_main(args)
     finally:
         (out / f"stretches-{os.getpid()}.json").write_text(
-            json.dumps({"wall": meter.wall, "cpu": meter.cpu}))
+            json.dumps({"wall": meter.wall, "cpu": meter.cpu})
+        )
 
 
 def main() -> int:

@@ -83,8 +83,7 @@ def commit_loop(path: Path, seconds: float, *, pages: int = 1) -> tuple[float, l
         conn.close()
 
 
-def cycle_loop(path: Path, seconds: float, *,
-               commits: int = 4) -> tuple[float, list[float]]:
+def cycle_loop(path: Path, seconds: float, *, commits: int = 4) -> tuple[float, list[float]]:
     """Cycles of ``commits`` FULL WAL commits (one row each, one after the
     other on one connection) for ``seconds``: (cycles/s, cycle latencies)."""
     conn = _connect(path)

@@ -131,9 +131,7 @@ def build_backlog(tmp: Path, n: int, pending: int) -> tuple[Path, Actor]:
     return db, actors[0]
 
 
-def build(
-    root: Path, n: int, pending: list[int], args: bytes = ARGS
-) -> tuple[Path, list[Actor]]:
+def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[Path, list[Actor]]:
     """A database in ``root`` with ``n`` finished (consumed) ops of the
     first of ``len(pending)`` bound neurons (``args`` each), and ``pending[k]``
     submitted ops ``lat{i}`` of neuron ``k``; returns (database, actors)."""
@@ -182,9 +180,7 @@ def build(
                     "placement_generation": row["placement_generation"],
                     "expected_epoch": row["epoch"],
                 }
-                ref = _units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(
-                    conn
-                )
+                ref = _units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(conn)
                 if not isinstance(ref, _units.AttemptRef):
                     raise RuntimeError(f"invoke_claim refused: {ref!r}")
                 _units.outcome(ref, "succeeded", ref.args, None, "adapter")(conn)

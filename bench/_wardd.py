@@ -29,9 +29,16 @@ START_TIMEOUT = 120.0
 class Daemon:
     """One daemon on one temp dir; restartable (a new boot each start)."""
 
-    def __init__(self, root: Path, *, workers: int = 2, database: Path | None = None,
-                 log_to: str = "file", command: list[str] | None = None,
-                 **top: Any) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        workers: int = 2,
+        database: Path | None = None,
+        log_to: str = "file",
+        command: list[str] | None = None,
+        **top: Any,
+    ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.socket = root / "s.sock"
@@ -40,9 +47,14 @@ class Daemon:
         self.log_to = log_to
         # what runs ``wardd`` (its arguments follow): cpu_profile.py puts cProfile in front
         self.command = command or [sys.executable, "-m", "wardd.daemon.cli"]
-        settings = {"network": NETWORK, "socket": str(self.socket),
-                    "database": str(self.database), "workers": workers,
-                    "shutdown_grace_s": 5, **top}
+        settings = {
+            "network": NETWORK,
+            "socket": str(self.socket),
+            "database": str(self.database),
+            "workers": workers,
+            "shutdown_grace_s": 5,
+            **top,
+        }
         self.config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -61,24 +73,35 @@ class Daemon:
         ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         ns.bind(str(notify))
         ns.settimeout(START_TIMEOUT)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
+        }
         env["NOTIFY_SOCKET"] = str(notify)
-        out = (open(self.root / f"daemon-{self.starts}.log", "wb") if self.log_to == "file"
-               else open(os.devnull, "wb"))
+        out = (
+            open(self.root / f"daemon-{self.starts}.log", "wb")
+            if self.log_to == "file"
+            else open(os.devnull, "wb")
+        )
         try:
             t0 = time.perf_counter()
             self.proc = subprocess.Popen(
                 [*self.command, "run", "--config", str(self.config)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
             while True:
                 try:
                     msg = ns.recv(4096).decode()
                 except TimeoutError:
                     self.cleanup()
-                    raise RuntimeError(f"wardd sent no READY=1 within {START_TIMEOUT}s:\n"
-                                       + self.log_tail()) from None
+                    raise RuntimeError(
+                        f"wardd sent no READY=1 within {START_TIMEOUT}s:\n" + self.log_tail()
+                    ) from None
                 if "READY=1" in msg.split("\n"):
                     self.ready_s = time.perf_counter() - t0
                     break
@@ -150,8 +173,16 @@ class Actor:
         self.call(client, "register_neuron", {})
         self.call(client, "create_prog", {"prog": prog, "step_limit": 10**9})
         root = client.call("get_neuron", {"neuron": self.id})
-        self.call(client, "set_grant", {"prog": prog, "acts": ["echo"], "enabled": True,
-                                        "expected_policy_version": root["policy_version"]})
+        self.call(
+            client,
+            "set_grant",
+            {
+                "prog": prog,
+                "acts": ["echo"],
+                "enabled": True,
+                "expected_policy_version": root["policy_version"],
+            },
+        )
         self.bind(client)
 
     def sign(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -162,11 +193,17 @@ class Actor:
 
     def bind(self, client: Client) -> None:
         """Bind this boot's descriptor of ``self.worker`` (needed after each restart)."""
-        desc = next(w["descriptor"] for w in client.call("list_workers")["workers"]
-                    if w["worker"] == self.worker)
+        desc = next(
+            w["descriptor"]
+            for w in client.call("list_workers")["workers"]
+            if w["worker"] == self.worker
+        )
         root = client.call("get_neuron", {"neuron": self.id})
-        self.call(client, "bind_placement", {"expected_generation": root["placement_generation"],
-                                             "descriptor": desc})
+        self.call(
+            client,
+            "bind_placement",
+            {"expected_generation": root["placement_generation"], "descriptor": desc},
+        )
         root = client.call("get_neuron", {"neuron": self.id})
         self.generation = root["placement_generation"]
         self.epoch = root["epoch"]
@@ -177,11 +214,25 @@ class Actor:
     def call_params(self, op: str, args: bytes = b"x" * 32) -> dict[str, Any]:
         """Pre-signed ``call`` of a new op (``expected_epoch`` sent, as a session
         that pins its epoch sends it; the daemon takes the current generation)."""
-        return self.sign("call", {"prog": self.prog, "op": op, "act": "echo", "args": args,
-                                  "expected_epoch": self.epoch})
+        return self.sign(
+            "call",
+            {
+                "prog": self.prog,
+                "op": op,
+                "act": "echo",
+                "args": args,
+                "expected_epoch": self.epoch,
+            },
+        )
 
     def invoke_params(self, op: str) -> dict[str, Any]:
         """Pre-signed ``invoke`` of attempt 1 (valid until the placement or epoch changes)."""
-        return self.sign("invoke", {"op": op, "expected_attempt": 1,
-                                    "placement_generation": self.generation,
-                                    "expected_epoch": self.epoch})
+        return self.sign(
+            "invoke",
+            {
+                "op": op,
+                "expected_attempt": 1,
+                "placement_generation": self.generation,
+                "expected_epoch": self.epoch,
+            },
+        )

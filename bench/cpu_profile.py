@@ -44,18 +44,28 @@ def main() -> int:
     p.add_argument("-n", type=int, default=2000, help="invokes (default 2000)")
     p.add_argument("--top", type=int, default=25, help="functions per thread and order")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--save", default=None, metavar="DIR",
-                   help="keep the .prof files here (for pstats, snakeviz, ...)")
-    p.add_argument("--stretches", action="store_true",
-                   help="time the event loop's stretches under the concurrent load instead")
+    p.add_argument(
+        "--save",
+        default=None,
+        metavar="DIR",
+        help="keep the .prof files here (for pstats, snakeviz, ...)",
+    )
+    p.add_argument(
+        "--stretches",
+        action="store_true",
+        help="time the event loop's stretches under the concurrent load instead",
+    )
     p.add_argument("--per-client", type=int, default=100, help="cycles per client (--stretches)")
     args = p.parse_args()
     if args.stretches:
         return stretches(args.workers, args.per_client)
     with tempfile.TemporaryDirectory(prefix="wardd-profile-") as tmp:
         out = Path(tmp) / "prof"
-        d = Daemon(Path(tmp) / "d", workers=args.workers,
-                   command=[sys.executable, str(HERE / "_profiled.py"), str(out), "--"])
+        d = Daemon(
+            Path(tmp) / "d",
+            workers=args.workers,
+            command=[sys.executable, str(HERE / "_profiled.py"), str(out), "--"],
+        )
         try:
             d.start()
             c = d.connect()
@@ -77,15 +87,19 @@ def main() -> int:
             Path(args.save).mkdir(parents=True, exist_ok=True)
             for path in out.glob("*.prof"):
                 shutil.copy(path, Path(args.save) / path.name)
-        print(f"{args.n} sequential invokes in {wall:.2f} s under cProfile "
-              f"({args.n / wall:,.0f}/s; the same number of submits ran before them)")
+        print(
+            f"{args.n} sequential invokes in {wall:.2f} s under cProfile "
+            f"({args.n / wall:,.0f}/s; the same number of submits ran before them)"
+        )
         for path in sorted(out.glob("*.prof")):
             st = pstats.Stats(str(path))
             total = st.total_tt  # type: ignore[attr-defined]
             if total < 0.05:
                 continue
-            print(f"\n== thread {path.stem}: {total:.2f} s of CPU "
-                  f"({total / args.n * 1e6:.0f} µs per invoke, its submit included)")
+            print(
+                f"\n== thread {path.stem}: {total:.2f} s of CPU "
+                f"({total / args.n * 1e6:.0f} µs per invoke, its submit included)"
+            )
             for order in ("tottime", "cumulative"):
                 buf = io.StringIO()
                 pstats.Stats(str(path), stream=buf).sort_stats(order).print_stats(args.top)
@@ -113,29 +127,46 @@ def stretches(workers: int, per_client: int) -> int:
         out = Path(tmp) / "out"
         cmd = [sys.executable, str(HERE / "_profiled.py"), "--stretches", str(out), "--"]
         _dispatch.Daemon = functools.partial(Daemon, command=cmd)  # type: ignore[misc]
-        r = _dispatch.concurrent(Path(tmp), workers=workers, clients=16, neurons=4,
-                                 per_client=per_client, probe_interval=0.005, rep=0)
+        r = _dispatch.concurrent(
+            Path(tmp),
+            workers=workers,
+            clients=16,
+            neurons=4,
+            per_client=per_client,
+            probe_interval=0.005,
+            rep=0,
+        )
         # the daemon is restarted once: the last file covers the timed phases
         last = max(out.glob("stretches-*.json"), key=lambda f: f.stat().st_mtime)
         got = json.loads(last.read_text())
     ms = 1e3
     for phase, res in (("invoke", r), ("submit+invoke cycles", r["cycle"])):
         st = res["status_lat"]
-        print(f"{phase}, workers={workers}: {res['rate']:,.0f}/s, daemon busy "
-              f"{res['cpu_share']:.2f} cores; status p50 {_pct(st, .5) * ms:.2f} ms, "
-              f"p99 {_pct(st, .99) * ms:.2f} ms ({len(st)} calls)")
+        print(
+            f"{phase}, workers={workers}: {res['rate']:,.0f}/s, daemon busy "
+            f"{res['cpu_share']:.2f} cores; status p50 {_pct(st, 0.5) * ms:.2f} ms, "
+            f"p99 {_pct(st, 0.99) * ms:.2f} ms ({len(st)} calls)"
+        )
     wall, cpu = got["wall"], got["cpu"]
     busy = [w for w in wall if w > 20e-6]
-    print(f"event loop, both phases and the set-up: {len(wall):,} stretches between epoll waits,"
-          f" {len(busy):,} longer than 20 µs")
-    for label, xs in (("wall", busy), ("loop CPU", [c for w, c in zip(wall, cpu, strict=True)
-                                                     if w > 20e-6])):
-        print(f"   {label:8}: p50 {_pct(xs, .5) * ms:.3f} ms, p90 {_pct(xs, .9) * ms:.3f} ms, "
-              f"p99 {_pct(xs, .99) * ms:.3f} ms, p99.9 {_pct(xs, .999) * ms:.3f} ms, "
-              f"max {max(xs) * ms:.3f} ms")
+    print(
+        f"event loop, both phases and the set-up: {len(wall):,} stretches between epoll waits,"
+        f" {len(busy):,} longer than 20 µs"
+    )
+    for label, xs in (
+        ("wall", busy),
+        ("loop CPU", [c for w, c in zip(wall, cpu, strict=True) if w > 20e-6]),
+    ):
+        print(
+            f"   {label:8}: p50 {_pct(xs, 0.5) * ms:.3f} ms, p90 {_pct(xs, 0.9) * ms:.3f} ms, "
+            f"p99 {_pct(xs, 0.99) * ms:.3f} ms, p99.9 {_pct(xs, 0.999) * ms:.3f} ms, "
+            f"max {max(xs) * ms:.3f} ms"
+        )
     late = sum(1 for w, c in zip(wall, cpu, strict=True) if w - c > 1e-3)
-    print(f"   stretches whose wall time exceeds their CPU by > 1 ms (waiting for a core or "
-          f"the GIL): {late:,}")
+    print(
+        f"   stretches whose wall time exceeds their CPU by > 1 ms (waiting for a core or "
+        f"the GIL): {late:,}"
+    )
     return 0
 
 

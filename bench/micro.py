@@ -81,23 +81,36 @@ def per_call(fn: Callable[[], Any], n: int) -> list[float]:
 
 def show(label: str, samples: list[float], unit: str = "µs", scale: float = 1e6) -> float:
     med = statistics.median(samples) * scale
-    print(f"   {label:<58} {med:9.2f} {unit}  [{min(samples) * scale:.2f}–"
-          f"{max(samples) * scale:.2f}]", flush=True)
+    print(
+        f"   {label:<58} {med:9.2f} {unit}  [{min(samples) * scale:.2f}–"
+        f"{max(samples) * scale:.2f}]",
+        flush=True,
+    )
     return med
 
 
 def request_bodies() -> dict[str, bytes]:
     key = Ed25519PrivateKey.generate()
-    invoke = sign(key, "bench", "invoke", {"op": "op-000123", "expected_attempt": 1,
-                                           "placement_generation": 3, "expected_epoch": 1})
-    submit = sign(key, "bench", "submit", {"prog": "bench", "op": "op-000124", "act": "echo",
-                                           "args": b"x" * 60_000})
+    invoke = sign(
+        key,
+        "bench",
+        "invoke",
+        {"op": "op-000123", "expected_attempt": 1, "placement_generation": 3, "expected_epoch": 1},
+    )
+    submit = sign(
+        key,
+        "bench",
+        "submit",
+        {"prog": "bench", "op": "op-000124", "act": "echo", "args": b"x" * 60_000},
+    )
     return {
-        "signed invoke request (%d B)": cbor2.dumps({"id": 17, "method": "invoke",
-                                                     "params": invoke}),
+        "signed invoke request (%d B)": cbor2.dumps(
+            {"id": 17, "method": "invoke", "params": invoke}
+        ),
         "status request (%d B)": cbor2.dumps({"id": 18, "method": "status", "params": {}}),
-        "signed submit, 60 KiB args (%d B)": cbor2.dumps({"id": 19, "method": "submit",
-                                                          "params": submit}),
+        "signed submit, 60 KiB args (%d B)": cbor2.dumps(
+            {"id": 19, "method": "submit", "params": submit}
+        ),
     }
 
 
@@ -117,19 +130,39 @@ def bench_decode() -> None:
             show(f"{label}: reference (pure Python)", per_call(lambda b=body: reference(b), n))
         show(f"{label}: bare cbor2.loads (floor)", per_call(lambda b=body: cbor2.loads(b), n))
     body = hostile_body()
-    show("hostile 1 MiB array of tiny ints: decode_item", per_call(lambda: decode_item(body), 3),
-         "ms", 1e3)
+    show(
+        "hostile 1 MiB array of tiny ints: decode_item",
+        per_call(lambda: decode_item(body), 3),
+        "ms",
+        1e3,
+    )
     if reference is not None:
-        show("hostile 1 MiB array of tiny ints: reference", per_call(lambda: reference(body), 3),
-             "ms", 1e3)
-    show("hostile 1 MiB array of tiny ints: bare cbor2.loads",
-         per_call(lambda: cbor2.loads(body), 3), "ms", 1e3)
+        show(
+            "hostile 1 MiB array of tiny ints: reference",
+            per_call(lambda: reference(body), 3),
+            "ms",
+            1e3,
+        )
+    show(
+        "hostile 1 MiB array of tiny ints: bare cbor2.loads",
+        per_call(lambda: cbor2.loads(body), 3),
+        "ms",
+        1e3,
+    )
     # why the server decodes large bodies on a thread with the reference decoder
-    show("wake-up delay past a 1 ms sleep, beside decode_item of it",
-         wake_delays(lambda: decode_item(body)), "ms", 1e3)
+    show(
+        "wake-up delay past a 1 ms sleep, beside decode_item of it",
+        wake_delays(lambda: decode_item(body)),
+        "ms",
+        1e3,
+    )
     if reference is not None:
-        show("wake-up delay past a 1 ms sleep, beside the reference",
-             wake_delays(lambda: reference(body)), "ms", 1e3)
+        show(
+            "wake-up delay past a 1 ms sleep, beside the reference",
+            wake_delays(lambda: reference(body)),
+            "ms",
+            1e3,
+        )
 
 
 def bench_hostile() -> None:
@@ -142,8 +175,10 @@ def bench_hostile() -> None:
     from wardd.daemon.server import INLINE_DECODE_BYTES
     from wardd.protocol import BadFrame
 
-    print("\n== hostile: the worst frame bodies, by shape and size"
-          f" (event loop decodes up to {INLINE_DECODE_BYTES} B)")
+    print(
+        "\n== hostile: the worst frame bodies, by shape and size"
+        f" (event loop decodes up to {INLINE_DECODE_BYTES} B)"
+    )
 
     def refused_or(fn: Callable[[bytes], Any], body: bytes) -> Callable[[], Any]:
         def call() -> None:
@@ -151,6 +186,7 @@ def bench_hostile() -> None:
                 fn(body)
             except BadFrame:
                 pass
+
         return call
 
     shapes = {"colliding keys (refused)": _hostile.colliding_keys, **_hostile.HOSTILE}
@@ -159,14 +195,26 @@ def bench_hostile() -> None:
             body = build(size)
             n = 3 if size > 65536 else 20
             if size <= INLINE_DECODE_BYTES:
-                show(f"{size // 1024} KiB {name}: decode_item (event loop)",
-                     per_call(refused_or(decode_item, body), n), "ms", 1e3)
+                show(
+                    f"{size // 1024} KiB {name}: decode_item (event loop)",
+                    per_call(refused_or(decode_item, body), n),
+                    "ms",
+                    1e3,
+                )
             else:
-                show(f"{size // 1024} KiB {name}: reference (thread)",
-                     per_call(refused_or(_cbor.reference_decode, body), n), "ms", 1e3)
+                show(
+                    f"{size // 1024} KiB {name}: reference (thread)",
+                    per_call(refused_or(_cbor.reference_decode, body), n),
+                    "ms",
+                    1e3,
+                )
     body = _hostile.nested_empties(1 << 20)
-    show("wake-up delay past a 1 ms sleep, beside the reference on 1 MiB of empties",
-         wake_delays(refused_or(_cbor.reference_decode, body)), "ms", 1e3)
+    show(
+        "wake-up delay past a 1 ms sleep, beside the reference on 1 MiB of empties",
+        wake_delays(refused_or(_cbor.reference_decode, body)),
+        "ms",
+        1e3,
+    )
 
 
 def bench_wire() -> None:
@@ -188,14 +236,24 @@ def bench_wire() -> None:
     from wardd.daemon.handlers import METHODS
 
     params, spec = item["params"], METHODS["invoke"].params
-    show("check_params of the signed invoke (daemon/_params.py)",
-         per_call(lambda: check_params(spec, params, signed=True), 20000))
-    reply = {"id": 17, "result": {"op": "op-000123", "attempt": 1, "status": "succeeded",
-                                  "result": {"echo": b"x" * 32}}}
+    show(
+        "check_params of the signed invoke (daemon/_params.py)",
+        per_call(lambda: check_params(spec, params, signed=True), 20000),
+    )
+    reply = {
+        "id": 17,
+        "result": {
+            "op": "op-000123",
+            "attempt": 1,
+            "status": "succeeded",
+            "result": {"echo": b"x" * 32},
+        },
+    }
     show("encode_reply of an invoke reply", per_call(lambda: encode_reply(reply, 1 << 20), 20000))
     show("  of which cbor2.dumps alone", per_call(lambda: cbor2.dumps(reply), 20000))
-    show("encode_frame (check_value + dumps + header)",
-         per_call(lambda: encode_frame(reply), 20000))
+    show(
+        "encode_frame (check_value + dumps + header)", per_call(lambda: encode_frame(reply), 20000)
+    )
 
 
 def bench_registration() -> None:
@@ -213,8 +271,9 @@ def bench_registration() -> None:
         w = connect(db)
         w.row_factory = sqlite3.Row
         migrate(w)
-        ids = [Ed25519PrivateKey.generate().public_key().public_bytes_raw().hex()
-               for _ in range(100)]
+        ids = [
+            Ed25519PrivateKey.generate().public_key().public_bytes_raw().hex() for _ in range(100)
+        ]
         for n in ids:
             w.execute("BEGIN")
             mgmt.register_neuron(n)(w)
@@ -223,8 +282,10 @@ def bench_registration() -> None:
         known = set(ids)
         n = ids[50]
         assert reads.neuron_exists(n)
-        show("Reads.neuron_exists (a SELECT on the reader, 100 neurons)",
-             per_call(lambda: reads.neuron_exists(n), 20000))
+        show(
+            "Reads.neuron_exists (a SELECT on the reader, 100 neurons)",
+            per_call(lambda: reads.neuron_exists(n), 20000),
+        )
         show("a set of the neurons known to be registered", per_call(lambda: n in known, 20000))
 
 
@@ -258,25 +319,37 @@ def wake_delays(body: Callable[[], Any] | None) -> list[float]:
 def bench_verify() -> None:
     print("\n== verify: Ed25519 signature checks")
     key = Ed25519PrivateKey.generate()
-    params = sign(key, "bench", "invoke", {"op": "op-000123", "expected_attempt": 1,
-                                           "placement_generation": 3, "expected_epoch": 1})
+    params = sign(
+        key,
+        "bench",
+        "invoke",
+        {"op": "op-000123", "expected_attempt": 1, "placement_generation": 3, "expected_epoch": 1},
+    )
     neuron, sig = params["neuron"], params["sig"]
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     msg = signing_input("bench", "invoke", params)
     pub = Ed25519PublicKey.from_public_bytes(bytes.fromhex(neuron))
-    show("verify() as the daemon calls it (all of it)",
-         per_call(lambda: verify(neuron, sig, "bench", "invoke", params), 2000))
-    show("  signing_input (canonical encoding)",
-         per_call(lambda: signing_input("bench", "invoke", params), 20000))
-    show("  Ed25519PublicKey.from_public_bytes(bytes.fromhex(id))",
-         per_call(lambda: Ed25519PublicKey.from_public_bytes(bytes.fromhex(neuron)), 20000))
+    show(
+        "verify() as the daemon calls it (all of it)",
+        per_call(lambda: verify(neuron, sig, "bench", "invoke", params), 2000),
+    )
+    show(
+        "  signing_input (canonical encoding)",
+        per_call(lambda: signing_input("bench", "invoke", params), 20000),
+    )
+    show(
+        "  Ed25519PublicKey.from_public_bytes(bytes.fromhex(id))",
+        per_call(lambda: Ed25519PublicKey.from_public_bytes(bytes.fromhex(neuron)), 20000),
+    )
     show("  key.verify (the check itself, OpenSSL)", per_call(lambda: pub.verify(sig, msg), 2000))
     from wardd.protocol._signing import check_signature
 
     raw = bytes.fromhex(neuron)
-    show("  check_signature (the daemon's: libsodium)",
-         per_call(lambda: check_signature(raw, sig, msg), 2000))
+    show(
+        "  check_signature (the daemon's: libsodium)",
+        per_call(lambda: check_signature(raw, sig, msg), 2000),
+    )
 
     # GIL: the same number of checks on one thread, then split over two
     n = 4000
@@ -299,14 +372,19 @@ def bench_verify() -> None:
         two.append(time.perf_counter() - t)
     show(f"{n} checks on one thread", one, "ms", 1e3)
     show(f"{n} checks split over two threads", two, "ms", 1e3)
-    print(f"   → speed-up with two threads: {statistics.median(one) / statistics.median(two):.2f}×"
-          f" (2.00× = the GIL is released for the whole check)")
+    print(
+        f"   → speed-up with two threads: {statistics.median(one) / statistics.median(two):.2f}×"
+        f" (2.00× = the GIL is released for the whole check)"
+    )
 
     # GIL, robust on a loaded machine: how late a thread that sleeps 1 ms wakes
     # while another thread checks signatures in a loop (a thread that holds the
     # GIL makes it wait for the 5 ms switch interval)
-    for label, body in (("nothing", None), ("key.verify in a loop", lambda: pub.verify(sig, msg)),
-                        ("a pure-Python loop", lambda: sum(range(1000)))):
+    for label, body in (
+        ("nothing", None),
+        ("key.verify in a loop", lambda: pub.verify(sig, msg)),
+        ("a pure-Python loop", lambda: sum(range(1000))),
+    ):
         show(f"wake-up delay past a 1 ms sleep, beside {label}", wake_delays(body), "ms", 1e3)
 
     # 16 concurrent requests on one trio loop: inline; each on a thread beside
@@ -359,9 +437,11 @@ def bench_verify() -> None:
             await send.aclose()
         return time.thread_time() - c0, time.perf_counter() - t0
 
-    for how, label in (("inline", "inline on the loop"),
-                       ("thread", "each on a thread (to_thread, 2 at once)"),
-                       ("batch", "batched: one to_thread call per batch")):
+    for how, label in (
+        ("inline", "inline on the loop"),
+        ("thread", "each on a thread (to_thread, 2 at once)"),
+        ("batch", "batched: one to_thread call per batch"),
+    ):
         loop_cpu, wall = [], []
         for _ in range(REPS):
             c, w = trio.run(run, how)
@@ -384,12 +464,18 @@ def bench_log() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        d1 = per_call(lambda: proxy.debug("prepared", neuron="n", op="o", attempt=1, worker="w"),
-                      50000)
-        d2 = per_call(lambda: bound.debug("prepared", neuron="n", op="o", attempt=1, worker="w"),
-                      50000)
-        i1 = per_call(lambda: proxy.info("outcome", neuron="n" * 64, op="op-1", attempt=1,
-                                         worker="w0", status="succeeded"), 20000)
+        d1 = per_call(
+            lambda: proxy.debug("prepared", neuron="n", op="o", attempt=1, worker="w"), 50000
+        )
+        d2 = per_call(
+            lambda: bound.debug("prepared", neuron="n", op="o", attempt=1, worker="w"), 50000
+        )
+        i1 = per_call(
+            lambda: proxy.info(
+                "outcome", neuron="n" * 64, op="op-1", attempt=1, worker="w0", status="succeeded"
+            ),
+            20000,
+        )
     finally:
         os.dup2(saved, 2)
         os.close(devnull)
@@ -501,14 +587,18 @@ def main(argv: list[str]) -> int:
     if unknown:  # --help included: the usage is the module's docstring
         print(__doc__, file=sys.stderr)
         if set(unknown) - {"--help", "-h"}:
-            print(f"micro.py: no section {', '.join(unknown)}; sections: {', '.join(SECTIONS)}",
-                  file=sys.stderr)
+            print(
+                f"micro.py: no section {', '.join(unknown)}; sections: {', '.join(SECTIONS)}",
+                file=sys.stderr,
+            )
             return 2
         return 0
-    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; cbor2 "
-          f"{_version('cbor2')}, cryptography {_version('cryptography')}, structlog "
-          f"{_version('structlog')}; Python {sys.version.split()[0]}")
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; cbor2 "
+        f"{_version('cbor2')}, cryptography {_version('cryptography')}, structlog "
+        f"{_version('structlog')}; Python {sys.version.split()[0]}"
+    )
     for name in names:
         SECTIONS[name]()
     print(f"# load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

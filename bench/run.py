@@ -100,32 +100,111 @@ import _traces  # noqa: E402
 from _common import Results, fmt_ms, fmt_rate, log, percentile, section  # noqa: E402
 from _wardd import Actor, Daemon  # noqa: E402
 
-SECTIONS = ("raw", "sequential", "concurrent", "call", "dbos", "recovery", "status1m", "rss",
-            "retention", "prune", "metrics", "traces", "hostile")
+SECTIONS = (
+    "raw",
+    "sequential",
+    "concurrent",
+    "call",
+    "dbos",
+    "recovery",
+    "status1m",
+    "rss",
+    "retention",
+    "prune",
+    "metrics",
+    "traces",
+    "hostile",
+)
 
 # name -> settings; "default" took 401 s on 2 cores under a load average of 2.4
 MODES: dict[str, dict[str, Any]] = {
-    "quick": dict(reps=3, raw_s=0.5, engine_n=300, seq_n=300, conc_reps=2, conc_per=40,
-                  dbos_reps=3, dbos_steps=300, dbos_wf=100, rec_records=200_000,
-                  rec_inflight=2_000, rec_reps=2, big_ops=100_000, rss_reps=1, conns=1000,
-                  dbos_default=False,
-                  ret_bytes_n=1000, ret_backlog=20_000, ret_invokes=5000, ret_idle=1000,
-                  ret_cycles=3000, ret_retention_s=3, hostile_s=3.0, prune_large=500,
-                  prune_backlog=20_000, prune_invokes=5000, prune_per_client=60),
-    "default": dict(reps=5, raw_s=1.0, engine_n=1000, seq_n=1000, conc_reps=3, conc_per=100,
-                    dbos_reps=5, dbos_steps=1000, dbos_wf=300, rec_records=1_000_000,
-                    rec_inflight=10_000, rec_reps=3, big_ops=1_000_000, rss_reps=3, conns=1000,
-                    dbos_default=False, ret_bytes_n=3000, ret_backlog=100_000,
-                    ret_invokes=20_000, ret_idle=3000, ret_cycles=20_000, ret_retention_s=5,
-                    hostile_s=6.0, prune_large=2000, prune_backlog=100_000,
-                    prune_invokes=20_000, prune_per_client=150),
-    "full": dict(reps=9, raw_s=2.0, engine_n=2000, seq_n=2000, conc_reps=5, conc_per=200,
-                 dbos_reps=5, dbos_steps=2000, dbos_wf=500, rec_records=1_000_000,
-                 rec_inflight=10_000, rec_reps=5, big_ops=1_000_000, rss_reps=3, conns=1000,
-                 dbos_default=True, ret_bytes_n=3000, ret_backlog=100_000,
-                 ret_invokes=40_000, ret_idle=5000, ret_cycles=100_000, ret_retention_s=10,
-                 hostile_s=15.0, prune_large=2000, prune_backlog=100_000,
-                 prune_invokes=40_000, prune_per_client=300),
+    "quick": dict(
+        reps=3,
+        raw_s=0.5,
+        engine_n=300,
+        seq_n=300,
+        conc_reps=2,
+        conc_per=40,
+        dbos_reps=3,
+        dbos_steps=300,
+        dbos_wf=100,
+        rec_records=200_000,
+        rec_inflight=2_000,
+        rec_reps=2,
+        big_ops=100_000,
+        rss_reps=1,
+        conns=1000,
+        dbos_default=False,
+        ret_bytes_n=1000,
+        ret_backlog=20_000,
+        ret_invokes=5000,
+        ret_idle=1000,
+        ret_cycles=3000,
+        ret_retention_s=3,
+        hostile_s=3.0,
+        prune_large=500,
+        prune_backlog=20_000,
+        prune_invokes=5000,
+        prune_per_client=60,
+    ),
+    "default": dict(
+        reps=5,
+        raw_s=1.0,
+        engine_n=1000,
+        seq_n=1000,
+        conc_reps=3,
+        conc_per=100,
+        dbos_reps=5,
+        dbos_steps=1000,
+        dbos_wf=300,
+        rec_records=1_000_000,
+        rec_inflight=10_000,
+        rec_reps=3,
+        big_ops=1_000_000,
+        rss_reps=3,
+        conns=1000,
+        dbos_default=False,
+        ret_bytes_n=3000,
+        ret_backlog=100_000,
+        ret_invokes=20_000,
+        ret_idle=3000,
+        ret_cycles=20_000,
+        ret_retention_s=5,
+        hostile_s=6.0,
+        prune_large=2000,
+        prune_backlog=100_000,
+        prune_invokes=20_000,
+        prune_per_client=150,
+    ),
+    "full": dict(
+        reps=9,
+        raw_s=2.0,
+        engine_n=2000,
+        seq_n=2000,
+        conc_reps=5,
+        conc_per=200,
+        dbos_reps=5,
+        dbos_steps=2000,
+        dbos_wf=500,
+        rec_records=1_000_000,
+        rec_inflight=10_000,
+        rec_reps=5,
+        big_ops=1_000_000,
+        rss_reps=3,
+        conns=1000,
+        dbos_default=True,
+        ret_bytes_n=3000,
+        ret_backlog=100_000,
+        ret_invokes=40_000,
+        ret_idle=5000,
+        ret_cycles=100_000,
+        ret_retention_s=10,
+        hostile_s=15.0,
+        prune_large=2000,
+        prune_backlog=100_000,
+        prune_invokes=40_000,
+        prune_per_client=300,
+    ),
 }
 WORKER_COUNTS = (2, 4)
 CLIENTS, NEURONS = 16, 4
@@ -134,6 +213,7 @@ WAL_INVOKES = 40  # invokes per WAL-pages sample (under the 1,000-frame autochec
 RAW_CYCLE_COMMITS = 4  # the targets' reference loop: 4 FULL WAL commits per cycle
 
 # -- paired samples ---------------------------------------------------------------------
+
 
 def paired_bound(tmp: Path, seconds: float) -> float:
     """A raw 1-row FULL-commit sample taken right before a repetition: the
@@ -148,8 +228,7 @@ def paired_bound(tmp: Path, seconds: float) -> float:
 def paired_raw4(tmp: Path, seconds: float) -> float:
     """The targets' raw loop of 4 FULL commits per cycle, sampled right before
     the submit+invoke cycles it is divided into: cycles/s."""
-    cycles, _ = _raw.cycle_loop(_raw.fresh_db(tmp, "paired.db"), seconds,
-                                commits=RAW_CYCLE_COMMITS)
+    cycles, _ = _raw.cycle_loop(_raw.fresh_db(tmp, "paired.db"), seconds, commits=RAW_CYCLE_COMMITS)
     _raw.fresh_db(tmp, "paired.db")
     return cycles
 
@@ -188,6 +267,7 @@ class PeerBox:
 
 # -- sections ---------------------------------------------------------------------------
 
+
 def bench_raw(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     section("1. physical bound (same filesystem as the daemon's database)")
     # the engine floor's database first: it tells how many pages a dispatch commit writes
@@ -208,8 +288,9 @@ def bench_raw(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         rate, ls = _raw.commit_loop(_raw.fresh_db(tmp, "raw.db"), cfg["raw_s"])
         commits.append(rate)
         lat += ls
-        rate, ls = _raw.cycle_loop(_raw.fresh_db(tmp, "raw4.db"), cfg["raw_s"],
-                                   commits=RAW_CYCLE_COMMITS)
+        rate, ls = _raw.cycle_loop(
+            _raw.fresh_db(tmp, "raw4.db"), cfg["raw_s"], commits=RAW_CYCLE_COMMITS
+        )
         raw4.append(rate)
         raw4_lat += ls
         if pages:
@@ -221,24 +302,30 @@ def bench_raw(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     for name in ("raw.db", "raw4.db", "rawp.db", "group.db"):
         _raw.fresh_db(tmp, name)
     s = R.stat("raw.commits", commits)
-    print(f"   raw FULL WAL commits (1 row)        {s}   latency p50 {fmt_ms(percentile(lat, 50))}"
-          f" p99 {fmt_ms(percentile(lat, 99))}")
+    print(
+        f"   raw FULL WAL commits (1 row)        {s}   latency p50 {fmt_ms(percentile(lat, 50))}"
+        f" p99 {fmt_ms(percentile(lat, 99))}"
+    )
     b = R.stat("raw.dispatch_bound", [x / 2 for x in commits])
     print(f"   → raw sequential dispatch bound      {b}   (2 commits per invoke)")
     R.stat("raw.cycle_bound", [x / 3 for x in commits])
     print(f"   → raw submit+invoke cycle bound      {R.stats['raw.cycle_bound']}   (3 commits)")
     s = R.stat("raw.raw4", raw4, " cycles/s")
-    print(f"   raw loop of {RAW_CYCLE_COMMITS} FULL WAL commits        {s}   cycle p50"
-          f" {fmt_ms(percentile(raw4_lat, 50))} p99 {fmt_ms(percentile(raw4_lat, 99))}"
-          "   (the targets' reference for submit+invoke)")
+    print(
+        f"   raw loop of {RAW_CYCLE_COMMITS} FULL WAL commits        {s}   cycle p50"
+        f" {fmt_ms(percentile(raw4_lat, 50))} p99 {fmt_ms(percentile(raw4_lat, 99))}"
+        "   (the targets' reference for submit+invoke)"
+    )
     print(f"   raw write 4 KiB + fsync, in place    {R.stat('raw.fsync', fsync_in)}")
     print(f"   raw write 4 KiB + fsync, appending   {R.stat('raw.fsync_append', fsync_app)}")
     print(f"   raw group commit, 16 rows/commit     {R.stat('raw.group16_rows', group, ' rows/s')}")
     if not frames:
         return
     s = R.stat("raw.commits_page_matched", matched)
-    print(f"   raw FULL WAL commits of {pages} pages     {s}   → dispatch bound"
-          f" {fmt_rate(s.median / 2)}/s   ({frames:.1f} pages: the daemon's dispatch commit)")
+    print(
+        f"   raw FULL WAL commits of {pages} pages     {s}   → dispatch bound"
+        f" {fmt_rate(s.median / 2)}/s   ({frames:.1f} pages: the daemon's dispatch commit)"
+    )
     rates, cshare, cms, ratio, ratio_pm = [], [], [], [], []
     try:
         for r in range(ereps):
@@ -256,14 +343,20 @@ def bench_raw(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001
         R.note(f"engine floor unavailable ({type(exc).__name__}: {exc})")
         return
-    print(f"   engine floor: the daemon's units in a plain loop (invoke_claim + echo + outcome,"
-          f" no IPC, no threads)\n"
-          f"                                        {R.stat('engine.rate', rates)}\n"
-          f"      commit {C.Stat(cms, ' ms')} each, {C.Stat(cshare, ' %')} of the loop")
-    print(f"      ÷ raw dispatch bound (1-row commits/s ÷ 2) sampled just before each repetition:"
-          f" {R.stat('engine.ratio', ratio, '×')}")
-    print(f"      ÷ page-matched raw dispatch bound ({pages}-page commits/s ÷ 2), same pairing:"
-          f" {R.stat('engine.ratio_page_matched', ratio_pm, '×')}")
+    print(
+        f"   engine floor: the daemon's units in a plain loop (invoke_claim + echo + outcome,"
+        f" no IPC, no threads)\n"
+        f"                                        {R.stat('engine.rate', rates)}\n"
+        f"      commit {C.Stat(cms, ' ms')} each, {C.Stat(cshare, ' %')} of the loop"
+    )
+    print(
+        f"      ÷ raw dispatch bound (1-row commits/s ÷ 2) sampled just before each repetition:"
+        f" {R.stat('engine.ratio', ratio, '×')}"
+    )
+    print(
+        f"      ÷ page-matched raw dispatch bound ({pages}-page commits/s ÷ 2), same pairing:"
+        f" {R.stat('engine.ratio_page_matched', ratio_pm, '×')}"
+    )
 
 
 def bench_sequential(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
@@ -279,8 +372,9 @@ def bench_sequential(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         dbos_reps: list[dict[str, Any]] = []
         for rep in range(cfg["reps"]):
             bound = paired_bound(tmp, cfg["raw_s"] / 2)
-            o = _dispatch.sequential(d, actor, c, n, rep,
-                                     before_cycles=lambda: paired_raw4(tmp, cfg["raw_s"] / 2))
+            o = _dispatch.sequential(
+                d, actor, c, n, rep, before_cycles=lambda: paired_raw4(tmp, cfg["raw_s"] / 2)
+            )
             o["ratio"] = o["rate"] / bound
             o["raw4"] = o["paired"]
             o["raw4_ratio"] = o["cycle_rate"] / o["raw4"]
@@ -308,38 +402,53 @@ def bench_sequential(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     s = R.stat("seq.invoke", [o["rate"] for o in out])
     R.value("seq.invoke_p50_ms", percentile(lat, 50) * 1000)
     R.value("seq.invoke_p99_ms", percentile(lat, 99) * 1000)
-    print(f"   invoke (ops pre-submitted)   {s}   p50 {fmt_ms(percentile(lat, 50))}"
-          f" p99 {fmt_ms(percentile(lat, 99))}")
+    print(
+        f"   invoke (ops pre-submitted)   {s}   p50 {fmt_ms(percentile(lat, 50))}"
+        f" p99 {fmt_ms(percentile(lat, 99))}"
+    )
     cpu = R.stat("seq.cpu_us", [o["cpu_per_invoke"] * 1e6 for o in out], " µs")
     print(f"   daemon CPU per invoke        {cpu}   (user+sys, all threads), of which:")
     for role in ("event loop", "writer", "workers", "other"):
         t = R.stat(f"seq.cpu_us.{role}", [o["threads"][role] * 1e6 for o in out], " µs")
         print(f"      {role:<12} {t}")
     s = R.stat("seq.cycle", [o["cycle_rate"] for o in out])
-    print(f"   submit+invoke cycle          {s}   p50 {fmt_ms(percentile(clat, 50))}"
-          f" p99 {fmt_ms(percentile(clat, 99))}")
+    print(
+        f"   submit+invoke cycle          {s}   p50 {fmt_ms(percentile(clat, 50))}"
+        f" p99 {fmt_ms(percentile(clat, 99))}"
+    )
     sub = R.stat("seq.submit", [o["submit_rate"] for o in out])
     print(f"   submit alone                 {sub}")
     r = R.stat("seq.ratio", [o["ratio"] for o in out], "×")
     print(f"   ÷ raw dispatch bound sampled just before each repetition: {r}")
     r = R.stat("seq.raw4_ratio", [o["raw4_ratio"] for o in out], "×")
     p4 = R.stat("seq.paired_raw4", [o["raw4"] for o in out], " cycles/s")
-    print(f"   submit+invoke cycle ÷ raw {RAW_CYCLE_COMMITS}-commit loop sampled right before the"
-          f" cycles: {r}\n      (the paired samples: {p4})")
+    print(
+        f"   submit+invoke cycle ÷ raw {RAW_CYCLE_COMMITS}-commit loop sampled right before the"
+        f" cycles: {r}\n      (the paired samples: {p4})"
+    )
     if any("dbos_ratio" in o for o in out):
         r = R.stat("seq.dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
-        rc = R.stat("seq.dbos_cycle_ratio",
-                    [o["dbos_cycle_ratio"] for o in out if "dbos_cycle_ratio" in o], "×")
-        print(f"   ÷ DBOS steps/s measured right after each repetition: {r}\n"
-              f"   submit+invoke cycle ÷ DBOS one-step workflows/s, same pairing: {rc}")
+        rc = R.stat(
+            "seq.dbos_cycle_ratio",
+            [o["dbos_cycle_ratio"] for o in out if "dbos_cycle_ratio" in o],
+            "×",
+        )
+        print(
+            f"   ÷ DBOS steps/s measured right after each repetition: {r}\n"
+            f"   submit+invoke cycle ÷ DBOS one-step workflows/s, same pairing: {rc}"
+        )
     R.value("status.idle_p50_ms", percentile(idle, 50) * 1000)
     R.value("status.idle_p99_ms", percentile(idle, 99) * 1000)
-    print(f"   status, idle daemon          p50 {fmt_ms(percentile(idle, 50))}"
-          f" p99 {fmt_ms(percentile(idle, 99))}  ({len(idle)} calls)")
+    print(
+        f"   status, idle daemon          p50 {fmt_ms(percentile(idle, 50))}"
+        f" p99 {fmt_ms(percentile(idle, 99))}  ({len(idle)} calls)"
+    )
     if wal:
         s = R.stat("seq.wal_pages", wal, " pages")
-        print(f"   WAL pages per dispatch commit {s}   (frames appended over {WAL_INVOKES}"
-              " sequential invokes ÷ 2 commits each)")
+        print(
+            f"   WAL pages per dispatch commit {s}   (frames appended over {WAL_INVOKES}"
+            " sequential invokes ÷ 2 commits each)"
+        )
     try:
         units = _pages.by_unit(tmp / "pages")
     except Exception as exc:  # noqa: BLE001 - private interfaces may have moved
@@ -361,9 +470,15 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         for rep in range(cfg["conc_reps"]):
             bound = paired_bound(tmp, cfg["raw_s"] / 2)
             o = _dispatch.concurrent(
-                tmp, workers=w, clients=CLIENTS, neurons=NEURONS, per_client=cfg["conc_per"],
-                probe_interval=PROBE_INTERVAL, rep=rep,
-                before_cycles=lambda: paired_raw4(tmp, cfg["raw_s"] / 2))
+                tmp,
+                workers=w,
+                clients=CLIENTS,
+                neurons=NEURONS,
+                per_client=cfg["conc_per"],
+                probe_interval=PROBE_INTERVAL,
+                rep=rep,
+                before_cycles=lambda: paired_raw4(tmp, cfg["raw_s"] / 2),
+            )
             o["ratio"] = o["rate"] / bound
             o["raw4"] = o["paired"]
             o["raw4_ratio"] = o["cycle"]["rate"] / o["raw4"]
@@ -380,22 +495,32 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         R.value(f"conc.w{w}.status_p99_ms", percentile(slat, 99) * 1000)
         R.value(f"conc.w{w}.invoke_p50_ms", percentile(lat, 50) * 1000)
         R.value(f"conc.w{w}.invoke_p99_ms", percentile(lat, 99) * 1000)
-        print(f"   workers={w}: invoke            {s}   p50 {fmt_ms(percentile(lat, 50))}"
-              f" p99 {fmt_ms(percentile(lat, 99))}")
+        print(
+            f"   workers={w}: invoke            {s}   p50 {fmt_ms(percentile(lat, 50))}"
+            f" p99 {fmt_ms(percentile(lat, 99))}"
+        )
         mb = R.stat(f"conc.w{w}.mean_batch", [o["mean_batch"] for o in out], " units")
         mx = max(o["max_batch"] for o in out)
         R.value(f"conc.w{w}.max_batch", mx)
-        print(f"      writer: batches {C.Stat([o['batches'] for o in out], '')}, mean_batch {mb},"
-              f" max_batch {mx}")
+        print(
+            f"      writer: batches {C.Stat([o['batches'] for o in out], '')}, mean_batch {mb},"
+            f" max_batch {mx}"
+        )
         cpu = R.stat(f"conc.w{w}.cpu_us", [o["cpu_per_invoke"] * 1e6 for o in out], " µs")
         share = C.Stat([o["cpu_share"] for o in out], " cores")
-        print(f"      daemon CPU per invoke {cpu}; daemon busy {share};"
-              f" load generator {C.Stat([o['client_cpu_share'] for o in out], ' cores')}")
+        print(
+            f"      daemon CPU per invoke {cpu}; daemon busy {share};"
+            f" load generator {C.Stat([o['client_cpu_share'] for o in out], ' cores')}"
+        )
         R.value(f"conc.w{w}.rss_mib", max(o["rss_mib"] for o in out))
-        print(f"      status under this load: p50 {fmt_ms(percentile(slat, 50))}"
-              f" p99 {fmt_ms(percentile(slat, 99))}  ({len(slat)} calls from a separate process)")
-        print(f"      concurrent submit alone (writer group commit) "
-              f"{R.stat(f'conc.w{w}.submit', [o['submit_rate'] for o in out])}")
+        print(
+            f"      status under this load: p50 {fmt_ms(percentile(slat, 50))}"
+            f" p99 {fmt_ms(percentile(slat, 99))}  ({len(slat)} calls from a separate process)"
+        )
+        print(
+            f"      concurrent submit alone (writer group commit) "
+            f"{R.stat(f'conc.w{w}.submit', [o['submit_rate'] for o in out])}"
+        )
         r = R.stat(f"conc.w{w}.ratio", [o["ratio"] for o in out], "×")
         print(f"      ÷ raw sequential dispatch bound sampled just before each repetition: {r}")
         # the targets' figure: every client runs full submit+invoke cycles of fresh ops
@@ -407,27 +532,39 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         R.value(f"conc.w{w}.cycle_p99_ms", percentile(clat, 99) * 1000)
         R.value(f"conc.w{w}.cycle_status_p50_ms", percentile(cslat, 50) * 1000)
         R.value(f"conc.w{w}.cycle_status_p99_ms", percentile(cslat, 99) * 1000)
-        print(f"   workers={w}: submit+invoke cycles {cs}   p50 {fmt_ms(percentile(clat, 50))}"
-              f" p99 {fmt_ms(percentile(clat, 99))}")
+        print(
+            f"   workers={w}: submit+invoke cycles {cs}   p50 {fmt_ms(percentile(clat, 50))}"
+            f" p99 {fmt_ms(percentile(clat, 99))}"
+        )
         mb = R.stat(f"conc.w{w}.cycle_mean_batch", [c["mean_batch"] for c in cy], " units")
         cpu = R.stat(f"conc.w{w}.cycle_cpu_us", [c["cpu_per_call"] * 1e6 for c in cy], " µs")
         share = C.Stat([c["cpu_share"] for c in cy], " cores")
-        print(f"      writer: batches {C.Stat([c['batches'] for c in cy], '')}, mean_batch {mb};"
-              f" daemon CPU per cycle {cpu}; daemon busy {share}")
-        print(f"      status under this load: p50 {fmt_ms(percentile(cslat, 50))}"
-              f" p99 {fmt_ms(percentile(cslat, 99))}  ({len(cslat)} calls from a separate"
-              " process)")
+        print(
+            f"      writer: batches {C.Stat([c['batches'] for c in cy], '')}, mean_batch {mb};"
+            f" daemon CPU per cycle {cpu}; daemon busy {share}"
+        )
+        print(
+            f"      status under this load: p50 {fmt_ms(percentile(cslat, 50))}"
+            f" p99 {fmt_ms(percentile(cslat, 99))}  ({len(cslat)} calls from a separate"
+            " process)"
+        )
         r = R.stat(f"conc.w{w}.raw4_ratio", [o["raw4_ratio"] for o in out], "×")
         p4 = R.stat(f"conc.w{w}.paired_raw4", [o["raw4"] for o in out], " cycles/s")
-        print(f"      ÷ raw {RAW_CYCLE_COMMITS}-commit loop (one connection) sampled right before"
-              f" the cycles: {r}\n         (the paired samples: {p4})")
+        print(
+            f"      ÷ raw {RAW_CYCLE_COMMITS}-commit loop (one connection) sampled right before"
+            f" the cycles: {r}\n         (the paired samples: {p4})"
+        )
         if any("dbos_ratio" in o for o in out):
-            r = R.stat(f"conc.w{w}.dbos_ratio",
-                       [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
-            ds = R.stat(f"conc.w{w}.paired_dbos_steps",
-                        [o["dbos_steps"] for o in out if "dbos_steps" in o])
-            print(f"      ÷ DBOS durable steps/s (one workflow) measured right after each"
-                  f" repetition: {r}\n         (the paired DBOS repetitions: {ds})")
+            r = R.stat(
+                f"conc.w{w}.dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×"
+            )
+            ds = R.stat(
+                f"conc.w{w}.paired_dbos_steps", [o["dbos_steps"] for o in out if "dbos_steps" in o]
+            )
+            print(
+                f"      ÷ DBOS durable steps/s (one workflow) measured right after each"
+                f" repetition: {r}\n         (the paired DBOS repetitions: {ds})"
+            )
         if best is None or cs.median > R.stats[f"conc.w{best}.cycle"].median:
             best = w
     R.value("conc.best_workers", best)
@@ -459,20 +596,25 @@ def bench_call(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         d.cleanup()
     lat = [x for o in out for x in o["lat"]]
     s = R.stat("call.seq", [o["rate"] for o in out])
-    print(f"   sequential call              {s}   p50 {fmt_ms(percentile(lat, 50))}"
-          f" p99 {fmt_ms(percentile(lat, 99))}")
+    print(
+        f"   sequential call              {s}   p50 {fmt_ms(percentile(lat, 50))}"
+        f" p99 {fmt_ms(percentile(lat, 99))}"
+    )
     cpu = R.stat("call.cpu_us", [o["cpu_per_call"] * 1e6 for o in out], " µs")
     print(f"   daemon CPU per call          {cpu}   (user+sys, all threads), of which:")
     for role in ("event loop", "writer", "workers", "other"):
         t = R.stat(f"call.cpu_us.{role}", [o["threads"][role] * 1e6 for o in out], " µs")
         print(f"      {role:<12} {t}")
     if any("dbos_ratio" in o for o in out):
-        r = R.stat("call.seq_dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o],
-                   "×")
-        w = R.stat("call.paired_dbos_workflows",
-                   [o["dbos_workflows"] for o in out if "dbos_workflows" in o])
-        print(f"   ÷ DBOS one-step workflows/s measured right after each repetition: {r}\n"
-              f"      (the paired DBOS repetitions: {w})")
+        r = R.stat("call.seq_dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
+        w = R.stat(
+            "call.paired_dbos_workflows",
+            [o["dbos_workflows"] for o in out if "dbos_workflows" in o],
+        )
+        print(
+            f"   ÷ DBOS one-step workflows/s measured right after each repetition: {r}\n"
+            f"      (the paired DBOS repetitions: {w})"
+        )
     _call_concurrent(R, tmp, cfg, box)
 
 
@@ -482,32 +624,51 @@ def _call_concurrent(R: Results, tmp: Path, cfg: dict[str, Any], box: PeerBox) -
         out = []
         for rep in range(cfg["conc_reps"]):
             o = _dispatch.concurrent_call(
-                tmp, workers=w, clients=CLIENTS, neurons=NEURONS, per_client=cfg["conc_per"],
-                probe_interval=PROBE_INTERVAL, rep=rep)
+                tmp,
+                workers=w,
+                clients=CLIENTS,
+                neurons=NEURONS,
+                per_client=cfg["conc_per"],
+                probe_interval=PROBE_INTERVAL,
+                rep=rep,
+            )
             dr = box.rep(cfg["dbos_steps"], 0)
             if dr is not None:
                 o["dbos_ratio"] = o["rate"] / dr["steps"]
                 o["dbos_steps"] = dr["steps"]
-                R.value("dbos.paired_call", [*(R.values.get("dbos.paired_call") or []),
-                                             {"steps": dr["steps"], "workers": w}])
+                R.value(
+                    "dbos.paired_call",
+                    [
+                        *(R.values.get("dbos.paired_call") or []),
+                        {"steps": dr["steps"], "workers": w},
+                    ],
+                )
             out.append(o)
         lat = [x for o in out for x in o["lat"]]
         slat = [x for o in out for x in o["status_lat"]]
         s = R.stat(f"call.w{w}.conc", [o["rate"] for o in out])
-        print(f"   {CLIENTS} clients, workers={w}: call {s}   p50 {fmt_ms(percentile(lat, 50))}"
-              f" p99 {fmt_ms(percentile(lat, 99))}")
+        print(
+            f"   {CLIENTS} clients, workers={w}: call {s}   p50 {fmt_ms(percentile(lat, 50))}"
+            f" p99 {fmt_ms(percentile(lat, 99))}"
+        )
         cpu = R.stat(f"call.w{w}.cpu_us", [o["cpu_per_call"] * 1e6 for o in out], " µs")
         mb = C.Stat([o["mean_batch"] for o in out], " units")
-        print(f"      daemon CPU per call {cpu}; daemon busy"
-              f" {C.Stat([o['cpu_share'] for o in out], ' cores')}; writer mean_batch {mb};"
-              f" status p99 {fmt_ms(percentile(slat, 99))}")
+        print(
+            f"      daemon CPU per call {cpu}; daemon busy"
+            f" {C.Stat([o['cpu_share'] for o in out], ' cores')}; writer mean_batch {mb};"
+            f" status p99 {fmt_ms(percentile(slat, 99))}"
+        )
         if any("dbos_ratio" in o for o in out):
-            r = R.stat(f"call.w{w}.dbos_ratio",
-                       [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
-            ds = R.stat(f"call.w{w}.paired_dbos_steps",
-                        [o["dbos_steps"] for o in out if "dbos_steps" in o])
-            print(f"      ÷ DBOS durable steps/s measured right after each repetition: {r}\n"
-                  f"         (the paired DBOS repetitions: {ds})")
+            r = R.stat(
+                f"call.w{w}.dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×"
+            )
+            ds = R.stat(
+                f"call.w{w}.paired_dbos_steps", [o["dbos_steps"] for o in out if "dbos_steps" in o]
+            )
+            print(
+                f"      ÷ DBOS durable steps/s measured right after each repetition: {r}\n"
+                f"         (the paired DBOS repetitions: {ds})"
+            )
         if best is None or s.median > R.stats[f"call.w{best}.conc"].median:
             best = w
     R.value("call.best_workers", best)
@@ -527,17 +688,23 @@ def bench_dbos(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     if call:
         steps = C.Stat([x["steps"] for x in call], " /s")
         wfs = [x["workflows"] for x in call if "workflows" in x]
-        print(f"   DBOS {final.get('version')} (WAL), paired with the call section's"
-              f" repetitions: durable no-op steps {steps}"
-              + (f", one-step workflows {C.Stat(wfs, ' /s')}" if wfs else ""))
+        print(
+            f"   DBOS {final.get('version')} (WAL), paired with the call section's"
+            f" repetitions: durable no-op steps {steps}"
+            + (f", one-step workflows {C.Stat(wfs, ' /s')}" if wfs else "")
+        )
     if paired or conc:  # measured interleaved with the wardd repetitions
-        print(f"   DBOS {final.get('version')}, file pre-created in WAL (journal_mode="
-              f"{final.get('journal_mode')}, synchronous={final.get('synchronous')}); one"
-              " repetition after each sequential and each concurrent wardd repetition, in a"
-              " long-lived process:")
+        print(
+            f"   DBOS {final.get('version')}, file pre-created in WAL (journal_mode="
+            f"{final.get('journal_mode')}, synchronous={final.get('synchronous')}); one"
+            " repetition after each sequential and each concurrent wardd repetition, in a"
+            " long-lived process:"
+        )
         steps = R.stat("dbos.wal.steps", [x["steps"] for x in paired + conc])
-        print(f"      durable no-op steps (one workflow)  {steps}   ({len(paired)} after"
-              f" sequential, {len(conc)} after concurrent repetitions)")
+        print(
+            f"      durable no-op steps (one workflow)  {steps}   ({len(paired)} after"
+            f" sequential, {len(conc)} after concurrent repetitions)"
+        )
         if paired:
             wfs = R.stat("dbos.wal.workflows", [x["workflows"] for x in paired])
             print(f"      one-step workflows                  {wfs}")
@@ -548,20 +715,29 @@ def bench_dbos(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
         return
     for journal in modes:
         try:
-            out = _dbos.run_peer(Path(py), tmp, steps=cfg["dbos_steps"],
-                                 workflows=cfg["dbos_wf"], reps=cfg["dbos_reps"],
-                                 journal=journal)
+            out = _dbos.run_peer(
+                Path(py),
+                tmp,
+                steps=cfg["dbos_steps"],
+                workflows=cfg["dbos_wf"],
+                reps=cfg["dbos_reps"],
+                journal=journal,
+            )
         except Exception as exc:  # noqa: BLE001 - the peer is optional
             R.note(f"DBOS peer ({journal}) failed: {exc}")
             continue
         R.value(f"dbos.{journal}.version", out.get("version"))
         how_made = "pre-created in WAL" if journal == "wal" else "as DBOS makes it"
-        print(f"   DBOS {out.get('version')}, file {how_made}"
-              f" (journal_mode={out['journal_mode']}, synchronous={out.get('synchronous')}):")
+        print(
+            f"   DBOS {out.get('version')}, file {how_made}"
+            f" (journal_mode={out['journal_mode']}, synchronous={out.get('synchronous')}):"
+        )
         steps = R.stat(f"dbos.{journal}.steps", out["steps"])
         print(f"      durable no-op steps (one workflow)  {steps}")
-        print(f"      one-step workflows                  "
-              f"{R.stat(f'dbos.{journal}.workflows', out['workflows'])}")
+        print(
+            f"      one-step workflows                  "
+            f"{R.stat(f'dbos.{journal}.workflows', out['workflows'])}"
+        )
 
 
 def bench_recovery(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
@@ -573,8 +749,10 @@ def bench_recovery(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     R.value("recovery.db", counts)
     compiled = _recovery.compile_package()  # as installed: the daemon starts from bytecode
     print(f"   wardd's {len(compiled)} packages byte-compiled first (as an install does)")
-    print(f"   built in {t:.1f} s: {counts['events']:,} events, {counts['operations']:,} ops,"
-          f" {counts['in_flight']:,} in flight, {counts['bytes'] / 2**20:.0f} MiB")
+    print(
+        f"   built in {t:.1f} s: {counts['events']:,} events, {counts['operations']:,} ops,"
+        f" {counts['in_flight']:,} in flight, {counts['bytes'] / 2**20:.0f} MiB"
+    )
     ready, empty, marked, slat, rss = [], [], [], [], []
     for rep in range(cfg["rec_reps"]):
         root = tmp / f"recovery-{rep}"
@@ -607,14 +785,18 @@ def bench_recovery(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
             e.cleanup()
     s = R.stat("recovery.ready_s", ready, " s")
     print(f"   spawn → READY=1, recovering     {s}   (marked unknown: {sorted(set(marked))})")
-    print(f"   spawn → READY=1, empty database {R.stat('recovery.empty_s', empty, ' s')}"
-          "   (interpreter, imports, open)")
+    print(
+        f"   spawn → READY=1, empty database {R.stat('recovery.empty_s', empty, ' s')}"
+        "   (interpreter, imports, open)"
+    )
     if any(m != inflight for m in marked):
         R.note(f"recovery marked {marked} attempts unknown, expected {inflight}")
     R.value("recovery.status_p50_ms", percentile(slat, 50) * 1000)
     R.value("recovery.status_p99_ms", percentile(slat, 99) * 1000)
-    print(f"   status on this database, idle   p50 {fmt_ms(percentile(slat, 50))}"
-          f" p99 {fmt_ms(percentile(slat, 99))}; RSS {C.Stat(rss, ' MiB')}")
+    print(
+        f"   status on this database, idle   p50 {fmt_ms(percentile(slat, 50))}"
+        f" p99 {fmt_ms(percentile(slat, 99))}; RSS {C.Stat(rss, ' MiB')}"
+    )
     if records != 1_000_000 or inflight != 10_000:
         R.note("recovery ran on a scaled-down database (--quick): the target is for 1M/10k")
 
@@ -626,21 +808,32 @@ def bench_status_1m(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     src.parent.mkdir()
     counts, t = _recovery.timed(lambda: _recovery.build_ops(src, ops=ops, in_flight=inflight))
     R.value("status1m.db", counts)
-    print(f"   built in {t:.1f} s: {counts['operations']:,} ops, {counts['events']:,} events,"
-          f" {counts['in_flight']:,} in flight (marked unknown at the start),"
-          f" {counts['bytes'] / 2**20:.0f} MiB")
+    print(
+        f"   built in {t:.1f} s: {counts['operations']:,} ops, {counts['events']:,} events,"
+        f" {counts['in_flight']:,} in flight (marked unknown at the start),"
+        f" {counts['bytes'] / 2**20:.0f} MiB"
+    )
     for w in WORKER_COUNTS:
         o = _dispatch.concurrent(
-            tmp / "status-1m", workers=w, clients=CLIENTS, neurons=NEURONS,
-            per_client=cfg["conc_per"], probe_interval=PROBE_INTERVAL, rep=w, database=src)
+            tmp / "status-1m",
+            workers=w,
+            clients=CLIENTS,
+            neurons=NEURONS,
+            per_client=cfg["conc_per"],
+            probe_interval=PROBE_INTERVAL,
+            rep=w,
+            database=src,
+        )
         for phase, lat in (("invoke", o["status_lat"]), ("cycle", o["cycle"]["status_lat"])):
             R.value(f"status1m.w{w}.{phase}_status_p50_ms", percentile(lat, 50) * 1000)
             R.value(f"status1m.w{w}.{phase}_status_p99_ms", percentile(lat, 99) * 1000)
-        print(f"   workers={w}: submit+invoke cycles {fmt_rate(o['cycle']['rate'])}/s; status"
-              f" p50 {fmt_ms(percentile(o['cycle']['status_lat'], 50))}"
-              f" p99 {fmt_ms(percentile(o['cycle']['status_lat'], 99))}"
-              f" ({len(o['cycle']['status_lat'])} calls); under the invoke-only load p99"
-              f" {fmt_ms(percentile(o['status_lat'], 99))}")
+        print(
+            f"   workers={w}: submit+invoke cycles {fmt_rate(o['cycle']['rate'])}/s; status"
+            f" p50 {fmt_ms(percentile(o['cycle']['status_lat'], 50))}"
+            f" p99 {fmt_ms(percentile(o['cycle']['status_lat'], 99))}"
+            f" ({len(o['cycle']['status_lat'])} calls); under the invoke-only load p99"
+            f" {fmt_ms(percentile(o['status_lat'], 99))}"
+        )
     src.unlink()
     if ops != 1_000_000:
         R.note("status1m ran on a scaled-down database (--quick): the target is for 1M ops")
@@ -673,25 +866,34 @@ def bench_rss(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
             d.stop()
             d.cleanup()
     print(f"   RSS idle                      {R.stat('rss.idle_mib', idle, ' MiB')}")
-    print(f"   RSS with {n:,} connections    {R.stat('rss.conns_mib', full, ' MiB')}"
-          f"   (status says connections={sorted(set(counted))})")
+    print(
+        f"   RSS with {n:,} connections    {R.stat('rss.conns_mib', full, ' MiB')}"
+        f"   (status says connections={sorted(set(counted))})"
+    )
     print(f"   per connection                {R.stat('rss.per_conn_kib', per_conn, ' KiB')}")
 
 
 def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     n = cfg["ret_bytes_n"]
-    section(f"6. retention: {n:,} cycles kept then pruned; dispatch while pruning"
-            f" {cfg['ret_backlog']:,} ops; a long run of {cfg['ret_cycles']:,} cycles")
+    section(
+        f"6. retention: {n:,} cycles kept then pruned; dispatch while pruning"
+        f" {cfg['ret_backlog']:,} ops; a long run of {cfg['ret_cycles']:,} cycles"
+    )
     b = _retention.bytes_per_op(tmp, n)
     R.value("retention.bytes", b)
     print(f"   submit+invoke+consume of echo, 64-byte args, {n:,} ops:")
-    print(f"      kept (every record)          {b['kept_per_op']:,.0f} B/op"
-          "   (1,754 measured before retention)")
-    print(f"      pruned (tombstones only)     {b['pruned_per_op']:,.0f} B/op of pages in use,"
-          f" {b['pruned_file_per_op']:,.0f} B/op of file; dbstat: tombstones and their index"
-          f" {b['tombstone_per_op']:,.0f} B/op")
-    x = _retention.dispatch_under_pruning(tmp, cfg["ret_backlog"], cfg["ret_invokes"],
-                                          cfg["ret_idle"])
+    print(
+        f"      kept (every record)          {b['kept_per_op']:,.0f} B/op"
+        "   (1,754 measured before retention)"
+    )
+    print(
+        f"      pruned (tombstones only)     {b['pruned_per_op']:,.0f} B/op of pages in use,"
+        f" {b['pruned_file_per_op']:,.0f} B/op of file; dbstat: tombstones and their index"
+        f" {b['tombstone_per_op']:,.0f} B/op"
+    )
+    x = _retention.dispatch_under_pruning(
+        tmp, cfg["ret_backlog"], cfg["ret_invokes"], cfg["ret_idle"]
+    )
     idle, busy = x["idle"], x["pruning"]
     R.value("retention.idle_p50_ms", percentile(idle["lat"], 50) * 1000)
     R.value("retention.idle_p99_ms", percentile(idle["lat"], 99) * 1000)
@@ -700,17 +902,23 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     R.value("retention.prune_s", busy["prune_s"])
     R.value("retention.pruned_during", busy["pruned_during"])
     print(f"   backlog of {x['n']:,} prunable ops built in {x['built_s']:.0f} s (units in a loop)")
-    print(f"      invoke, same database, nothing pruned   p50 {fmt_ms(percentile(idle['lat'], 50))}"
-          f" p99 {fmt_ms(percentile(idle['lat'], 99))}  ({len(idle['lat']):,} calls)")
-    print(f"      invoke while the backlog is pruned      p50 {fmt_ms(percentile(busy['lat'], 50))}"
-          f" p99 {fmt_ms(percentile(busy['lat'], 99))}  ({len(busy['lat']):,} calls,"
-          f" {busy['pruned_during']:,} ops pruned meanwhile)")
+    print(
+        f"      invoke, same database, nothing pruned   p50 {fmt_ms(percentile(idle['lat'], 50))}"
+        f" p99 {fmt_ms(percentile(idle['lat'], 99))}  ({len(idle['lat']):,} calls)"
+    )
+    print(
+        f"      invoke while the backlog is pruned      p50 {fmt_ms(percentile(busy['lat'], 50))}"
+        f" p99 {fmt_ms(percentile(busy['lat'], 99))}  ({len(busy['lat']):,} calls,"
+        f" {busy['pruned_during']:,} ops pruned meanwhile)"
+    )
     if busy["after"]:
         R.value("retention.after_p50_ms", percentile(busy["after"], 50) * 1000)
         R.value("retention.after_p99_ms", percentile(busy["after"], 99) * 1000)
         after = busy["after"]
-        print(f"      invoke right after, same daemon, pruned p50 {fmt_ms(percentile(after, 50))}"
-              f" p99 {fmt_ms(percentile(after, 99))}  ({len(after):,} calls)")
+        print(
+            f"      invoke right after, same daemon, pruned p50 {fmt_ms(percentile(after, 50))}"
+            f" p99 {fmt_ms(percentile(after, 99))}  ({len(after):,} calls)"
+        )
     rate = x["n"] / busy["prune_s"] if busy["prune_s"] else 0
     print(f"      the whole backlog pruned in {busy['prune_s']:.1f} s ({rate:,.0f} ops/s)")
     lr = _retention.long_run(tmp, cfg["ret_cycles"], cfg["ret_retention_s"])
@@ -719,69 +927,93 @@ def bench_retention(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     sizes = [s["size"] / 2**20 for s in warm]
     dbs = [s["db"] / 2**20 for s in warm]
     rss = [s["rss_kib"] / 1024 for s in warm]
-    print(f"   long run: {lr['cycles']:,} cycles in {lr['elapsed_s']:.0f} s"
-          f" ({lr['cycles'] / lr['elapsed_s']:,.0f}/s, 4 clients), retention_s ="
-          f" {lr['retention_s']}, prune_interval_s = 1; after {3 * lr['retention_s']} s:")
+    print(
+        f"   long run: {lr['cycles']:,} cycles in {lr['elapsed_s']:.0f} s"
+        f" ({lr['cycles'] / lr['elapsed_s']:,.0f}/s, 4 clients), retention_s ="
+        f" {lr['retention_s']}, prune_interval_s = 1; after {3 * lr['retention_s']} s:"
+    )
     if sizes:
-        print(f"      database + WAL  first {sizes[0]:.1f} MiB, min {min(sizes):.1f}, max"
-              f" {max(sizes):.1f}, last {sizes[-1]:.1f} MiB")
-        print(f"      database file   first {dbs[0]:.1f} MiB, min {min(dbs):.1f}, max"
-              f" {max(dbs):.1f}, last {dbs[-1]:.1f} MiB")
-        print(f"      RSS             first {rss[0]:.1f} MiB, min {min(rss):.1f}, max"
-              f" {max(rss):.1f}, last {rss[-1]:.1f} MiB")
+        print(
+            f"      database + WAL  first {sizes[0]:.1f} MiB, min {min(sizes):.1f}, max"
+            f" {max(sizes):.1f}, last {sizes[-1]:.1f} MiB"
+        )
+        print(
+            f"      database file   first {dbs[0]:.1f} MiB, min {min(dbs):.1f}, max"
+            f" {max(dbs):.1f}, last {dbs[-1]:.1f} MiB"
+        )
+        print(
+            f"      RSS             first {rss[0]:.1f} MiB, min {min(rss):.1f}, max"
+            f" {max(rss):.1f}, last {rss[-1]:.1f} MiB"
+        )
         grown = warm[-1]["cycles"] - warm[0]["cycles"]
         if grown > 0:
             per = (warm[-1]["db"] - warm[0]["db"]) / grown
             R.value("retention.long_db_growth_per_cycle", per)
-            print(f"      database file growth after warm-up: {per:,.0f} B per cycle"
-                  " (the tombstones: what is kept for ever)")
+            print(
+                f"      database file growth after warm-up: {per:,.0f} B per cycle"
+                " (the tombstones: what is kept for ever)"
+            )
     if lr["cycles"] < 1_000_000:
-        R.note(f"retention long run: {lr['cycles']:,} cycles, not the 1M asked"
-               " (--retention-cycles 1000000 runs them)")
+        R.note(
+            f"retention long run: {lr['cycles']:,} cycles, not the 1M asked"
+            " (--retention-cycles 1000000 runs them)"
+        )
 
 
 def _prune_log(logs: list[dict[str, Any]]) -> str:
-    return "; ".join(f"{x.get('ops', 0):,} ops in {x.get('batches', 0):,} batches,"
-                     f" {x.get('pages_freed', 0):,} pages given back,"
-                     f" {x.get('seconds', 0):.1f} s" for x in logs)
+    return "; ".join(
+        f"{x.get('ops', 0):,} ops in {x.get('batches', 0):,} batches,"
+        f" {x.get('pages_freed', 0):,} pages given back,"
+        f" {x.get('seconds', 0):.1f} s"
+        for x in logs
+    )
 
 
 def bench_prune(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     n, big = cfg["prune_large"], cfg["prune_backlog"]
-    section(f"6b. pruning: {n:,} ops with 16 KiB args after a restart; a backlog of"
-            f" {big:,} small ops under one client, then under {_prune.CLIENTS} clients")
+    section(
+        f"6b. pruning: {n:,} ops with 16 KiB args after a restart; a backlog of"
+        f" {big:,} small ops under one client, then under {_prune.CLIENTS} clients"
+    )
     x = _prune.large_after_restart(tmp, n)
     R.value("prune.large", {k: v for k, v in x.items()})
     # done once the ops are pruned and their space is back
     R.value("prune.large_s", x["back_s"])
     R.value("prune.large_pruned_s", x["prune_s"])
     R.value("prune.large_n", n)
-    print(f"   {n:,} ops, 16 KiB args (built in {x['built_s']:.0f} s, file"
-          f" {x['file_before'] / 2**20:.0f} MiB): pruned {x['prune_s']:.2f} s after the spawn"
-          f" (READY=1 at {x['ready_s']:.2f} s), {n / x['prune_s']:,.0f} ops/s")
+    print(
+        f"   {n:,} ops, 16 KiB args (built in {x['built_s']:.0f} s, file"
+        f" {x['file_before'] / 2**20:.0f} MiB): pruned {x['prune_s']:.2f} s after the spawn"
+        f" (READY=1 at {x['ready_s']:.2f} s), {n / x['prune_s']:,.0f} ops/s"
+    )
     back = x["back_s"]
     R.value("prune.large_back_s", back)
-    print(f"      free pages left at that moment {x['free_at_end']:,} of {x['pages_at_end']:,};"
-          " all but 64 given back " + (f"{back:.2f} s after the spawn" if back is not None
-                                       else "not within 120 s")
-          + f"; file after the stop {x['file_after'] / 2**20:.1f} MiB")
+    print(
+        f"      free pages left at that moment {x['free_at_end']:,} of {x['pages_at_end']:,};"
+        " all but 64 given back "
+        + (f"{back:.2f} s after the spawn" if back is not None else "not within 120 s")
+        + f"; file after the stop {x['file_after'] / 2**20:.1f} MiB"
+    )
     print(f"      daemon: {_prune_log(x['logs'])}")
-    db, actors, built = _prune.build_small(tmp, big, cfg["prune_invokes"],
-                                           cfg["prune_per_client"])
+    db, actors, built = _prune.build_small(tmp, big, cfg["prune_invokes"], cfg["prune_per_client"])
     print(f"   backlog of {big:,} small ops built in {built:.0f} s (units in a loop)")
     s = _prune.small_sequential(tmp, db, actors[0], big, cfg["prune_invokes"])
     R.value("prune.backlog_s", s["prune_s"])
     R.value("prune.backlog_n", big)
     R.value("prune.seq_p50_ms", percentile(s["lat"], 50) * 1000)
     R.value("prune.seq_p99_ms", percentile(s["lat"], 99) * 1000)
-    print(f"   under one blocking client: pruned {s['prune_s']:.1f} s after the spawn"
-          f" ({big / s['prune_s']:,.0f} ops/s); meanwhile {s['calls']:,} invokes,"
-          f" p50 {fmt_ms(percentile(s['lat'], 50))} p99 {fmt_ms(percentile(s['lat'], 99))}")
+    print(
+        f"   under one blocking client: pruned {s['prune_s']:.1f} s after the spawn"
+        f" ({big / s['prune_s']:,.0f} ops/s); meanwhile {s['calls']:,} invokes,"
+        f" p50 {fmt_ms(percentile(s['lat'], 50))} p99 {fmt_ms(percentile(s['lat'], 99))}"
+    )
     print(f"      daemon: {_prune_log(s['logs'])}")
     i = _prune.small_idle(tmp, db, big)
     R.value("prune.backlog_idle_s", i["prune_s"])
-    print(f"   with no client: pruned {i['prune_s']:.1f} s after the spawn"
-          f" ({big / i['prune_s']:,.0f} ops/s); daemon: {_prune_log(i['logs'])}")
+    print(
+        f"   with no client: pruned {i['prune_s']:.1f} s after the spawn"
+        f" ({big / i['prune_s']:,.0f} ops/s); daemon: {_prune_log(i['logs'])}"
+    )
     c = _prune.small_concurrent(tmp, db, actors, big, cfg["prune_per_client"])
     during, after = c["during"], c["after"]
     R.value("prune.conc_during_p50_ms", percentile(during, 50) * 1000)
@@ -789,22 +1021,33 @@ def bench_prune(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     R.value("prune.conc_after_p50_ms", percentile(after, 50) * 1000)
     R.value("prune.conc_after_p99_ms", percentile(after, 99) * 1000)
     R.value("prune.conc_prune_s", c["prune_s"])
-    print(f"   {_prune.CLIENTS} clients over {_prune.NEURONS} neurons, {len(during):,} invokes"
-          f" each phase:")
-    print(f"      while pruning   p50 {fmt_ms(percentile(during, 50))}"
-          f" p99 {fmt_ms(percentile(during, 99))}  ({len(during) / c['during_s']:,.0f}/s;"
-          f" pruned {c['pruned_at_start']:,} → {c['pruned_at_end']:,} of {big:,})")
-    print(f"      right after     p50 {fmt_ms(percentile(after, 50))}"
-          f" p99 {fmt_ms(percentile(after, 99))}  ({len(after) / c['after_s']:,.0f}/s)")
-    print(f"      the backlog pruned {c['prune_s']:.1f} s after the spawn;"
-          f" daemon: {_prune_log(c['logs'])}")
+    print(
+        f"   {_prune.CLIENTS} clients over {_prune.NEURONS} neurons, {len(during):,} invokes"
+        f" each phase:"
+    )
+    print(
+        f"      while pruning   p50 {fmt_ms(percentile(during, 50))}"
+        f" p99 {fmt_ms(percentile(during, 99))}  ({len(during) / c['during_s']:,.0f}/s;"
+        f" pruned {c['pruned_at_start']:,} → {c['pruned_at_end']:,} of {big:,})"
+    )
+    print(
+        f"      right after     p50 {fmt_ms(percentile(after, 50))}"
+        f" p99 {fmt_ms(percentile(after, 99))}  ({len(after) / c['after_s']:,.0f}/s)"
+    )
+    print(
+        f"      the backlog pruned {c['prune_s']:.1f} s after the spawn;"
+        f" daemon: {_prune_log(c['logs'])}"
+    )
     if c["pruned_at_end"] >= big:
-        R.note("prune: the 16-client phase outlasted the pruning (the p99 ratio then"
-               " covers calls made after it)")
+        R.note(
+            "prune: the 16-client phase outlasted the pruning (the p99 ratio then"
+            " covers calls made after it)"
+        )
     shutil.rmtree(db.parent, ignore_errors=True)
 
 
 # -- summary ------------------------------------------------------------------------------
+
 
 def bench_metrics(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     section("metrics: the CPU one invoke's counting adds (in-process, paired)")
@@ -848,8 +1091,10 @@ def bench_hostile(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
     """``status`` p50/p99 from the prober process while 20 connections send the
     worst frames we can build, one phase per frame shape (contract §4 [2.3])."""
     seconds = cfg["hostile_s"]
-    section(f"8. status while {HOSTILE_CONNECTIONS} connections send hostile frames"
-            f" ({seconds:.0f} s a phase)")
+    section(
+        f"8. status while {HOSTILE_CONNECTIONS} connections send hostile frames"
+        f" ({seconds:.0f} s a phase)"
+    )
     d = Daemon(tmp / "hostile", workers=2)
     try:
         d.start()
@@ -861,9 +1106,15 @@ def bench_hostile(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
             threads = []
             if body:
                 for i in range(HOSTILE_CONNECTIONS):
-                    def run(i: int = i, sent: list[int] = sent, body: bytes = body,
-                            stop: threading.Event = stop) -> None:
+
+                    def run(
+                        i: int = i,
+                        sent: list[int] = sent,
+                        body: bytes = body,
+                        stop: threading.Event = stop,
+                    ) -> None:
                         sent[i] = _hostile.attack(str(d.socket), body, stop)
+
                     threads.append(threading.Thread(target=run, daemon=True))
                     threads[-1].start()
             try:
@@ -877,12 +1128,23 @@ def bench_hostile(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
                     t.join(120)
             lat = probe["latencies"]
             p50, p99 = percentile(lat, 50), percentile(lat, 99)
-            R.value(f"hostile.{phase}", {"p50": p50, "p99": p99, "max": max(lat),
-                                         "statuses": len(lat), "frames": sum(sent),
-                                         "frame_bytes": len(body)})
-            print(f"   {phase:<14} status p50 {fmt_ms(p50):>10}  p99 {fmt_ms(p99):>10}"
-                  f"  max {fmt_ms(max(lat)):>10}   ({len(lat)} statuses,"
-                  f" {sum(sent) / seconds:,.0f} hostile frames/s)", flush=True)
+            R.value(
+                f"hostile.{phase}",
+                {
+                    "p50": p50,
+                    "p99": p99,
+                    "max": max(lat),
+                    "statuses": len(lat),
+                    "frames": sum(sent),
+                    "frame_bytes": len(body),
+                },
+            )
+            print(
+                f"   {phase:<14} status p50 {fmt_ms(p50):>10}  p99 {fmt_ms(p99):>10}"
+                f"  max {fmt_ms(max(lat)):>10}   ({len(lat)} statuses,"
+                f" {sum(sent) / seconds:,.0f} hostile frames/s)",
+                flush=True,
+            )
     finally:
         d.stop()
         d.cleanup()
@@ -939,10 +1201,13 @@ Row = dict[str, Any]
 def _cpu(g: Figures, prefix: str, what: str) -> Row:
     cpu = g.med(f"{prefix}.cpu_us")
     roles = ", ".join(f"{r} {g.f(g.med(f'{prefix}.cpu_us.{r}'))} µs" for r in ROLES)
-    return dict(value=None if cpu is None else cpu / 1000, paired=None,
-                threads_us={r: g.med(f"{prefix}.cpu_us.{r}") for r in ROLES},
-                compared=f"daemon user+sys CPU over the sequential {what} loop ÷ {what}s",
-                detail=f"{roles} (medians per thread; total {g.f(cpu)} µs)")
+    return dict(
+        value=None if cpu is None else cpu / 1000,
+        paired=None,
+        threads_us={r: g.med(f"{prefix}.cpu_us.{r}") for r in ROLES},
+        compared=f"daemon user+sys CPU over the sequential {what} loop ÷ {what}s",
+        detail=f"{roles} (medians per thread; total {g.f(cpu)} µs)",
+    )
 
 
 def row_cpu(g: Figures) -> Row:
@@ -960,11 +1225,14 @@ def row_wal_pages(g: Figures) -> Row:
     from the daemon's units in a plain loop, each commit's frames read from
     the WAL and named by ``dbstat`` (``_pages.by_unit``)."""
     units = g.v.get("seq.wal_pages_by_unit") or {}
-    return dict(value=g.med("seq.wal_pages"), paired=None,
-                compared=f"WAL frames appended over {WAL_INVOKES} sequential invokes ÷ 2"
-                         " commits each",
-                detail="; ".join(f"{k} unit {u['frames_per_commit']:.1f} ({_btrees(u)})"
-                                 for k, u in units.items()))
+    return dict(
+        value=g.med("seq.wal_pages"),
+        paired=None,
+        compared=f"WAL frames appended over {WAL_INVOKES} sequential invokes ÷ 2 commits each",
+        detail="; ".join(
+            f"{k} unit {u['frames_per_commit']:.1f} ({_btrees(u)})" for k, u in units.items()
+        ),
+    )
 
 
 def row_seq_dbos(g: Figures) -> Row:
@@ -972,10 +1240,13 @@ def row_seq_dbos(g: Figures) -> Row:
     beforehand, each op submitted then invoked) ÷ DBOS one-step workflows/s,
     the DBOS repetition run right after the wardd one."""
     x, paired = g.pick(g.med("seq.dbos_cycle_ratio"), g.div(g.seq_cyc, g.dbos_wf))
-    return dict(value=x, paired=paired,
-                compared="sequential submit+invoke cycles/s ÷ DBOS one-step workflows/s",
-                detail=f"{g.f(g.seq_cyc)}/s vs {g.f(g.dbos_wf)}/s (ratio of medians"
-                       f" {g.f(g.div(g.seq_cyc, g.dbos_wf))}×)")
+    return dict(
+        value=x,
+        paired=paired,
+        compared="sequential submit+invoke cycles/s ÷ DBOS one-step workflows/s",
+        detail=f"{g.f(g.seq_cyc)}/s vs {g.f(g.dbos_wf)}/s (ratio of medians"
+        f" {g.f(g.div(g.seq_cyc, g.dbos_wf))}×)",
+    )
 
 
 def row_conc_dbos(g: Figures) -> Row:
@@ -985,13 +1256,17 @@ def row_conc_dbos(g: Figures) -> Row:
     steps), paired with the DBOS repetition right after."""
     best = g.best
     x, paired = g.pick(g.med(f"conc.w{best}.dbos_ratio"), g.div(g.conc_cyc, g.dbos_steps))
-    return dict(value=x, paired=paired, workers=best,
-                compared=f"{CLIENTS} clients' submit+invoke cycles/s together (workers={best})"
-                         " ÷ DBOS durable no-op steps/s (one workflow)",
-                detail=f"workers={best}: {g.f(g.conc_cyc)}/s vs"
-                       f" {g.f(g.med(f'conc.w{best}.paired_dbos_steps'))} steps/s in the"
-                       f" paired repetitions (ratio of medians over all DBOS repetitions"
-                       f" {g.f(g.div(g.conc_cyc, g.dbos_steps))}×)")
+    return dict(
+        value=x,
+        paired=paired,
+        workers=best,
+        compared=f"{CLIENTS} clients' submit+invoke cycles/s together (workers={best})"
+        " ÷ DBOS durable no-op steps/s (one workflow)",
+        detail=f"workers={best}: {g.f(g.conc_cyc)}/s vs"
+        f" {g.f(g.med(f'conc.w{best}.paired_dbos_steps'))} steps/s in the"
+        f" paired repetitions (ratio of medians over all DBOS repetitions"
+        f" {g.f(g.div(g.conc_cyc, g.dbos_steps))}×)",
+    )
 
 
 def row_call_cpu(g: Figures) -> Row:
@@ -1005,10 +1280,13 @@ def row_call_seq_dbos(g: Figures) -> Row:
     paired with the DBOS repetition run right after it."""
     seq = g.med("call.seq")
     x, paired = g.pick(g.med("call.seq_dbos_ratio"), g.div(seq, g.dbos_wf))
-    return dict(value=x, paired=paired,
-                compared="sequential calls/s (a fresh op each) ÷ DBOS one-step workflows/s",
-                detail=f"{g.f(seq)}/s vs {g.f(g.med('call.paired_dbos_workflows'))}/s in the"
-                       " paired repetitions")
+    return dict(
+        value=x,
+        paired=paired,
+        compared="sequential calls/s (a fresh op each) ÷ DBOS one-step workflows/s",
+        detail=f"{g.f(seq)}/s vs {g.f(g.med('call.paired_dbos_workflows'))}/s in the"
+        " paired repetitions",
+    )
 
 
 def row_call_conc_dbos(g: Figures) -> Row:
@@ -1017,23 +1295,36 @@ def row_call_conc_dbos(g: Figures) -> Row:
     right after its call repetition."""
     best = g.v.get("call.best_workers")
     conc = g.med(f"call.w{best}.conc") if best else None
-    others = "; ".join(f"workers={w}: {g.f(g.med(f'call.w{w}.conc'))}/s,"
-                       f" {g.f(g.med(f'call.w{w}.dbos_ratio'))}× paired"
-                       for w in WORKER_COUNTS if w != best)
+    others = "; ".join(
+        f"workers={w}: {g.f(g.med(f'call.w{w}.conc'))}/s,"
+        f" {g.f(g.med(f'call.w{w}.dbos_ratio'))}× paired"
+        for w in WORKER_COUNTS
+        if w != best
+    )
     x, paired = g.pick(g.med(f"call.w{best}.dbos_ratio"), g.div(conc, g.dbos_steps))
-    return dict(value=x, paired=paired, workers=best,
-                compared=f"{CLIENTS} clients' calls/s together (workers={best}, the faster) ÷"
-                         " DBOS durable no-op steps/s (one workflow)",
-                detail=f"workers={best}: {g.f(conc)}/s vs"
-                       f" {g.f(g.med(f'call.w{best}.paired_dbos_steps'))} steps/s in the paired"
-                       f" repetitions; {others}" if best else "")
+    return dict(
+        value=x,
+        paired=paired,
+        workers=best,
+        compared=f"{CLIENTS} clients' calls/s together (workers={best}, the faster) ÷"
+        " DBOS durable no-op steps/s (one workflow)",
+        detail=f"workers={best}: {g.f(conc)}/s vs"
+        f" {g.f(g.med(f'call.w{best}.paired_dbos_steps'))} steps/s in the paired"
+        f" repetitions; {others}"
+        if best
+        else "",
+    )
 
 
 def _prune_row(g: Figures, key: str, want: int, what: str) -> Row:
     size = g.v.get(f"prune.{key}_n")
     scaled = " (scaled down: not the target's size)" if size != want else ""
-    return dict(value=g.val(f"prune.{key}_s"), paired=None, compared=what,
-                detail=f"{size:,} ops{scaled}" if size else "")
+    return dict(
+        value=g.val(f"prune.{key}_s"),
+        paired=None,
+        compared=what,
+        detail=f"{size:,} ops{scaled}" if size else "",
+    )
 
 
 def row_prune_large(g: Figures) -> Row:
@@ -1041,12 +1332,14 @@ def row_prune_large(g: Figures) -> Row:
     = 1`` on a backlog of 2,000 finished ops with 16 KiB args built
     beforehand, nothing else running → every op pruned and at most 64 pages
     left free. Scaled down by --quick, and then marked so."""
-    row = _prune_row(g, "large", 2000,
-                     "daemon spawn → every op pruned and at most 64 pages left free")
+    row = _prune_row(
+        g, "large", 2000, "daemon spawn → every op pruned and at most 64 pages left free"
+    )
     if g.v.get("prune.large_pruned_s") is not None:
-        row["detail"] += (f"; every op pruned {g.v['prune.large_pruned_s']:.2f} s after the"
-                          " spawn" + ("" if g.v.get("prune.large_s")
-                                      else ", space not back in 120 s"))
+        row["detail"] += (
+            f"; every op pruned {g.v['prune.large_pruned_s']:.2f} s after the"
+            " spawn" + ("" if g.v.get("prune.large_s") else ", space not back in 120 s")
+        )
     return row
 
 
@@ -1054,9 +1347,12 @@ def row_prune_backlog(g: Figures) -> Row:
     """The same spawn on a backlog of 100k small finished ops while one
     blocking client invokes → ``status.db.pruned_ops`` reaching it (and the
     same with no client, in the detail). Scaled down by --quick."""
-    row = _prune_row(g, "backlog", 100_000,
-                     "daemon spawn → status.db.pruned_ops reaching the backlog, one client"
-                     " invoking")
+    row = _prune_row(
+        g,
+        "backlog",
+        100_000,
+        "daemon spawn → status.db.pruned_ops reaching the backlog, one client invoking",
+    )
     if g.v.get("prune.backlog_idle_s") is not None:
         row["detail"] += f"; with no client {g.v['prune.backlog_idle_s']:.1f} s"
     return row
@@ -1067,20 +1363,26 @@ def row_prune_p99(g: Figures) -> Row:
     backlog is pruned ÷ their p99 on the same daemon once it is pruned (the
     same number of calls)."""
     during, after = g.val("prune.conc_during_p99_ms"), g.val("prune.conc_after_p99_ms")
-    return dict(value=g.div(during, after), paired=True,
-                compared=f"{CLIENTS} clients' invoke p99 while the backlog is pruned ÷ right"
-                         " after, same daemon",
-                detail=f"{g.f(during)} ms ÷ {g.f(after)} ms" if during and after else "")
+    return dict(
+        value=g.div(during, after),
+        paired=True,
+        compared=f"{CLIENTS} clients' invoke p99 while the backlog is pruned ÷ right"
+        " after, same daemon",
+        detail=f"{g.f(during)} ms ÷ {g.f(after)} ms" if during and after else "",
+    )
 
 
 def _status_row(g: Figures, w: int) -> Row:
     inv = g.val(f"conc.w{w}.status_p99_ms")
-    return dict(value=g.val(f"conc.w{w}.cycle_status_p99_ms"), paired=None,
-                compared=f"status p99, a separate process calling it every"
-                         f" {PROBE_INTERVAL * 1000:.0f} ms during the {CLIENTS} clients'"
-                         f" submit+invoke cycles, workers={w}",
-                detail=f"p50 {g.f(g.val(f'conc.w{w}.cycle_status_p50_ms'))}"
-                       f" ms; under the invoke-only load p99 {g.f(inv)} ms")
+    return dict(
+        value=g.val(f"conc.w{w}.cycle_status_p99_ms"),
+        paired=None,
+        compared=f"status p99, a separate process calling it every"
+        f" {PROBE_INTERVAL * 1000:.0f} ms during the {CLIENTS} clients'"
+        f" submit+invoke cycles, workers={w}",
+        detail=f"p50 {g.f(g.val(f'conc.w{w}.cycle_status_p50_ms'))}"
+        f" ms; under the invoke-only load p99 {g.f(inv)} ms",
+    )
 
 
 def row_status_w2(g: Figures) -> Row:
@@ -1102,14 +1404,18 @@ def row_status_1m(g: Figures) -> Row:
     big = [g.val(f"status1m.w{w}.cycle_status_p99_ms") for w in WORKER_COUNTS]
     big_db = g.v.get("status1m.db") or {}
     return dict(
-        value=None if None in big else max(x for x in big if x is not None), paired=None,
+        value=None if None in big else max(x for x in big if x is not None),
+        paired=None,
         compared=f"the worse of workers={' and '.join(map(str, WORKER_COUNTS))}: status p99"
-                 " during the same submit+invoke cycles on a daemon started on a database of"
-                 " 1M ops (10k marked unknown by its recovery)",
-        detail="; ".join(f"workers={w}: p99 {g.f(x)} ms, p50"
-                         f" {g.f(g.val(f'status1m.w{w}.cycle_status_p50_ms'))} ms"
-                         for w, x in zip(WORKER_COUNTS, big, strict=True))
-        + (f"; on {big_db.get('operations', 0):,} ops" if big_db else ""))
+        " during the same submit+invoke cycles on a daemon started on a database of"
+        " 1M ops (10k marked unknown by its recovery)",
+        detail="; ".join(
+            f"workers={w}: p99 {g.f(x)} ms, p50"
+            f" {g.f(g.val(f'status1m.w{w}.cycle_status_p50_ms'))} ms"
+            for w, x in zip(WORKER_COUNTS, big, strict=True)
+        )
+        + (f"; on {big_db.get('operations', 0):,} ops" if big_db else ""),
+    )
 
 
 def row_recovery(g: Figures) -> Row:
@@ -1117,11 +1423,18 @@ def row_recovery(g: Figures) -> Row:
     attempts (scaled down by --quick, and then marked so)."""
     db = g.v.get("recovery.db") or {}
     scaled = bool(db) and (db.get("events") != 1_000_000 or db.get("in_flight") != 10_000)
-    return dict(value=g.med("recovery.ready_s"), paired=None, scaled_down=scaled,
-                compared="spawn → READY=1 on the recovery database",
-                detail=(f"on {db.get('events', 0):,} records, {db.get('in_flight', 0):,} in"
-                        " flight" + (" (scaled down: not the target's size)" if scaled else ""))
-                if db else "")
+    return dict(
+        value=g.med("recovery.ready_s"),
+        paired=None,
+        scaled_down=scaled,
+        compared="spawn → READY=1 on the recovery database",
+        detail=(
+            f"on {db.get('events', 0):,} records, {db.get('in_flight', 0):,} in"
+            " flight" + (" (scaled down: not the target's size)" if scaled else "")
+        )
+        if db
+        else "",
+    )
 
 
 def row_engine(g: Figures) -> Row:
@@ -1136,12 +1449,16 @@ def row_engine(g: Figures) -> Row:
     pm = g.med("raw.commits_page_matched")
     pages = g.v.get("engine.frames_per_commit")
     return dict(
-        value=x, paired=paired,
+        value=x,
+        paired=paired,
         compared="engine floor dispatches/s ÷ (raw 1-row FULL WAL commits/s ÷ 2)",
         detail=f"{g.f(eng)}/s vs {g.f(bound)}/s in section 1 (ratio of medians"
-               f" {g.f(g.div(eng, bound))}×); ÷ the page-matched bound ({g.f(pages)} pages per"
-               f" commit, {g.f(pm / 2 if pm else None)}/s in section 1):"
-               f" {g.f(g.med('engine.ratio_page_matched'))}× paired" if eng else "")
+        f" {g.f(g.div(eng, bound))}×); ÷ the page-matched bound ({g.f(pages)} pages per"
+        f" commit, {g.f(pm / 2 if pm else None)}/s in section 1):"
+        f" {g.f(g.med('engine.ratio_page_matched'))}× paired"
+        if eng
+        else "",
+    )
 
 
 def row_seq_raw4(g: Figures) -> Row:
@@ -1149,59 +1466,80 @@ def row_seq_raw4(g: Figures) -> Row:
     WAL commits of one row each (``_raw.cycle_loop``), sampled right before
     each repetition."""
     x, paired = g.pick(g.med("seq.raw4_ratio"), g.div(g.seq_cyc, g.raw4))
-    return dict(value=x, paired=paired,
-                compared="sequential submit+invoke cycles/s ÷ raw 4-commit loop cycles/s",
-                detail=f"{g.f(g.seq_cyc)}/s; raw loop {g.f(g.med('seq.paired_raw4'))} cycles/s"
-                       f" in the paired samples, {g.f(g.raw4)} in section 1 (ratio of medians"
-                       f" {g.f(g.div(g.seq_cyc, g.raw4))}×)")
+    return dict(
+        value=x,
+        paired=paired,
+        compared="sequential submit+invoke cycles/s ÷ raw 4-commit loop cycles/s",
+        detail=f"{g.f(g.seq_cyc)}/s; raw loop {g.f(g.med('seq.paired_raw4'))} cycles/s"
+        f" in the paired samples, {g.f(g.raw4)} in section 1 (ratio of medians"
+        f" {g.f(g.div(g.seq_cyc, g.raw4))}×)",
+    )
 
 
 def row_conc_raw4(g: Figures) -> Row:
     """The 16 clients' cycles/s (the faster worker count) ÷ the same raw
     4-commit loop (one connection, sequential: the disk's figure)."""
     best = g.best
-    others = "; ".join(f"workers={w}: {g.f(g.med(f'conc.w{w}.cycle'))}/s,"
-                       f" {g.f(g.med(f'conc.w{w}.raw4_ratio'))}× and"
-                       f" {g.f(g.med(f'conc.w{w}.dbos_ratio'))}× paired"
-                       for w in WORKER_COUNTS if w != best)
+    others = "; ".join(
+        f"workers={w}: {g.f(g.med(f'conc.w{w}.cycle'))}/s,"
+        f" {g.f(g.med(f'conc.w{w}.raw4_ratio'))}× and"
+        f" {g.f(g.med(f'conc.w{w}.dbos_ratio'))}× paired"
+        for w in WORKER_COUNTS
+        if w != best
+    )
     x, paired = g.pick(g.med(f"conc.w{best}.raw4_ratio"), g.div(g.conc_cyc, g.raw4))
-    return dict(value=x, paired=paired, workers=best,
-                compared=f"{CLIENTS} clients' submit+invoke cycles/s together (workers={best},"
-                         " the faster) ÷ raw 4-commit loop cycles/s (one connection)",
-                detail=f"workers={best}: {g.f(g.conc_cyc)}/s; raw loop"
-                       f" {g.f(g.med(f'conc.w{best}.paired_raw4'))} cycles/s in the paired"
-                       f" samples, {g.f(g.raw4)} in section 1 (ratio of medians"
-                       f" {g.f(g.div(g.conc_cyc, g.raw4))}×); {others}")
+    return dict(
+        value=x,
+        paired=paired,
+        workers=best,
+        compared=f"{CLIENTS} clients' submit+invoke cycles/s together (workers={best},"
+        " the faster) ÷ raw 4-commit loop cycles/s (one connection)",
+        detail=f"workers={best}: {g.f(g.conc_cyc)}/s; raw loop"
+        f" {g.f(g.med(f'conc.w{best}.paired_raw4'))} cycles/s in the paired"
+        f" samples, {g.f(g.raw4)} in section 1 (ratio of medians"
+        f" {g.f(g.div(g.conc_cyc, g.raw4))}×); {others}",
+    )
 
 
 def row_rss(g: Figures) -> Row:
     """VmRSS with 1,000 connections open, in MB (10^6 bytes)."""
     rss = g.med("rss.conns_mib")
-    return dict(value=None if rss is None else rss * 2**20 / 1e6, paired=None,
-                compared="VmRSS with 1,000 connections open, MB = 10^6 bytes",
-                detail=f"{g.f(rss)} MiB; idle {g.f(g.med('rss.idle_mib'))} MiB" if rss else "")
+    return dict(
+        value=None if rss is None else rss * 2**20 / 1e6,
+        paired=None,
+        compared="VmRSS with 1,000 connections open, MB = 10^6 bytes",
+        detail=f"{g.f(rss)} MiB; idle {g.f(g.med('rss.idle_mib'))} MiB" if rss else "",
+    )
 
 
 def row_tombstone(g: Figures) -> Row:
     """Bytes per pruned op: pages in use once pruned, minus the empty database."""
     tomb = (g.v.get("retention.bytes") or {}).get("pruned_per_op")
-    return dict(value=_num(tomb), paired=None, compared="bytes per pruned op (pages in use)",
-                detail="")
+    return dict(
+        value=_num(tomb), paired=None, compared="bytes per pruned op (pages in use)", detail=""
+    )
 
 
 def row_metrics(g: Figures) -> Row:
     """One invoke's calls into the metrics, counted loop − bare loop (``_metrics``)."""
-    return dict(value=g.med("metrics.added_us"), paired=True,
-                compared="one invoke's metrics calls, counted loop − bare loop", detail="")
+    return dict(
+        value=g.med("metrics.added_us"),
+        paired=True,
+        compared="one invoke's metrics calls, counted loop − bare loop",
+        detail="",
+    )
 
 
 def row_traces(g: Figures) -> Row:
     """One invoke's calls into the tracer, traced loop − bare loop, on the
     serving threads (``_traces``); the export thread's CPU is printed beside it."""
     whole = g.med("traces.whole_us")
-    return dict(value=g.med("traces.added_us"), paired=True,
-                compared="one invoke's tracer calls, traced loop − bare loop",
-                detail=f"{g.f(whole)} µs with the export thread" if whole else "")
+    return dict(
+        value=g.med("traces.added_us"),
+        paired=True,
+        compared="one invoke's tracer calls, traced loop − bare loop",
+        detail=f"{g.f(whole)} µs with the export thread" if whole else "",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1230,45 +1568,118 @@ class Target:
 TARGETS: list[Target] = [
     Target("cpu", "daemon CPU per sequential invoke", "<=", 0.6, " ms", row_cpu),
     Target("wal_pages", "WAL pages per dispatch commit", "<=", 5.0, " pages", row_wal_pages),
-    Target("seq_dbos", "sequential submit+invoke ÷ DBOS one-step workflows/s", ">=", 1.5, "×",
-           row_seq_dbos),
-    Target("conc_dbos", f"{CLIENTS} clients over {NEURONS} neurons, submit+invoke ÷ DBOS"
-           " steps/s", ">=", 1.2, "×", row_conc_dbos),
+    Target(
+        "seq_dbos",
+        "sequential submit+invoke ÷ DBOS one-step workflows/s",
+        ">=",
+        1.5,
+        "×",
+        row_seq_dbos,
+    ),
+    Target(
+        "conc_dbos",
+        f"{CLIENTS} clients over {NEURONS} neurons, submit+invoke ÷ DBOS steps/s",
+        ">=",
+        1.2,
+        "×",
+        row_conc_dbos,
+    ),
     Target("call_cpu", "daemon CPU per sequential call", "<=", 0.6, " ms", row_call_cpu),
-    Target("call_seq_dbos", "sequential call ÷ DBOS one-step workflows/s", ">=", 2.0, "×",
-           row_call_seq_dbos),
-    Target("call_conc_dbos", f"{CLIENTS} clients over {NEURONS} neurons, call ÷ DBOS steps/s",
-           ">=", 1.2, "×", row_call_conc_dbos),
-    Target("prune_large", "prune 2,000 finished ops with 16 KiB args, after a restart", "<=",
-           5.0, " s", row_prune_large),
-    Target("prune_backlog", "prune a backlog of 100k small finished ops", "<=", 25.0, " s",
-           row_prune_backlog),
-    Target("prune_p99", f"invoke p99 with {CLIENTS} clients while a backlog is pruned ÷ the"
-           " same without pruning, same daemon", "<=", 1.5, "×", row_prune_p99),
-    Target("status_w2", "status p99 under that load, workers=2", "<=", 4.0, " ms",
-           row_status_w2),
-    Target("status_w4", "status p99 under that load, workers=4", "<=", 4.0, " ms",
-           row_status_w4),
-    Target("status_1m", "status p99 under that load on a 1M-op database, workers=2 and 4",
-           "<=", 4.0, " ms", row_status_1m),
-    Target("recovery", "recovery to READY=1 (1M records, 10k in flight)", "<=", 0.8, " s",
-           row_recovery),
+    Target(
+        "call_seq_dbos",
+        "sequential call ÷ DBOS one-step workflows/s",
+        ">=",
+        2.0,
+        "×",
+        row_call_seq_dbos,
+    ),
+    Target(
+        "call_conc_dbos",
+        f"{CLIENTS} clients over {NEURONS} neurons, call ÷ DBOS steps/s",
+        ">=",
+        1.2,
+        "×",
+        row_call_conc_dbos,
+    ),
+    Target(
+        "prune_large",
+        "prune 2,000 finished ops with 16 KiB args, after a restart",
+        "<=",
+        5.0,
+        " s",
+        row_prune_large,
+    ),
+    Target(
+        "prune_backlog",
+        "prune a backlog of 100k small finished ops",
+        "<=",
+        25.0,
+        " s",
+        row_prune_backlog,
+    ),
+    Target(
+        "prune_p99",
+        f"invoke p99 with {CLIENTS} clients while a backlog is pruned ÷ the"
+        " same without pruning, same daemon",
+        "<=",
+        1.5,
+        "×",
+        row_prune_p99,
+    ),
+    Target("status_w2", "status p99 under that load, workers=2", "<=", 4.0, " ms", row_status_w2),
+    Target("status_w4", "status p99 under that load, workers=4", "<=", 4.0, " ms", row_status_w4),
+    Target(
+        "status_1m",
+        "status p99 under that load on a 1M-op database, workers=2 and 4",
+        "<=",
+        4.0,
+        " ms",
+        row_status_1m,
+    ),
+    Target(
+        "recovery", "recovery to READY=1 (1M records, 10k in flight)", "<=", 0.8, " s", row_recovery
+    ),
 ]
 # printed below the table, not part of it: the raw-bound ratios, RSS,
 # retention's tombstone (contract §3.9), the metrics' and the traces' cost
 EXTRA_TARGETS: list[Target] = [
-    Target("engine", "engine floor ÷ raw dispatch bound (1-row commits/s ÷ 2)", ">=", 0.7, "×",
-           row_engine),
-    Target("seq_raw4", "sequential submit+invoke ÷ raw 4-commit loop", ">=", 0.5, "×",
-           row_seq_raw4),
-    Target("conc_raw4", f"{CLIENTS} clients over {NEURONS} neurons, submit+invoke ÷ raw"
-           " 4-commit loop", ">=", 1.0, "×", row_conc_raw4),
+    Target(
+        "engine",
+        "engine floor ÷ raw dispatch bound (1-row commits/s ÷ 2)",
+        ">=",
+        0.7,
+        "×",
+        row_engine,
+    ),
+    Target(
+        "seq_raw4", "sequential submit+invoke ÷ raw 4-commit loop", ">=", 0.5, "×", row_seq_raw4
+    ),
+    Target(
+        "conc_raw4",
+        f"{CLIENTS} clients over {NEURONS} neurons, submit+invoke ÷ raw 4-commit loop",
+        ">=",
+        1.0,
+        "×",
+        row_conc_raw4,
+    ),
     Target("rss", "RSS with 1,000 connections", "<=", 60.0, " MB", row_rss),
-    Target("tombstone", "bytes per op kept for ever ≤ 10% of 1,754 (retention)", "<=", 175.4,
-           " B", row_tombstone),
+    Target(
+        "tombstone",
+        "bytes per op kept for ever ≤ 10% of 1,754 (retention)",
+        "<=",
+        175.4,
+        " B",
+        row_tombstone,
+    ),
     Target("metrics", "CPU the metrics add per invoke", "<=", 20.0, " µs", row_metrics),
-    Target("traces", "CPU tracing adds per invoke (the threads that serve it)", "<=", 30.0,
-           " µs", row_traces),
+    Target(
+        "traces",
+        "CPU tracing adds per invoke (the threads that serve it)",
+        "<=",
+        30.0,
+        " µs",
+        row_traces,
+    ),
 ]
 
 
@@ -1280,15 +1691,25 @@ def _show(table: list[Target], g: Figures, rows: dict[str, Row], in_targets: boo
         verdict = t.verdict(x)
         sign = "≥" if t.cmp == ">=" else "≤"
         shown = "n/a" if x is None else f"{fmt_rate(x)}{t.unit}"
-        how = "" if x is None else {True: ", paired",
-                                    False: ", ratio of medians (no pairing)"}.get(
-                                        row["paired"], "")
-        print(f"   [{verdict:6}] {t.figure}: {shown}{how} (target {sign}"
-              f" {fmt_rate(t.target)}{t.unit})")
+        how = (
+            ""
+            if x is None
+            else {True: ", paired", False: ", ratio of medians (no pairing)"}.get(row["paired"], "")
+        )
+        print(
+            f"   [{verdict:6}] {t.figure}: {shown}{how} (target {sign}"
+            f" {fmt_rate(t.target)}{t.unit})"
+        )
         if row["detail"]:
             print(f"            {row['detail']}")
-        row.update(figure=t.figure, cmp=t.cmp, target=t.target, unit=t.unit.strip(),
-                   verdict=verdict, in_targets=in_targets)
+        row.update(
+            figure=t.figure,
+            cmp=t.cmp,
+            target=t.target,
+            unit=t.unit.strip(),
+            verdict=verdict,
+            in_targets=in_targets,
+        )
 
 
 def _invoke_details(g: Figures) -> None:
@@ -1296,14 +1717,18 @@ def _invoke_details(g: Figures) -> None:
     best, f = g.best, g.f
     seq, conc = g.med("seq.invoke"), g.med(f"conc.w{best}.invoke") if best else None
     if seq and g.bound:
-        print(f"   detail: sequential invoke {fmt_rate(seq)}/s vs raw dispatch bound"
-              f" {fmt_rate(g.bound)}/s = {f(g.med('seq.ratio'))}× paired"
-              f" (ratio of medians {seq / g.bound:.2f}×); concurrent invoke (workers={best})"
-              f" {f(conc)}/s = {f(g.med(f'conc.w{best}.ratio'))}× paired")
+        print(
+            f"   detail: sequential invoke {fmt_rate(seq)}/s vs raw dispatch bound"
+            f" {fmt_rate(g.bound)}/s = {f(g.med('seq.ratio'))}× paired"
+            f" (ratio of medians {seq / g.bound:.2f}×); concurrent invoke (workers={best})"
+            f" {f(conc)}/s = {f(g.med(f'conc.w{best}.ratio'))}× paired"
+        )
     if seq and g.dbos_steps:
-        print(f"   detail: sequential invoke ÷ DBOS steps/s {f(g.med('seq.dbos_ratio'))}×"
-              f" paired; concurrent invoke (workers={best}) ÷ DBOS steps/s"
-              f" {f(g.div(conc, g.dbos_steps))}× (ratio of medians)")
+        print(
+            f"   detail: sequential invoke ÷ DBOS steps/s {f(g.med('seq.dbos_ratio'))}×"
+            f" paired; concurrent invoke (workers={best}) ÷ DBOS steps/s"
+            f" {f(g.div(conc, g.dbos_steps))}× (ratio of medians)"
+        )
 
 
 def summary(R: Results) -> dict[str, Row]:
@@ -1322,19 +1747,33 @@ def summary(R: Results) -> dict[str, Row]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="~1 minute: fewer, smaller samples")
     g.add_argument("--full", action="store_true", help="more repetitions; DBOS in both modes")
-    p.add_argument("--only", default=",".join(SECTIONS),
-                   help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    p.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})",
+    )
     p.add_argument("--dir", default=None, help="parent of the temp dir (default: the system's)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write every figure here")
-    p.add_argument("--retention-cycles", type=int, default=None, metavar="N",
-                   help="cycles of the retention long run (1,000,000 were asked)")
-    p.add_argument("--retention-backlog", type=int, default=None, metavar="N",
-                   help="prunable ops pruned while dispatch latency is measured (100,000)")
+    p.add_argument(
+        "--retention-cycles",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cycles of the retention long run (1,000,000 were asked)",
+    )
+    p.add_argument(
+        "--retention-backlog",
+        type=int,
+        default=None,
+        metavar="N",
+        help="prunable ops pruned while dispatch latency is measured (100,000)",
+    )
     args = p.parse_args(argv)
     mode = "quick" if args.quick else "full" if args.full else "default"
     cfg = dict(MODES[mode])
@@ -1355,20 +1794,31 @@ def main(argv: list[str] | None = None) -> int:
     with C.bench_tmp(args.dir) as tmp:
         probe = tmp / ".probe"
         probe.write_text("")
-        print(f"wardd bench ({mode}) — {info.get('cpu', '?')}, {info['cores']} cores,"
-              f" {info.get('mem_gib', '?')} GiB, Python {info['python']}, SQLite {info['sqlite']}")
-        print(f"temp dir {tmp} (every database of this run, raw and daemon, lives here);"
-              f" load average at start {tuple(round(x, 2) for x in info.get('loadavg', ()))}")
+        print(
+            f"wardd bench ({mode}) — {info.get('cpu', '?')}, {info['cores']} cores,"
+            f" {info.get('mem_gib', '?')} GiB, Python {info['python']}, SQLite {info['sqlite']}"
+        )
+        print(
+            f"temp dir {tmp} (every database of this run, raw and daemon, lives here);"
+            f" load average at start {tuple(round(x, 2) for x in info.get('loadavg', ()))}"
+        )
         repo_same = C.same_fs(tmp, HERE)
         print(f"same filesystem as the repository: {'yes' if repo_same else 'no'}")
-        fns = {"raw": bench_raw, "sequential": bench_sequential,
-               "concurrent": bench_concurrent, "call": bench_call, "dbos": bench_dbos,
-               "recovery": bench_recovery,
-               "status1m": bench_status_1m, "rss": bench_rss, "retention": bench_retention,
-               "prune": bench_prune,
-               "metrics": bench_metrics,
-               "traces": bench_traces,
-               "hostile": bench_hostile}
+        fns = {
+            "raw": bench_raw,
+            "sequential": bench_sequential,
+            "concurrent": bench_concurrent,
+            "call": bench_call,
+            "dbos": bench_dbos,
+            "recovery": bench_recovery,
+            "status1m": bench_status_1m,
+            "rss": bench_rss,
+            "retention": bench_retention,
+            "prune": bench_prune,
+            "metrics": bench_metrics,
+            "traces": bench_traces,
+            "hostile": bench_hostile,
+        }
         if "dbos" in only:
             py, how = _dbos.ensure_venv(log)
             R.value("dbos.install", how)
@@ -1398,8 +1848,10 @@ def main(argv: list[str] | None = None) -> int:
         R.value("loadavg_end", os.getloadavg())
     except OSError:
         pass
-    print(f"\nrun took {elapsed:.0f} s; load average at end "
-          f"{tuple(round(x, 2) for x in R.values.get('loadavg_end', ()))}")
+    print(
+        f"\nrun took {elapsed:.0f} s; load average at end "
+        f"{tuple(round(x, 2) for x in R.values.get('loadavg_end', ()))}"
+    )
     R.value("elapsed_s", elapsed)
     if args.json:
         Path(args.json).write_text(json.dumps(R.as_dict(), indent=1, default=str))

@@ -318,7 +318,7 @@ class AsyncClient(Connected):
                 data = await io.receive()
                 if io is not self._io:  # replaced meanwhile (reconnect): nothing here matters
                     return
-            except Exception as exc:  # closed, broken, reset: the connection is over
+            except Exception as exc:  # noqa: BLE001 - closed, broken, reset: the connection is over
                 if io is not self._io:
                     return
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
@@ -331,7 +331,7 @@ class AsyncClient(Connected):
                     slot = self._slots.get(reply.id)
                     if slot is not None:
                         slot.reply, slot.done = reply, True
-            except Exception as exc:  # end of file, a frame the protocol forbids
+            except Exception as exc:  # noqa: BLE001 - end of file, a frame the protocol forbids
                 self._fail(exc)
         finally:
             self._reading = False

@@ -312,9 +312,7 @@ class AsyncSession(_SessionBase):
     async def execute(self, token: bytes) -> Dispatched:
         """`execute` a token prepared on this session's connection (an error that
         leaves it in doubt names the op and attempt the token was prepared for)."""
-        return await self._run_typed(
-            Dispatched, self._plans.execute(token, self._runs(token))
-        )
+        return await self._run_typed(Dispatched, self._plans.execute(token, self._runs(token)))
 
     async def invoke(
         self,

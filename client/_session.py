@@ -255,9 +255,7 @@ class _Plans:
         return (yield from self.pages("list_attempts", {"state": state}, "attempts"))
 
     # -- placement, epoch, policy (contract §3.1) --------------------------------------
-    def ensure_placement(
-        self, worker: str | None, boot: Callable[[], str]
-    ) -> Plan[dict[str, Any]]:
+    def ensure_placement(self, worker: str | None, boot: Callable[[], str]) -> Plan[dict[str, Any]]:
         """Bind `worker`'s descriptor of this boot, by compare-and-set, unless the
         placement already names this boot (contract §3.1: a new boot never
         inherits a placement). `worker` None: the worker the placement names,

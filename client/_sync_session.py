@@ -314,9 +314,7 @@ class Session(_SessionBase):
     def execute(self, token: bytes) -> Dispatched:
         """`execute` a token prepared on this session's connection (an error that
         leaves it in doubt names the op and attempt the token was prepared for)."""
-        return self._run_typed(
-            Dispatched, self._plans.execute(token, self._runs(token))
-        )
+        return self._run_typed(Dispatched, self._plans.execute(token, self._runs(token)))
 
     def invoke(
         self,

@@ -429,9 +429,7 @@ def _report_doubt(ctx: _Context, exc: MayHaveRun) -> int:
     never reported as a refusal."""
     if ctx.json:
         answer = exc.answer.to_wire() if isinstance(exc.answer, WarddError) else {}
-        write_json(
-            {"error": {**answer, "message": str(exc), "op": exc.op, "attempt": exc.attempt}}
-        )
+        write_json({"error": {**answer, "message": str(exc), "op": exc.op, "attempt": exc.attempt}})
     print(f"error: {exc}", file=sys.stderr)
     return Exit.MAY_HAVE_RUN
 

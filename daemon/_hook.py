@@ -48,9 +48,7 @@ _JOIN_S: Final = 5.0  # the thread ends at once: its hook, if any, was just kill
 class NotifyHook:
     """Runs ``argv`` per event on its own thread; disabled when ``argv`` is empty."""
 
-    def __init__(
-        self, argv: Sequence[str], boot: str, *, timeout_s: float = 10.0
-    ) -> None:
+    def __init__(self, argv: Sequence[str], boot: str, *, timeout_s: float = 10.0) -> None:
         self._argv = tuple(argv)
         self._boot = boot
         self._timeout_s = timeout_s

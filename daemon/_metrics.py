@@ -67,9 +67,7 @@ SERIES: Final = (
         " not_executed, unknown, voided), whatever recorded it: the adapter, a receipt, a"
         " reconcile, the start's marking",
     ),
-    Series(
-        "wardd_unknown_attempts", (), "gauge", "attempts unknown now (from the database)"
-    ),
+    Series("wardd_unknown_attempts", (), "gauge", "attempts unknown now (from the database)"),
     Series(
         "wardd_oldest_unknown_age_seconds",
         (),
@@ -88,9 +86,7 @@ SERIES: Final = (
         "histogram",
         "an invoke, execute or call that reached a worker: from its arrival to its reply",
     ),
-    Series(
-        "wardd_act_duration_seconds", ("act",), "histogram", "the adapter call alone"
-    ),
+    Series("wardd_act_duration_seconds", ("act",), "histogram", "the adapter call alone"),
     Series(
         "wardd_commit_duration_seconds",
         (),
@@ -102,8 +98,7 @@ SERIES: Final = (
         "wardd_requests_total",
         ("method", "code"),
         "counter",
-        "requests answered by method (other: a name no method has) and code (ok or the"
-        " error code)",
+        "requests answered by method (other: a name no method has) and code (ok or the error code)",
     ),
     Series("wardd_connections", (), "gauge", "client connections open now"),
     Series(
@@ -112,9 +107,7 @@ SERIES: Final = (
         "counter",
         "ops pruned since the database was created (from the database)",
     ),
-    Series(
-        "wardd_db_size_bytes", (), "gauge", "the database file and its WAL, in bytes"
-    ),
+    Series("wardd_db_size_bytes", (), "gauge", "the database file and its WAL, in bytes"),
     Series("wardd_boot_info", ("boot", "version"), "gauge", "this boot and version; always 1"),
     Series(
         "wardd_previous_boot_clean",
@@ -311,9 +304,7 @@ class Metrics:
             return g
 
         yield gauge("wardd_unknown_attempts", f.unknown_attempts)
-        yield gauge(
-            "wardd_oldest_unknown_age_seconds", _age_s(f.oldest_unknown_created_at, now)
-        )
+        yield gauge("wardd_oldest_unknown_age_seconds", _age_s(f.oldest_unknown_created_at, now))
         yield gauge("wardd_connections", f.connections)
         pruned = _BY_NAME["wardd_pruned_ops_total"]
         yield CounterMetricFamily(pruned.name, pruned.help, value=f.pruned_ops)

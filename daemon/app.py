@@ -57,7 +57,7 @@ from .store.writer import Writer, connect, connect_reader
 from .tokens import Tokens
 from .workers import WorkerPool
 
-__all__ = ["Daemon", "VERSION"]
+__all__ = ["VERSION", "Daemon"]
 
 log = structlog.get_logger("wardd")
 VERSION = importlib.metadata.version("wardd")

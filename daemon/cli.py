@@ -161,8 +161,7 @@ def _units_parser(sub: Any) -> None:
     units.add_argument(
         "--enable",
         action="store_true",
-        help="then run `systemctl --user daemon-reload` and `systemctl --user enable "
-        "wardd.socket`",
+        help="then run `systemctl --user daemon-reload` and `systemctl --user enable wardd.socket`",
     )
     units.add_argument("--dry-run", action="store_true", help="print the units, write nothing")
     units.add_argument("--force", action="store_true", help="replace unit files that differ")

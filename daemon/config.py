@@ -46,14 +46,14 @@ from wardd.protocol import DEFAULT_MAX_FRAME, MAX_MAX_FRAME, MIN_MAX_FRAME, is_i
 from wardd.protocol import default_socket_path as _default_socket_path
 
 __all__ = [
+    "DEFAULT_TOML",
     "Config",
     "ConfigError",
-    "DEFAULT_TOML",
     "TracingConfig",
     "load_config",
-    "read_toml",
     "loopback_listen",
     "parse_config",
+    "read_toml",
 ]
 
 DEFAULT_TOML = """\

@@ -472,7 +472,7 @@ class Server:
             result = await self._handle(conn, req)
         except WarddError as err:
             reply: dict[str, Any] = ErrorReply(req.id, err).to_wire()
-        except Exception as exc:  # noqa: BLE001 - the daemon never dies from a request
+        except Exception as exc:
             log.error("handler_failed", method=req.method, error=repr(exc), exc_info=True)
             reply = ErrorReply(req.id, Internal("internal error")).to_wire()
         else:

@@ -208,7 +208,7 @@ class WorkerPool:
                 return
             try:
                 self._dispatch(state, *job)
-            except BaseException as exc:  # noqa: BLE001 - a worker must never die silently
+            except BaseException as exc:
                 log.critical("worker_crashed", worker=state.id, error=repr(exc), exc_info=True)
                 job[1](None, Internal("the worker failed"))
 
@@ -244,7 +244,7 @@ class WorkerPool:
             else:
                 status, value, error = "unknown", None, "the call was not started"
                 by_abort = True
-        except BaseException as exc:  # noqa: BLE001 - after the claim: unknown, never running
+        except BaseException as exc:
             if ref is None:
                 ref = self.calls.owned_by(reply)  # its claim unit ran: it may be durable
             if ref is None:

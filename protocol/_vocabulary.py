@@ -19,8 +19,8 @@ import attrs
 
 __all__ = [
     "ATTEMPT_LIST_STATES",
-    "ID_PATTERN",
     "DEFAULT_PAGE_LIMIT",
+    "ID_PATTERN",
     "MAX_PAGE_LIMIT",
     "MAX_UINT",
     "NEURON_ID_PATTERN",

@@ -17,8 +17,8 @@ from wardd.protocol import AttemptState, OpState, ProgState
 
 __all__ = [
     "Attempt",
-    "AttemptRef",
     "AttemptKind",
+    "AttemptRef",
     "BootContext",
     "Grant",
     "Neuron",

@@ -144,10 +144,14 @@ class Figures:
         """``status.operations`` (states with no op left out), unknown
         attempts, and ``status.db``'s pruning figures."""
         ops = {state: n for state, n in self.operations.items() if n > 0}
-        return ops, self.unknown_attempts, {
-            "pruned_ops": self.pruned_ops,
-            "last_pruned_at": self.last_pruned_at,
-        }
+        return (
+            ops,
+            self.unknown_attempts,
+            {
+                "pruned_ops": self.pruned_ops,
+                "last_pruned_at": self.last_pruned_at,
+            },
+        )
 
 
 class Counters:

@@ -215,7 +215,7 @@ class Writer:
         NOTES.log = []
         try:
             self._try_batch(batch)
-        except BaseException as exc:  # noqa: BLE001 - the writer thread must never die
+        except BaseException as exc:
             log.critical("writer_failed", error=repr(exc), exc_info=True)
             self._fail_batch(batch, exc, fatal=True)
         finally:
@@ -269,7 +269,7 @@ class Writer:
                     return
                 results.append((False, err))
                 continue
-            except Exception as exc:  # noqa: BLE001 - a bug or an I/O error in one unit
+            except Exception as exc:
                 del moves[mark:]
                 del notes[nmark:]
                 log.error("unit_failed", error=repr(exc), critical=job.critical, exc_info=True)

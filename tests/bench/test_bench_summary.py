@@ -16,20 +16,45 @@ import run  # noqa: E402
 from _common import Results  # noqa: E402
 
 # the targets table, in its order; then the rows printed below it
-ROWS = ["cpu", "wal_pages", "seq_dbos", "conc_dbos", "call_cpu", "call_seq_dbos",
-        "call_conc_dbos", "prune_large", "prune_backlog",
-        "prune_p99", "status_w2", "status_w4", "status_1m", "recovery"]
+ROWS = [
+    "cpu",
+    "wal_pages",
+    "seq_dbos",
+    "conc_dbos",
+    "call_cpu",
+    "call_seq_dbos",
+    "call_conc_dbos",
+    "prune_large",
+    "prune_backlog",
+    "prune_p99",
+    "status_w2",
+    "status_w4",
+    "status_1m",
+    "recovery",
+]
 KEPT = ["engine", "seq_raw4", "conc_raw4", "rss", "tombstone", "metrics", "traces"]
 
 
 def _results(**over: float) -> Results:
     """Figures of a run whose every paired ratio and value is given by ``over``."""
     R = Results()
-    fig = {"seq.cpu_us": 600.0, "engine.ratio": 0.7, "seq.wal_pages": 5.0, "seq.raw4_ratio": 0.5,
-           "seq.dbos_cycle_ratio": 1.8, "conc.w4.raw4_ratio": 1.0, "conc.w4.dbos_ratio": 1.5,
-           "recovery.ready_s": 0.8, "rss.conns_mib": 50.0, "conc.w2.cycle": 100.0,
-           "conc.w4.cycle": 200.0, "call.cpu_us": 600.0, "call.seq_dbos_ratio": 2.0,
-           "call.w4.dbos_ratio": 1.2, "call.w4.conc": 300.0}
+    fig = {
+        "seq.cpu_us": 600.0,
+        "engine.ratio": 0.7,
+        "seq.wal_pages": 5.0,
+        "seq.raw4_ratio": 0.5,
+        "seq.dbos_cycle_ratio": 1.8,
+        "conc.w4.raw4_ratio": 1.0,
+        "conc.w4.dbos_ratio": 1.5,
+        "recovery.ready_s": 0.8,
+        "rss.conns_mib": 50.0,
+        "conc.w2.cycle": 100.0,
+        "conc.w4.cycle": 200.0,
+        "call.cpu_us": 600.0,
+        "call.seq_dbos_ratio": 2.0,
+        "call.w4.dbos_ratio": 1.2,
+        "call.w4.conc": 300.0,
+    }
     fig |= {"prune.large_s": 5.0, "prune.backlog_s": 25.0}
     fig.update({k.replace("__", "."): v for k, v in over.items()})
     for key, x in fig.items():
@@ -80,8 +105,9 @@ def test_values_at_their_target_hold_and_past_it_miss() -> None:
     assert rows["engine"]["verdict"] == "MISSED"
     assert rows["cpu"]["verdict"] == "MISSED"
     assert rows["seq_raw4"]["verdict"] == "HOLDS"
-    rows = run.summary(_results(conc__w4__raw4_ratio=0.99, recovery__ready_s=0.81,
-                                prune__backlog_s=25.1))
+    rows = run.summary(
+        _results(conc__w4__raw4_ratio=0.99, recovery__ready_s=0.81, prune__backlog_s=25.1)
+    )
     assert rows["conc_raw4"]["verdict"] == "MISSED"
     assert rows["recovery"]["verdict"] == "MISSED"
     assert rows["prune_backlog"]["verdict"] == "MISSED"

@@ -157,9 +157,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment for a daemon child, without the systemd
     variables a test did not mean to pass on, plus ``extra``."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
+        k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "LISTEN_", "WATCHDOG_"))
     }
     env.update(extra or {})
     return env

@@ -88,7 +88,7 @@ class TestCheckConfig:
         )
         out = wardd("check-config", str(path))
         assert out.returncode == 0, out.stderr
-        assert f"warning: acts.\"notes\".path: the directory {tmp_path}/nodir" in out.stdout
+        assert f'warning: acts."notes".path: the directory {tmp_path}/nodir' in out.stdout
         assert f'acts."tool".env."TOKEN": the secret file {tmp_path}/missing.secret' in out.stdout
         (tmp_path / "nodir").mkdir()
         (tmp_path / "missing.secret").write_text("s3cret\n")
@@ -215,6 +215,8 @@ class TestTracing:
         """With the ``otel`` extra installed, ``exporter = "otlp"`` checks out."""
         pytest.importorskip("opentelemetry.sdk")
         path = tmp_path / "c.toml"
-        path.write_text('[tracing]\nexporter = "otlp"\nendpoint = "https://collector:4318/v1/traces"\n')
+        path.write_text(
+            '[tracing]\nexporter = "otlp"\nendpoint = "https://collector:4318/v1/traces"\n'
+        )
         out = wardd("check-config", str(path))
         assert out.returncode == 0, out.stderr

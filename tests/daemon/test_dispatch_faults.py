@@ -72,9 +72,7 @@ class TestRefusalsComeAtOnce:
         assert first.result()["status"] == "succeeded"
         assert env.ledger_lines(env.cli_ledger) == [f"{a.id}/g/1"]
 
-    def test_execute_of_a_token_voided_by_exhaustion_answers_while_the_worker_is_busy(
-        self, daemon
-    ):
+    def test_execute_of_a_token_voided_by_exhaustion_answers_while_the_worker_is_busy(self, daemon):
         """A token whose attempt a settle's exhaustion voided is token_void at
         once, not after the long call queued before it on its worker."""
         env = daemon.env
@@ -98,9 +96,7 @@ class TestRefusalsComeAtOnce:
         assert first.result()["status"] == "succeeded"
         assert env.ledger_lines() == []
 
-    def test_execute_of_a_token_voided_by_a_pause_answers_while_another_neuron_runs(
-        self, daemon
-    ):
+    def test_execute_of_a_token_voided_by_a_pause_answers_while_another_neuron_runs(self, daemon):
         """A pause voids the token; its execute does not wait behind another
         neuron's long call on the same worker."""
         env = daemon.env
@@ -207,4 +203,3 @@ class TestTokenMemory:
         # a dead handle on another connection is still just invalid
         other = d.connect()
         assert code_of(a.execute, expired[0], other).code == "token_invalid"
-

@@ -852,9 +852,7 @@ class TestHashFlood:
         [{1: 0}, {"a": {2**61 - 1: 0}}, {(1, 2): 0}, {1.5: 0}, {None: 0}],
         ids=["int", "nested int", "array", "float", "null"],
     )
-    def test_a_request_with_a_key_that_is_not_text_or_bytes_is_a_bad_frame(
-        self, unchanged, params
-    ):
+    def test_a_request_with_a_key_that_is_not_text_or_bytes_is_a_bad_frame(self, unchanged, params):
         """The same answer a duplicate key gets, before any dict is built."""
         with _closing(Wire(unchanged.path).hello()) as w:
             w.send_frame(cbor2.dumps({"id": 3, "method": "status", "params": params}))

@@ -554,7 +554,6 @@ class TestReplay:
         assert "past the replay window of 0.001 s" in att["evidence"]["receipt_detail"]
         assert len(peer.requests) == 1 and api.effects == []
 
-
     @pytest.mark.parametrize("stop", ["cancel", "revoke", "pause"])
     def test_an_op_that_could_not_run_now_is_never_sent_again(
         self, make_daemon, peers, release, tmp_path, stop
@@ -574,8 +573,9 @@ class TestReplay:
         assert a.call("check_receipts", {}) == {"checked": 1, "resolved": 0}
         att = a.op("c6")["attempts"][0]
         assert att["state"] == "unknown"
-        assert "was not sent again: the op could not run its act now" in (
-            att["evidence"]["receipt_detail"]
+        assert (
+            "was not sent again: the op could not run its act now"
+            in (att["evidence"]["receipt_detail"])
         )
         assert len(peer.requests) == 1 and api.effects == []
 

@@ -100,8 +100,18 @@ class TestJournald:
         for n, obj in lines:
             assert n == PRIORITY[obj["level"]], obj
         by_event = {obj["event"]: n for n, obj in lines}
-        for event in ("starting", "ready", "claimed", "outcome", "signal",
-                      "stopping", "stopped", "marked_unknown", "orphan_killed", "receipt"):
+        for event in (
+            "starting",
+            "ready",
+            "claimed",
+            "outcome",
+            "signal",
+            "stopping",
+            "stopped",
+            "marked_unknown",
+            "orphan_killed",
+            "receipt",
+        ):
             assert event in by_event, event  # fmt: skip
         warned = [obj for n, obj in lines if n <= PRIORITY["warning"]]
         assert warned == [obj for _, obj in lines if obj["level"] in ("warning", "error")]

@@ -123,9 +123,7 @@ class TestMetrics:
 
         # resolved by the operator, stopped cleanly, started again
         for op in ("b1", "g1"):
-            a.call(
-                "reconcile", {"op": op, "attempt": 1, "outcome": {"status": "not_executed"}}
-            )
+            a.call("reconcile", {"op": op, "attempt": 1, "outcome": {"status": "not_executed"}})
         _, s = scrape(a)
         assert value(s, "wardd_unknown_attempts") == 0
         assert value(s, "wardd_oldest_unknown_age_seconds") == 0
@@ -152,8 +150,7 @@ class TestMetrics:
         _, s = scrape(a)
         assert value(s, "wardd_requests_total", method="other", code="unknown_method") == 2
         assert (
-            value(s, "wardd_requests_total", method="get_operation", code="unknown_operation")
-            == 1
+            value(s, "wardd_requests_total", method="get_operation", code="unknown_operation") == 1
         )
         names = {dict(lab)["method"] for lab in labelled(s, "wardd_requests_total")}
         assert not any(n.startswith("no_such") for n in names)
@@ -234,9 +231,7 @@ class TestMetricsListen:
             for s in stuck:
                 s.close()
 
-    def test_connections_past_the_cap_are_closed_at_once_and_the_slots_come_back(
-        self, make_daemon
-    ):
+    def test_connections_past_the_cap_are_closed_at_once_and_the_slots_come_back(self, make_daemon):
         """MAX_SCRAPERS silent connections take every slot: each one more is
         closed unread, and the log says so once (metrics_busy, refused: 1),
         not once per connection (the next line, at most every 10 s, counts

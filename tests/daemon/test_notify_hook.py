@@ -119,7 +119,7 @@ def _gated_hook_env(script: str, **top: Any) -> tuple[Env, Path]:
     runs = env.root / "runs"
     runs.mkdir()
     q = shlex.quote(str(runs))
-    mark = f'n=$(ls {q} | wc -l); echo $$ > {q}/$n; cat > /dev/null; {script}'
+    mark = f"n=$(ls {q} | wc -l); echo $$ > {q}/$n; cat > /dev/null; {script}"
     env.top["notify_argv"] = ["/bin/sh", "-c", mark]
     env.write_config()
     return env, runs

@@ -350,9 +350,7 @@ class TestAStartKilledWhileItKillsOrphans:
         (env.root / "gate").touch()
         assert not (env.root / "effects").exists()
 
-    def test_a_sigkill_between_the_record_and_the_kill_leaves_the_orphan_stopped(
-        self, make_daemon
-    ):
+    def test_a_sigkill_between_the_record_and_the_kill_leaves_the_orphan_stopped(self, make_daemon):
         """Held after the record, before the kill: the orphan is stopped (it can
         do nothing) and its attempt says orphan_killed. SIGKILL: it stays
         stopped, and its gate opened does not let it write; the restart finds

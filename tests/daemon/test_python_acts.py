@@ -331,7 +331,6 @@ class TestReceiptsPastTheStartBudget:
         assert sorted(x["op"] for x in log_events(d, "receipt")) == ops  # each asked once
         assert "reconciled" not in [r["kind"] for r in a.history("op2")]
 
-
     def test_a_stop_cuts_the_deferred_checks_and_they_record_nothing(self, make_daemon, tools):
         """SIGTERM while the start's deferred receipts still block: a reconcile
         waiting for one is refused (overloaded, receipt_pending), the checks

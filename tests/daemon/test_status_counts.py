@@ -142,9 +142,7 @@ class TestStatusCounts:
         a.client = d.connect()
         assert shown(a.client.call("status")) == before == counted(db)
 
-    def test_the_suites_check_names_a_snapshot_a_counting_mistake_left(
-        self, make_daemon, tmp_path
-    ):
+    def test_the_suites_check_names_a_snapshot_a_counting_mistake_left(self, make_daemon, tmp_path):
         """Every daemon the test harness starts is checked at its cleanup:
         the counts the next start would read against the rows
         (``harness.counts_left``), the guard against a counting mistake
@@ -165,7 +163,7 @@ class TestStatusCounts:
             src.backup(dst)
             dst.execute(
                 "UPDATE counts SET seq = (SELECT max(seq) FROM events),"
-                " ops = '{\"pending\":0,\"retained\":2}'"
+                ' ops = \'{"pending":0,"retained":2}\''
             )
             dst.commit()
         finally:

@@ -32,14 +32,14 @@ from typing import Any
 import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra: pip install 'wardd[otel]'")
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status  # noqa: E402
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from tests.daemon._http_peer import KeyLedger, Peer, Reply  # noqa: E402
-from tests.daemon.harness import NETWORK, Actor, Background, Env, key, wait_for  # noqa: E402
-from wardd.client import Session  # noqa: E402
+from tests.daemon._http_peer import KeyLedger, Peer, Reply
+from tests.daemon.harness import NETWORK, Actor, Background, Env, key, wait_for
+from wardd.client import Session
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"

@@ -158,22 +158,32 @@ class TestASlowReaderNeverGetsACutFrameOnAnOpenConnection:
         watcher = d.connect()
         s = raw_connection(d, rcvbuf=4096, timeout=15.0)
         try:
-            s.sendall(framed(cbor2.dumps({"id": 0, "method": "hello",
-                                          "params": {"protocol": 1, "client": "slow"}})))
+            s.sendall(
+                framed(
+                    cbor2.dumps(
+                        {"id": 0, "method": "hello", "params": {"protocol": 1, "client": "slow"}}
+                    )
+                )
+            )
             hello, _ = whole_frames(_read_frame(s))
             assert hello[0].id == 0
             open_before = watcher.call("status", {})["connections"]
             ids = list(range(1, 41))
             params = {"neuron": a.id, "op": "big"}
-            s.sendall(b"".join(
-                framed(cbor2.dumps({"id": i, "method": "get_operation", "params": params}))
-                for i in ids
-            ))
+            s.sendall(
+                b"".join(
+                    framed(cbor2.dumps({"id": i, "method": "get_operation", "params": params}))
+                    for i in ids
+                )
+            )
             # the real event: the daemon closes our connection (a bounded wait;
             # a daemon that never does is caught by the assertions below)
             try:
-                wait_for(lambda: watcher.call("status", {})["connections"] < open_before,
-                         timeout=60, what="the slow connection to be closed")
+                wait_for(
+                    lambda: watcher.call("status", {})["connections"] < open_before,
+                    timeout=60,
+                    what="the slow connection to be closed",
+                )
             except AssertionError:
                 pass
             data, closed = read_to_eof(s)

@@ -78,12 +78,18 @@ def prometheus(tmp_path: Path):
             "scrape_configs:\n  - job_name: wardd\n    static_configs:\n"
             f"      - targets: ['127.0.0.1:{target}']\n"
         )
-        log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(tmp_path / "prometheus.log", "wb")
         procs.append(
             subprocess.Popen(
-                [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{web}"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    PROMETHEUS,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{web}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )  # fmt: skip
         )
         log.close()

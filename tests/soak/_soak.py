@@ -925,9 +925,7 @@ def run_soak(
     seed = random.randrange(1 << 32) if seed is None else seed
     k = Cluster(seed)
     try:
-        return _run(
-            k, kills, neurons, delay, kill_during_start, (rotate, reconfigure), budget_s
-        )
+        return _run(k, kills, neurons, delay, kill_during_start, (rotate, reconfigure), budget_s)
     except BaseException:
         k.cleanup()  # no daemon and no API outlive a failed run
         raise

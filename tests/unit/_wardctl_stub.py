@@ -29,8 +29,8 @@ def command_paths(
     parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
 ) -> Iterator[tuple[str, ...]]:
     """Every command and sub-command of the parser, as argv prefixes."""
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 yield (*prefix, name)
                 yield from command_paths(sub, (*prefix, name))

@@ -725,7 +725,7 @@ class TestCli:
         def run() -> None:
             try:
                 adapter.call(request())
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - the thread hands every ending to the test
                 errors.append(exc)
 
         worker = start_thread(run, stop=adapter.kill_all)

@@ -114,7 +114,7 @@ def decode_requests(data: bytes) -> list[dict[str, Any]]:
 def secret_forms(path: Path) -> list[str]:
     """Every spelling of a key file's secret that must never be shown."""
     data = path.read_bytes()
-    key = Neuron.load(path)._key  # noqa: SLF001 - the test needs the seed to look for it
+    key = Neuron.load(path)._key
     seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     forms = [seed.hex(), seed.hex().upper(), repr(seed), data.decode("latin-1").strip()]
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()

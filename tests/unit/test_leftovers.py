@@ -61,7 +61,7 @@ class TestEnd:
             child.wait()
 
 
-LEAKY = '''
+LEAKY = """
 import subprocess
 import threading
 
@@ -77,13 +77,11 @@ def test_leaves_a_thread():
 
 def test_leaves_nothing():
     pass
-'''
+"""
 
 
 class TestGuard:
-    def test_a_test_that_leaves_a_process_or_a_thread_fails_and_the_run_still_ends(
-        self, tmp_path
-    ):
+    def test_a_test_that_leaves_a_process_or_a_thread_fails_and_the_run_still_ends(self, tmp_path):
         """A real pytest run with the guard: each leaking test fails at teardown,
         named; its process is dead; the stuck thread does not hold the exit."""
         pidfile = tmp_path / "leaked.pid"

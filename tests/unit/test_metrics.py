@@ -71,9 +71,10 @@ class TestExposition:
     def test_no_unknown_attempt_is_an_age_of_zero(self) -> None:
         """With no unknown attempt the oldest one's age is 0."""
         none = Figures(0, None, 0, 0, 0)
-        assert samples(metrics().render(none, NOW))[
-            ("wardd_oldest_unknown_age_seconds", frozenset())
-        ] == 0
+        assert (
+            samples(metrics().render(none, NOW))[("wardd_oldest_unknown_age_seconds", frozenset())]
+            == 0
+        )
 
 
 class TestCounting:

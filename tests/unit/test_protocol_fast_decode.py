@@ -34,8 +34,22 @@ args = st.integers(0, 30) | st.integers(0, 2**64 - 1)
 
 @st.composite
 def raw_scalars(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["uint", "nint", "bytes", "text", "badtext", "float", "simple",
-                                 "simple1", "reserved", "break"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "uint",
+                "nint",
+                "bytes",
+                "text",
+                "badtext",
+                "float",
+                "simple",
+                "simple1",
+                "reserved",
+                "break",
+            ]
+        )
+    )
     if kind in ("uint", "nint"):
         return head(0 if kind == "uint" else 1, draw(args), draw(widths))
     if kind == "bytes":
@@ -61,15 +75,30 @@ def raw_scalars(draw: st.DrawFn) -> bytes:
 
 
 TAGS = st.sampled_from([0, 1, 2, 3, 4, 5, 24, 25, 28, 29, 30, 35, 37, 256, 258, 55799, 1000])
-keys = st.sampled_from([b"\x00", b"\x01", b"\x61a", b"\x61b", b"\x41a", b"\xf9\x3c\x00",
-                        b"\xf5", b"\xf6", b"\x80", b"\xa0", b"\xf9\x7e\x00", b"\x18\x01"])
+keys = st.sampled_from(
+    [
+        b"\x00",
+        b"\x01",
+        b"\x61a",
+        b"\x61b",
+        b"\x41a",
+        b"\xf9\x3c\x00",
+        b"\xf5",
+        b"\xf6",
+        b"\x80",
+        b"\xa0",
+        b"\xf9\x7e\x00",
+        b"\x18\x01",
+    ]
+)
 
 
 def raw_containers(children: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
     @st.composite
     def build(draw: st.DrawFn) -> bytes:
-        kind = draw(st.sampled_from(["array", "map", "array_indef", "map_indef", "tag",
-                                     "str_indef"]))
+        kind = draw(
+            st.sampled_from(["array", "map", "array_indef", "map_indef", "tag", "str_indef"])
+        )
         if kind in ("array", "array_indef"):
             items = draw(st.lists(children, max_size=4))
             if kind == "array":
@@ -78,14 +107,20 @@ def raw_containers(children: st.SearchStrategy[bytes]) -> st.SearchStrategy[byte
         if kind in ("map", "map_indef"):
             pairs = draw(st.lists(st.tuples(keys | children, children), max_size=3))
             body = b"".join(k + v for k, v in pairs)
-            return (head(5, len(pairs), draw(widths)) if kind == "map" else b"\xbf") + body + (
-                b"" if kind == "map" else b"\xff")
+            return (
+                (head(5, len(pairs), draw(widths)) if kind == "map" else b"\xbf")
+                + body
+                + (b"" if kind == "map" else b"\xff")
+            )
         if kind == "tag":
             return head(6, draw(TAGS), draw(widths)) + draw(children)
         major = draw(st.sampled_from([2, 3]))
         chunks = draw(st.lists(st.binary(max_size=4), max_size=3))
-        return bytes([major << 5 | 31]) + b"".join(head(major, len(c), 0) + c
-                                                    for c in chunks) + b"\xff"
+        return (
+            bytes([major << 5 | 31])
+            + b"".join(head(major, len(c), 0) + c for c in chunks)
+            + b"\xff"
+        )
 
     return build()
 
@@ -191,13 +226,21 @@ class TestFastPathAgreesWithTheReference:
         assert_agree(nested(depth, inner, map_level))
 
     @settings(max_examples=300, deadline=None)
-    @given(st.recursive(
-        st.none() | st.booleans() | st.integers(-(2**64), 2**64 - 1)
-        | st.floats(allow_nan=False) | st.text(max_size=10) | st.binary(max_size=10),
-        lambda c: st.lists(c, max_size=4)
-        | st.dictionaries(st.text(max_size=6) | st.binary(max_size=4), c, max_size=4),
-        max_leaves=20,
-    ))
+    @given(
+        st.recursive(
+            st.none()
+            | st.booleans()
+            | st.integers(-(2**64), 2**64 - 1)
+            | st.floats(allow_nan=False)
+            | st.text(max_size=10)
+            | st.binary(max_size=10),
+            lambda c: (
+                st.lists(c, max_size=4)
+                | st.dictionaries(st.text(max_size=6) | st.binary(max_size=4), c, max_size=4)
+            ),
+            max_leaves=20,
+        )
+    )
     def test_wire_values_take_the_fast_path(self, value: Any) -> None:
         """What clients send (text or byte keys, no NaN, shallow) is decoded by
         cbor2 and not left to the reference, and equals the reference's value."""
