@@ -80,11 +80,26 @@ def exit_codes(value: object, key: str) -> frozenset[int]:
     return frozenset(codes)
 
 
-def positive_seconds(value: object, key: str) -> float:
-    """A finite number of seconds above zero."""
+#: The longest duration a config key takes (about 116 days): past it a
+#: timeout or an interval is a mistake, not a choice.
+MAX_SECONDS = 10**7
+
+
+def seconds_problem(value: object) -> str | None:
+    """Why ``value`` is no duration a config key takes (None: it is one): a
+    number of seconds above zero, finite, at most `MAX_SECONDS`. The one rule
+    for every such key, the daemon's and the adapters'."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise AdapterConfigError(key, "must be a number of seconds")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise AdapterConfigError(key, f"must be a positive, finite number, got {value}")
-    return seconds
+        return f"must be a number of seconds, not {type(value).__name__}"
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        return f"must be a positive number of seconds up to {MAX_SECONDS:,}, not {value}"
+    return None
+
+
+def positive_seconds(value: object, key: str) -> float:
+    """A number of seconds (`seconds_problem`); `AdapterConfigError` naming ``key``."""
+    problem = seconds_problem(value)
+    if problem is not None:
+        raise AdapterConfigError(key, problem)
+    assert isinstance(value, int | float)
+    return float(value)

@@ -575,7 +575,9 @@ class HttpAdapter:
             headers=_parse_headers(table.get("headers", {}), idem),
             idempotency_header=idem,
             idempotency_format=str(fmt),
-            timeout_s=_config.positive_seconds(table.get("timeout_s", 30), "timeout_s"),
+            timeout_s=_config.positive_seconds(
+                table.get("timeout_s", DEFAULT_TIMEOUT_S), "timeout_s"
+            ),
             no_effect_statuses=_status_list(
                 table.get("no_effect_statuses", list(DEFAULT_NO_EFFECT_STATUSES)),
                 "no_effect_statuses",

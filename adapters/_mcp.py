@@ -286,7 +286,9 @@ class McpAdapter:
             idempotency=idempotency,
             argument=argument,
             env=_parse_env(table.get("env", {})),
-            timeout_s=_config.positive_seconds(table.get("timeout_s", 60), "timeout_s"),
+            timeout_s=_config.positive_seconds(
+                table.get("timeout_s", DEFAULT_TIMEOUT_S), "timeout_s"
+            ),
             receipt_tool=None
             if receipt is None
             else _config.text(receipt, "receipt_tool", what="a tool name string"),

@@ -42,6 +42,7 @@ from typing import Any
 import attrs
 
 from wardd.adapters import AdapterConfigError, build_adapter
+from wardd.adapters._config import seconds_problem
 from wardd.protocol import DEFAULT_MAX_FRAME, MAX_MAX_FRAME, MIN_MAX_FRAME, is_id
 from wardd.protocol import default_socket_path as _default_socket_path
 
@@ -317,10 +318,9 @@ def _uint(file: str, key: str, value: Any, *, minimum: int = 0, maximum: int | N
 
 
 def _seconds(file: str, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(file, key, f"must be a number of seconds, not {type(value).__name__}")
-    if value <= 0 or value != value or value > 10**7:
-        raise ConfigError(file, key, f"must be a positive number of seconds, not {value}")
+    problem = seconds_problem(value)
+    if problem is not None:
+        raise ConfigError(file, key, problem)
     return float(value)
 
 
