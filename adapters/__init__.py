@@ -34,7 +34,8 @@ from ._echo import EchoAdapter, echo_adapter
 from ._registry import _BUILT_IN, ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter, built_in
 
 if TYPE_CHECKING:
-    from ._cli import CliAdapter, SecretFile
+    from ._cli import CliAdapter
+    from ._config import SecretFile
     from ._file_append import FileAppendAdapter
     from ._http import HttpAdapter
     from ._mcp import McpAdapter
@@ -49,7 +50,7 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return built_in(_LAZY[name])
     if name == "SecretFile":
-        from ._cli import SecretFile
+        from ._config import SecretFile
 
         return SecretFile
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -85,6 +85,7 @@ from ._base import (
     Receipt,
     ReceiptAnswer,
 )
+from ._config import SecretFile
 
 _KEYS = ("adapter", "argv", "max_arg_bytes", "no_effect_exits", "timeout_s", "env", "receipt_argv")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -92,7 +93,6 @@ STDERR_TAIL_BYTES = 4096
 FRAME_RESERVE = 65536  # room left in a frame beside stdout: stdout is bounded to max_frame - 64 KiB
 RECEIPT_TIMEOUT_S = 30.0
 RECEIPT_STDOUT_BYTES = 4096
-SECRET_FILE_MAX_BYTES = 65536
 _MESSAGE_TAIL_CHARS = 256
 _RECEIPT_WORDS: dict[bytes, ReceiptAnswer] = {
     b"executed": "executed",
@@ -102,30 +102,16 @@ _RECEIPT_WORDS: dict[bytes, ReceiptAnswer] = {
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-@attrs.frozen
-class SecretFile:
-    """An ``env`` value read from a file at each call; its content is a secret."""
-
-    path: str
-
-    def read(self, name: str) -> bytes:
-        """The secret, one trailing newline stripped; `DefiniteFailure` when unusable."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(SECRET_FILE_MAX_BYTES + 1)
-        except OSError as exc:
-            raise DefiniteFailure(
-                f"cannot read the secret file for {name} ({self.path}): {exc.strerror}"
-            ) from exc
-        if len(data) > SECRET_FILE_MAX_BYTES:
-            raise DefiniteFailure(f"the secret file for {name} ({self.path}) exceeds 64 KiB")
-        if data.endswith(b"\r\n"):
-            data = data[:-2]
-        elif data.endswith(b"\n"):
-            data = data[:-1]
-        if b"\0" in data:
-            raise DefiniteFailure(f"the secret file for {name} ({self.path}) holds a NUL byte")
-        return data
+def read_env_secret(name: str, secret: SecretFile) -> bytes:
+    """The ``env`` value ``name`` from its secret file; `DefiniteFailure` when unusable."""
+    try:
+        return secret.read()
+    except OSError as exc:
+        raise DefiniteFailure(
+            f"cannot read the secret file for {name} ({secret.path}): {exc.strerror}"
+        ) from exc
+    except ValueError as exc:
+        raise DefiniteFailure(f"the secret file for {name} ({secret.path}) {exc}") from None
 
 
 EnvValue = str | SecretFile
@@ -339,7 +325,7 @@ class CliAdapter:
         secrets: list[bytes] = []
         for name, value in self.env:
             if isinstance(value, SecretFile):
-                secret = value.read(name)
+                secret = read_env_secret(name, value)
                 env[name] = secret
                 if secret:
                     secrets.append(secret)

@@ -12,7 +12,39 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import attrs
+
 from ._base import DEFAULT_MAX_ARG_BYTES, AdapterConfigError
+
+#: The largest secret file read (a token, a key): more is a mistake.
+SECRET_FILE_MAX_BYTES = 65536
+
+
+@attrs.frozen
+class SecretFile:
+    """A ``{file = "/abs/path"}`` value of an act's table (a ``cli`` or ``mcp``
+    ``env`` value, an ``http`` header): a secret, read from its file at each
+    use, whose content is never recorded, logged or shown."""
+
+    path: str
+
+    def read(self, *, header: bool = False) -> bytes:
+        """The secret, one trailing newline stripped; `OSError` when the file
+        cannot be read, `ValueError` (saying why) when its content is unusable:
+        over 64 KiB, a NUL byte, or for a ``header`` a CR or LF byte."""
+        with open(self.path, "rb") as f:
+            data = f.read(SECRET_FILE_MAX_BYTES + 1)
+        if len(data) > SECRET_FILE_MAX_BYTES:
+            raise ValueError("exceeds 64 KiB")
+        if data.endswith(b"\r\n"):
+            data = data[:-2]
+        elif data.endswith(b"\n"):
+            data = data[:-1]
+        if header and (b"\0" in data or b"\r" in data or b"\n" in data):
+            raise ValueError("holds a NUL, CR or LF byte (not allowed in a header value)")
+        if b"\0" in data:
+            raise ValueError("holds a NUL byte")
+        return data
 
 
 def refuse_unknown_keys(table: Mapping[str, Any], allowed: Iterable[str]) -> None:

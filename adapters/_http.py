@@ -115,6 +115,7 @@ from ._base import (
     Receipt,
     SentCall,
 )
+from ._config import SecretFile
 from ._http_replay import REPLAY, Replay, replay_record
 from ._http_replay import answer as replay_answer
 from ._http_wire import (
@@ -122,7 +123,6 @@ from ._http_wire import (
     Connection,
     FramedConnection,
     FramedTlsConnection,
-    HeaderSecret,
     HeaderValue,
     ResponseCut,
 )
@@ -276,9 +276,9 @@ def _parse_header_value(value: object, key: str) -> HeaderValue:
                 raise AdapterConfigError(f"{key}.{inner}", "unknown key")
         if "file" not in value:
             raise AdapterConfigError(f"{key}.file", "missing (the secret file's absolute path)")
-        secret = HeaderSecret(_config.absolute_path(value["file"], f"{key}.file"))
+        secret = SecretFile(_config.absolute_path(value["file"], f"{key}.file"))
         try:
-            secret.read()  # at build: check-config and the start find a bad file
+            secret.read(header=True)  # at build: check-config and the start find a bad file
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             raise AdapterConfigError(
@@ -745,9 +745,9 @@ class HttpAdapter:
         out: dict[str, str] = {}
         secrets: list[bytes] = []
         for name, value in items:
-            if isinstance(value, HeaderSecret):
+            if isinstance(value, SecretFile):
                 try:
-                    data = value.read()
+                    data = value.read(header=True)
                 except (OSError, ValueError) as exc:
                     why = getattr(exc, "strerror", None) or str(exc)
                     raise DefiniteFailure(

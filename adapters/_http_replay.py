@@ -40,7 +40,8 @@ from typing import Any, Final
 import attrs
 
 from ._base import Receipt, SentCall
-from ._http_wire import BAD_VALUE, HeaderSecret, HeaderValue
+from ._config import SecretFile
+from ._http_wire import BAD_VALUE, HeaderValue
 
 __all__ = ["REPLAY", "Replay", "answer", "replay_record"]
 
@@ -114,7 +115,7 @@ def _header(item: object) -> tuple[str, HeaderValue]:
     if isinstance(value, str) and not BAD_VALUE.search(value):
         return name, value
     if isinstance(value, Mapping) and set(value) == {"file"} and isinstance(value["file"], str):
-        return name, HeaderSecret(value["file"])
+        return name, SecretFile(value["file"])
     raise ValueError("not a header value")
 
 

@@ -1,8 +1,8 @@
 """What the ``http`` adapter puts on the wire and takes from it, beside urllib3 (contract §6).
 
-`HeaderSecret` is a header value read from a file: a secret. The rest of
-this module is the rule that a response is an answer only once its own
-framing has ended.
+`HeaderValue` is a header value: a string, or a secret read from its file
+(`wardd.adapters._config.SecretFile`). The rest of this module is the rule
+that a response is an answer only once its own framing has ended.
 
 http.client (under urllib3) reads a response leniently: an end of file in
 the header block is taken for the block's end, and a body with neither a
@@ -38,48 +38,25 @@ import re
 import socket
 from typing import Any
 
-import attrs
 from urllib3.connection import HTTPConnection, HTTPSConnection
+
+from ._config import SecretFile
 
 __all__ = [
     "BAD_VALUE",
-    "SECRET_FILE_MAX_BYTES",
     "Connection",
     "FramedConnection",
     "FramedResponse",
     "FramedTlsConnection",
-    "HeaderSecret",
     "HeaderValue",
     "ResponseCut",
 ]
 
 _BLANK = (b"\r\n", b"\n")  # the lines that end a header block or a trailer (http.client's)
-SECRET_FILE_MAX_BYTES = 65536
 BAD_VALUE = re.compile(r"[\x00\r\n]")  # never in a header value
 
 
-@attrs.frozen
-class HeaderSecret:
-    """A header value read from a file; its content is a secret."""
-
-    path: str
-
-    def read(self) -> bytes:
-        """The value, one trailing newline stripped; `OSError` or `ValueError` when unusable."""
-        with open(self.path, "rb") as f:
-            data = f.read(SECRET_FILE_MAX_BYTES + 1)
-        if len(data) > SECRET_FILE_MAX_BYTES:
-            raise ValueError("exceeds 64 KiB")
-        if data.endswith(b"\r\n"):
-            data = data[:-2]
-        elif data.endswith(b"\n"):
-            data = data[:-1]
-        if BAD_VALUE.search(data.decode("latin-1")):
-            raise ValueError("holds a NUL, CR or LF byte (not allowed in a header value)")
-        return data
-
-
-HeaderValue = str | HeaderSecret
+HeaderValue = str | SecretFile
 
 
 class ResponseCut(Exception):

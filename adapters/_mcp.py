@@ -85,7 +85,8 @@ from ._base import (
     OutcomeUnknown,
     Receipt,
 )
-from ._cli import EnvValue, SecretFile, _base_environment, _parse_env
+from ._cli import EnvValue, _base_environment, _parse_env, read_env_secret
+from ._config import SecretFile
 from ._mcp_link import Endpoint, Link, Reply, ToolCall
 
 __all__ = ["McpAdapter", "decode_args", "judge"]
@@ -417,7 +418,7 @@ class McpAdapter:
         secrets: list[bytes] = []
         for name, value in self.env:
             if isinstance(value, SecretFile):
-                data = value.read(name)
+                data = read_env_secret(name, value)
                 env[name] = data.decode("utf-8", "surrogateescape")
                 if data:
                     secrets.append(data)
@@ -430,7 +431,7 @@ class McpAdapter:
         for name, value in self.env:
             if isinstance(value, SecretFile):
                 try:
-                    data = value.read(name)
+                    data = read_env_secret(name, value)
                 except DefiniteFailure:
                     continue
                 if data:
