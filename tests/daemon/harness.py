@@ -19,12 +19,12 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 import weakref
 from pathlib import Path
 from typing import Any
 
 from tests import _leftovers
+from tests._poll import wait_for
 from wardd.client import Client, Neuron
 from wardd.daemon.store.counters import Counters, count_afresh
 from wardd.daemon.store.schema import SCHEMA_VERSION
@@ -454,17 +454,6 @@ def boot_row(env: Env, boot: str | None) -> tuple[Any, Any]:
         db.close()
 
 
-def wait_for(pred: Any, timeout: float = 20.0, what: str = "condition") -> None:
-    """Bounded polling of an outside process's effect (a file, a state, a
-    status field): the observable the test waits on, never a fixed sleep."""
-
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 class Background:
     """A blocking call run on a thread, its result taken later.
 
@@ -615,11 +604,6 @@ class Hold:
         self.fds.clear()
         for point in self.points:
             (self.dir / point).unlink(missing_ok=True)
-
-
-def poll_until(pred: Any, what: str, timeout: float = 20.0) -> None:
-    """`wait_for` with the description first."""
-    wait_for(pred, timeout, what)
 
 
 # A stand-in for systemd's socket activation: dup the given fd to 3, set

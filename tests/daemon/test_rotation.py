@@ -29,7 +29,7 @@ from tests.daemon.harness import (
     ReadLease,
     code_of,
     key,
-    poll_until,
+    wait_for,
 )
 
 DATA = Path(__file__).parent.parent / "data"
@@ -51,7 +51,7 @@ def hold_after_claim(d: Daemon, actor: Actor, op: str) -> ReadLease:
     lease = ReadLease(d.env.ledger)
     try:
         invoke_in_background(actor, op)
-        poll_until(lease.breaking, "the file.append call to wait for its file")
+        wait_for(lease.breaking, what="the file.append call to wait for its file")
     except BaseException:
         lease.release()
         raise
@@ -201,7 +201,7 @@ class TestReconfiguration:
         a = Actor(d, acts=("notes",))
         a.submit("op", "notes")
         invoke_in_background(a, "op")
-        poll_until(env.started_marker("op").exists, "the cli act to run")
+        wait_for(env.started_marker("op").exists, what="the cli act to run")
         d.kill()
         env.open_gate("op")
         env.acts["notes"] = {"adapter": "file.append", "path": str(env.ledger)}
@@ -225,7 +225,7 @@ class TestReconfiguration:
         }
         d.env.write_config()
         restart(d, a)
-        poll_until(lambda: a.read("status")["receipts_pending"] == 0, "the cli receipts")
+        wait_for(lambda: a.read("status")["receipts_pending"] == 0, what="the cli receipts")
         assert a.state("op") == "unknown"
         answer, detail = hint(a, "op")
         assert answer == "executed" and "claimed under adapter 'file.append'" in detail

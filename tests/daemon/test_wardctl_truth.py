@@ -6,7 +6,6 @@ import contextlib
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon._wardctl import environ, set_up, wardctl
-from tests.daemon.harness import Env
+from tests.daemon.harness import Env, wait_for
 from wardd.client import Client
 
 # wardctl as a terminal starts a foreground job: SIGINT at its default, which
@@ -65,10 +64,7 @@ def answered(client: Client) -> float:
 
 
 def wait_for_file(path: Path, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+    wait_for(path.exists, within, f"{path} to appear")
 
 
 class TestLostAnswers:

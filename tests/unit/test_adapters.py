@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
+from tests._poll import file_written
 from wardd.adapters import (
     ActRequest,
     AdapterConfigError,
@@ -77,13 +78,8 @@ def wait_dead(pid: int, within: float = 10.0) -> bool:
 
 
 def wait_for_file(path: Path, within: float = 30.0) -> str:
-    """Poll (bounded) until a child process has written ``path``."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().endswith("\n"):
-            return path.read_text()
-        time.sleep(0.01)
-    raise AssertionError(f"{path} was not written in time")
+    """Poll (bounded) until a child process has written ``path``, a whole line."""
+    return file_written(path, within, line=True)
 
 
 class TestEcho:

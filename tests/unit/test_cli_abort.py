@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from tests._poll import file_written
 from wardd.adapters import ActRequest, CallAborted, CliAdapter, OutcomeUnknown, build_adapter
 from wardd.adapters._process import ProcessGroups
 
@@ -33,11 +33,7 @@ def cli(script: str) -> CliAdapter:
 
 def wait_for_file(path: Path, timeout: float = 20.0) -> str:
     """Bounded polling of a file the child writes (the real event)."""
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)
-    return path.read_text().strip()
+    return file_written(path, timeout).strip()
 
 
 class TestCliAbort:

@@ -6,21 +6,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests import _leftovers
+from tests._poll import file_written
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_for_pid(path: Path, within: float = 30.0) -> int:
     """The pid a child wrote to ``path`` (bounded polling of the child's effect)."""
-    deadline = time.monotonic() + within
-    while not (path.exists() and path.read_text().endswith("\n")):
-        assert time.monotonic() < deadline, f"{path} was not written"
-        time.sleep(0.01)
-    return int(path.read_text())
+    return int(file_written(path, within, line=True))
 
 
 class TestEnd:
