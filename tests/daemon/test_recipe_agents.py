@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import re
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests._recipes import recipe_block, recipe_section
 from tests.daemon.harness import Actor, Env
 from wardd.client import ActFailed, GuardedTool, MayHaveRun, arguments_key, canonical_arguments
 from wardd.protocol import OpConflict
@@ -25,16 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def section() -> str:
-    text = (ROOT / "docs" / "recipes.md").read_text()
-    start = text.index("## Guard an agent's tools in Python")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+    return recipe_section("Guard an agent's tools in Python")
 
 
 def block(language: str, containing: str) -> str:
-    blocks = re.findall(rf"^```{language}\n(.*?)^```", section(), re.M | re.S)
-    (found,) = [b for b in blocks if containing in b]
-    return found
+    return recipe_block("Guard an agent's tools in Python", language, containing)
 
 
 def module(folder: Path, name: str, source: str) -> ModuleType:

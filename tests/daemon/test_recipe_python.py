@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._recipes import recipe_block, recipe_section
 from tests.daemon.harness import Env, run_wardctl
 from wardd.adapters import PythonAdapter, Receipt, build_adapter
 
@@ -17,16 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def section() -> str:
-    text = (ROOT / "docs" / "recipes.md").read_text()
-    start = text.index("## Guard a Python function")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+    return recipe_section("Guard a Python function")
 
 
 def block(language: str, containing: str) -> str:
-    blocks = re.findall(rf"^```{language}\n(.*?)^```", section(), re.M | re.S)
-    (found,) = [b for b in blocks if containing in b]
-    return found
+    return recipe_block("Guard a Python function", language, containing)
 
 
 def commands(after: str) -> list[list[str]]:

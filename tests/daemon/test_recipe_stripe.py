@@ -13,7 +13,6 @@ shorter than the page's 5 s: the page leaves time to type ``kill -9``.
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests._recipes import recipe_block, recipe_section
 from tests.daemon.harness import Actor, Background, Env, key, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,16 +32,11 @@ PAGE_PORT = "8081"
 
 
 def section() -> str:
-    text = (ROOT / "docs" / "recipes.md").read_text()
-    start = text.index("## Guard a Stripe-style API")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+    return recipe_section("Guard a Stripe-style API")
 
 
 def block(language: str, containing: str) -> str:
-    blocks = re.findall(rf"^```{language}\n(.*?)^```", section(), re.M | re.S)
-    (found,) = [b for b in blocks if containing in b]
-    return found
+    return recipe_block("Guard a Stripe-style API", language, containing)
 
 
 def free_port() -> int:
