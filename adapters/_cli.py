@@ -42,7 +42,7 @@ Decisions:
   ``WARDD_ACT``, ``WARDD_IDEMPOTENCY_KEY`` and ``WARDD_BOOT`` (the boot of
   the daemon that claimed the call: with the key, it tells a later start
   of the same database that a program left running is its own orphan, not
-  another daemon's program; see `wardd.daemon._orphans`), and with tracing
+  another daemon's program; see `wardd.daemon.life.orphans`), and with tracing
   on, ``TRACEPARENT`` and ``TRACESTATE`` (the dispatch span's W3C trace
   context). ``env`` may not name
   ``WARDD_*``, ``NOTIFY_SOCKET`` or ``LISTEN_*``. The working directory is the

@@ -71,7 +71,7 @@ from typing import Any
 import attrs
 import structlog
 
-from wardd.daemon._records import wire_safe
+from wardd.daemon.store.encoding import wire_safe
 from wardd.protocol import RECEIPT_ANSWERS
 
 from . import _config

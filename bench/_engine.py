@@ -1,8 +1,8 @@
 """The engine floor: the daemon's own writer units in a plain loop.
 
 The same SQL and the same two ``synchronous=FULL`` commits per dispatch as
-a guarded ``invoke`` (``_units.invoke_claim``, then the ``echo`` call, then
-``_units.outcome``, each in ``BEGIN IMMEDIATE; SAVEPOINT; …; COMMIT`` like
+a guarded ``invoke`` (``attempt_units.invoke_claim``, then the ``echo`` call, then
+``attempt_units.outcome``, each in ``BEGIN IMMEDIATE; SAVEPOINT; …; COMMIT`` like
 the writer), on the daemon's connection settings, but with no socket, no
 event loop, no threads and no signature. It tells how much of a dispatch is
 the database work itself. It uses private modules of ``wardd.daemon``; if
@@ -45,8 +45,8 @@ def prepare_db(root: Path, n: int) -> tuple[Path, Actor]:
 def run(
     db: Path, actor: Actor, start: int, n: int, *, count_frames: bool = False
 ) -> dict[str, Any]:
-    from wardd.daemon import _units
-    from wardd.daemon._records import dec
+    from wardd.daemon.dispatch import attempt_units
+    from wardd.daemon.store.encoding import dec
     from wardd.daemon.store.writer import connect
 
     conn = connect(db)
@@ -58,7 +58,7 @@ def run(
             (actor.id,),
         ).fetchone()
         desc = dec(row["placement"])
-        ctx = _units.BootContext(
+        ctx = attempt_units.BootContext(
             boot=desc["executor"]["boot"],
             network="bench",
             advertised={row["placement_digest"]: desc},
@@ -88,10 +88,10 @@ def run(
                 "placement_generation": row["placement_generation"],
                 "expected_epoch": row["epoch"],
             }
-            ref = unit(_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None))
+            ref = unit(attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None))
             if isinstance(ref, Exception) or isinstance(ref, str):
                 raise RuntimeError(f"invoke_claim refused: {ref!r}")
-            unit(_units.outcome(ref, "succeeded", ref.args, None, "adapter"))
+            unit(attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter"))
         elapsed = time.perf_counter() - t0
         out: dict[str, Any] = {
             "rate": n / elapsed,

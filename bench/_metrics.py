@@ -1,7 +1,7 @@
 """The metrics' cost on the hot path: the CPU one guarded ``invoke`` adds by
 being counted, paired against the same loop uncounted.
 
-One invoke makes exactly these calls into ``wardd.daemon._metrics.Metrics``
+One invoke makes exactly these calls into ``wardd.daemon.observe.metrics.Metrics``
 (on three threads in the daemon; their CPU adds up the same on one): the
 request counter and the dispatch histogram around ``Router.handle``
 (``counting`` and ``dispatching``), the act histogram (``act_call``), and
@@ -42,7 +42,7 @@ def _drive(fn: Any, req: Any, n: int) -> float:
 
 def added_us(reps: int, n: int) -> list[float]:
     """Per repetition: the CPU µs one invoke's metrics calls add."""
-    from wardd.daemon._metrics import Metrics
+    from wardd.daemon.observe.metrics import Metrics
 
     m = Metrics(boot="b" * 32, version="bench", previous_boot_clean=True, methods=["invoke"])
     claim_moves = [("echo", "prepared"), ("echo", "running")]

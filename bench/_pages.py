@@ -89,8 +89,8 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
     ``backlog`` more ops pending (as in the sequential section)."""
     from _engine import prepare_db
 
-    from wardd.daemon import _units
-    from wardd.daemon._records import dec
+    from wardd.daemon.dispatch import attempt_units
+    from wardd.daemon.store.encoding import dec
     from wardd.daemon.store.writer import connect
 
     db, actor = prepare_db(root, n + backlog)
@@ -104,7 +104,7 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
             (actor.id,),
         ).fetchone()
         desc = dec(row[0])
-        ctx = _units.BootContext(
+        ctx = attempt_units.BootContext(
             boot=desc["executor"]["boot"],
             network="bench",
             advertised={row[1]: desc},
@@ -128,10 +128,12 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
                 "placement_generation": row[2],
                 "expected_epoch": row[3],
             }
-            ref = unit("claim", _units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None))
-            if not isinstance(ref, _units.AttemptRef):
+            ref = unit(
+                "claim", attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)
+            )
+            if not isinstance(ref, attempt_units.AttemptRef):
                 raise RuntimeError(f"invoke_claim refused: {ref!r}")
-            unit("outcome", _units.outcome(ref, "succeeded", ref.args, None, "adapter"))
+            unit("outcome", attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter"))
         names = _names(conn)
         conn.execute("PRAGMA wal_autocheckpoint=1000")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -135,10 +135,10 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
     """A database in ``root`` with ``n`` finished (consumed) ops of the
     first of ``len(pending)`` bound neurons (``args`` each), and ``pending[k]``
     submitted ops ``lat{i}`` of neuron ``k``; returns (database, actors)."""
-    from wardd.daemon import _units
-    from wardd.daemon import _units_mgmt as mgmt
-    from wardd.daemon._records import dec
+    from wardd.daemon.dispatch import attempt_units
+    from wardd.daemon.dispatch import management_units as mgmt
     from wardd.daemon.store.counters import snapshot_afresh
+    from wardd.daemon.store.encoding import dec
     from wardd.daemon.store.writer import connect
 
     d = Daemon(root, workers=2, retention_s=0)
@@ -160,7 +160,7 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
         (actor.id,),
     ).fetchone()
     desc = dec(row["placement"])
-    ctx = _units.BootContext(
+    ctx = attempt_units.BootContext(
         boot=desc["executor"]["boot"],
         network="bench",
         advertised={row["placement_digest"]: desc},
@@ -180,10 +180,12 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
                     "placement_generation": row["placement_generation"],
                     "expected_epoch": row["epoch"],
                 }
-                ref = _units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(conn)
-                if not isinstance(ref, _units.AttemptRef):
+                ref = attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(
+                    conn
+                )
+                if not isinstance(ref, attempt_units.AttemptRef):
                     raise RuntimeError(f"invoke_claim refused: {ref!r}")
-                _units.outcome(ref, "succeeded", ref.args, None, "adapter")(conn)
+                attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter")(conn)
                 mgmt.consume(actor.id, op)(conn)
             conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")

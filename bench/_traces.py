@@ -1,7 +1,7 @@
 """The traces' cost on the hot path: the CPU one guarded ``invoke`` adds when
 ``[tracing] exporter = "otlp"``, paired against the same loop untraced.
 
-One invoke makes exactly these calls into the tracer (``wardd.daemon._tracing``,
+One invoke makes exactly these calls into the tracer (``wardd.daemon.observe.tracing``,
 ``_otel``): ``incoming`` and the ``Dispatch`` evolved with its ``TraceIn``
 (``Dispatcher.run``, on the event loop); ``dispatch`` (the span's start), the
 claim record's ``trace`` key, ``claimed`` and ``ended`` (on the worker). Each
@@ -48,10 +48,10 @@ def added_us(reps: int, chunks: int) -> tuple[list[float], list[float]]:
     serve it, and the process's CPU µs with the export included."""
     import attrs
 
-    from wardd.daemon._tracing import CLAIM_KEY, make_tracer
     from wardd.daemon.config import TracingConfig
     from wardd.daemon.core.records import AttemptRef
-    from wardd.daemon.dispatch import Dispatch, Invoke
+    from wardd.daemon.dispatch.dispatches import Dispatch, Invoke
+    from wardd.daemon.observe.tracing import CLAIM_KEY, make_tracer
 
     server = subprocess.Popen([sys.executable, "-c", COLLECTOR], stdout=subprocess.PIPE)
     try:

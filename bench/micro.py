@@ -172,7 +172,7 @@ def bench_hostile() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _hostile
 
-    from wardd.daemon.server import INLINE_DECODE_BYTES
+    from wardd.daemon.wire.server import INLINE_DECODE_BYTES
     from wardd.protocol import BadFrame
 
     print(
@@ -219,7 +219,7 @@ def bench_hostile() -> None:
 
 def bench_wire() -> None:
     print("\n== wire: framing, request shape, reply encoding")
-    from wardd.daemon.server import encode_reply
+    from wardd.daemon.wire.server import encode_reply
 
     body = request_bodies()["signed invoke request (%d B)"]
     frame = len(body).to_bytes(4, "big") + body
@@ -232,12 +232,12 @@ def bench_wire() -> None:
     show("FrameDecoder.feed + next_body (one whole frame)", per_call(feed_next, 20000))
     item = decode_item(body)
     show("parse_request", per_call(lambda: parse_request(item), 20000))
-    from wardd.daemon._params import check_params
-    from wardd.daemon.handlers import METHODS
+    from wardd.daemon.dispatch.handlers import METHODS
+    from wardd.daemon.wire.params import check_params
 
     params, spec = item["params"], METHODS["invoke"].params
     show(
-        "check_params of the signed invoke (daemon/_params.py)",
+        "check_params of the signed invoke (daemon/wire/params.py)",
         per_call(lambda: check_params(spec, params, signed=True), 20000),
     )
     reply = {
@@ -261,7 +261,7 @@ def bench_registration() -> None:
     import tempfile
     from pathlib import Path
 
-    from wardd.daemon import _units_mgmt as mgmt
+    from wardd.daemon.dispatch import management_units as mgmt
     from wardd.daemon.store.reads import Reads
     from wardd.daemon.store.schema import migrate
     from wardd.daemon.store.writer import connect, connect_reader

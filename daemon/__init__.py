@@ -22,9 +22,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .app import VERSION, Daemon
     from .cli import main
     from .config import Config, ConfigError, load_config, parse_config
+    from .life.app import VERSION, Daemon
 
 __all__ = [
     "VERSION",
@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 _MODULE_OF = {
-    "VERSION": "app",
-    "Daemon": "app",
+    "VERSION": "life.app",
+    "Daemon": "life.app",
     "main": "cli",
     "Config": "config",
     "ConfigError": "config",

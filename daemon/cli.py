@@ -12,7 +12,7 @@ first three, which a restart cannot fix):
 - 70 fail-stop (an outcome could not be stored);
 - 1 another start-up failure;
 - 0 a clean stop on SIGTERM, SIGINT, SIGHUP or SIGQUIT (see
-  `wardd.daemon._signals`).
+  `wardd.daemon.life.signals`).
 
 ``wardd mcp`` (an MCP server, a client of the daemon: `wardd.client.mcpserver`) has
 statuses of its own: 0, 78 and 1, as `wardd.client.mcpserver._cli` says.
@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 import trio
 
-from wardd.daemon._logging import StderrLogger, configure_logging
+from wardd.daemon.observe.logs import StderrLogger, configure_logging
 
 EXIT_CONFIG = 78
 EXIT_LOCKED = 75
@@ -48,7 +48,7 @@ __all__ = ["StderrLogger", "configure_logging", "main", "run"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from wardd.daemon.app import VERSION
+    from wardd.daemon.life.app import VERSION
 
     p = argparse.ArgumentParser(
         prog="wardd",
@@ -131,7 +131,7 @@ def _mcp_parser(sub: Any) -> None:
 
 
 def _run_mcp(args: argparse.Namespace) -> int:
-    from wardd.daemon.app import VERSION
+    from wardd.daemon.life.app import VERSION
 
     try:
         from wardd.client.mcpserver import run_mcp
@@ -171,7 +171,7 @@ def _units_parser(sub: Any) -> None:
 
 
 def _install_units(args: argparse.Namespace) -> int:
-    from wardd.daemon import _install_units as units
+    from wardd.daemon import install_units as units
 
     command = units.running_wardd(sys.argv[0], sys.executable)
     config = os.path.abspath(args.config) if args.config else None
@@ -244,10 +244,10 @@ def _config_warnings(cfg: Any) -> list[str]:
 
 
 def run(cfg: object) -> int:
-    from wardd.daemon._lock import LockHeld
-    from wardd.daemon._signals import EarlySignals
-    from wardd.daemon.app import Daemon
     from wardd.daemon.config import Config
+    from wardd.daemon.life.app import Daemon
+    from wardd.daemon.life.lock import LockHeld
+    from wardd.daemon.life.signals import EarlySignals
     from wardd.daemon.store.schema import SchemaTooNew, SQLiteTooOld, check_sqlite
 
     assert isinstance(cfg, Config)
@@ -303,7 +303,7 @@ def _preflight(cfg: Any, log: Any) -> int | None:
     path that is not a socket (78) or a socket something listens on (75)
     refuses the start.
     """
-    from wardd.daemon._activation import listen_fds
+    from wardd.daemon.wire.activation import listen_fds
 
     try:
         passed = listen_fds(dict(os.environ))  # a copy: the daemon reads them again

@@ -13,8 +13,8 @@ from pathlib import Path
 from argparse_manpage.manpage import Manpage
 
 from wardd.client.wardctl import build_parser
-from wardd.daemon.app import VERSION
 from wardd.daemon.cli import _parser
+from wardd.daemon.life.app import VERSION
 
 HERE = Path(__file__).resolve().parent
 PAGES = {"wardd": _parser, "wardctl": build_parser}

@@ -38,7 +38,7 @@ strings, arrays and maps are well-formed and accepted. Arrays decode to
 The work is linear in the body's length whatever its shape (no step is
 worse than a dict insertion of a randomly hashed key); the daemon bounds
 what one frame may cost its event loop by decoding only small bodies there
-(`wardd.daemon.server`).
+(`wardd.daemon.wire.server`).
 
 `reference_decode` is that decoder: the definition of what is accepted and
 the source of every `BadFrame` message. `decode_item` first tries a fast

@@ -15,7 +15,7 @@ after every test with these helpers, and ends what is left.
   walk has passed it, and a child whose parent died first is still ended
   (it is known by its name, not found through its parent).
 
-Linux only, like the daemon's orphan search (``daemon/_orphans.py``).
+Linux only, like the daemon's orphan search (``daemon/life/orphans.py``).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import anyio
 import structlog
 
 from wardd.client import KeyFileError, Neuron
-from wardd.daemon._logging import configure_logging
 from wardd.daemon.config import ConfigError, loopback_listen
+from wardd.daemon.observe.logs import configure_logging
 
 from ._config import McpConfig, http_token, load_mcp_config
 from ._guard import Guard, SetUpFailed

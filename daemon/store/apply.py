@@ -15,10 +15,10 @@ from typing import Any
 
 from wardd.protocol import ClaimConflict, Internal
 
-from .._records import enc, enc_value, now
 from ..core import changes as ch
 from ..core.records import Op
 from .counters import note
+from .encoding import enc, enc_value, now
 from .schema import COLUMNS, LAST_SEQ
 
 __all__ = ["MOVES", "apply"]

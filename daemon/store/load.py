@@ -12,7 +12,6 @@ from typing import Any
 
 from wardd.protocol import AttemptState, OpState, ProgState
 
-from .._records import dec
 from ..core.records import (
     Attempt,
     Grant,
@@ -25,6 +24,7 @@ from ..core.records import (
     Reservation,
     Tombstone,
 )
+from .encoding import dec
 from .schema import COLUMNS
 
 __all__ = [

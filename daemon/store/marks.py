@@ -35,9 +35,9 @@ from typing import Any, NamedTuple
 
 from wardd.protocol import AttemptState, OpState
 
-from .._records import enc, now
 from .apply import MOVES, NEXT_SEQ
 from .counters import note_marked
+from .encoding import enc, now
 from .load import _ATTEMPT_STATE, _OP_STATE
 from .schema import attempts_in
 

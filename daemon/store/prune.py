@@ -49,9 +49,9 @@ import trio
 
 from wardd.protocol import WarddError
 
-from .._records import now
 from ..core.ops import args_digest
 from .counters import note_pruned
+from .encoding import now
 from .writer import Unit, connect_reader
 
 __all__ = [

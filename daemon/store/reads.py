@@ -19,9 +19,9 @@ import attrs
 from wardd.adapters import SentCall, idempotency_key
 from wardd.protocol import UnknownNeuron, UnknownOperation, UnknownProg, encode_item
 
-from .._records import dec
-from .._tracing import AttemptTrace, stored_traceparent
 from ..core.records import Grant
+from ..observe.tracing import AttemptTrace, stored_traceparent
+from .encoding import dec
 from .prune import to_ms, tombstone_row, tombstone_view
 from .schema import OP_LIFE, OP_RECORDS, attempts_in
 

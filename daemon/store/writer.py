@@ -37,7 +37,7 @@ import structlog
 
 from wardd.protocol import Internal, WarddError
 
-from .._bridge import wait_future
+from ..life.bridge import wait_future
 from .apply import MOVES
 from .counters import NOTES, Counters
 

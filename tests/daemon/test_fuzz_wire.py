@@ -370,13 +370,13 @@ wire_values = st.recursive(scalars, _containers, max_leaves=20)
 
 
 def _all_methods() -> list[str]:
-    from wardd.daemon.handlers import METHODS
+    from wardd.daemon.dispatch.handlers import METHODS
 
     return sorted({*METHODS, "hello"})
 
 
 def _all_param_names() -> list[str]:
-    from wardd.daemon.handlers import METHODS
+    from wardd.daemon.dispatch.handlers import METHODS
 
     names = {"neuron", "sig", "network", "protocol", "client"}
     for method in METHODS.values():
@@ -571,7 +571,7 @@ def fuzz_odd_bodies(t: Target, examples: int) -> None:
     case()
 
 
-#: Per signed-param check in daemon/_params.py, values it must refuse.
+#: Per signed-param check in daemon/wire/params.py, values it must refuse.
 WRONG = {
     "uint": [-1, 2**63, True, "1", 1.0, None, b"\x01", [1]],
     "id": ["", "a b", "x" * 129, "é", 5, None, b"op", ["op"]],

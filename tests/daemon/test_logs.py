@@ -10,7 +10,7 @@ from typing import Any
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
 from tests.daemon.harness import Actor, Daemon, Env, wait_for
 from tests.doc_tables import documented_fields
-from wardd.daemon._logging import PRIORITY
+from wardd.daemon.observe.logs import PRIORITY
 
 
 def events(d: Daemon, name: str) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
 from tests.daemon.harness import Actor, Env, run_wardctl, wait_for
-from wardd.daemon._metrics import CONTENT_TYPE, SERIES
-from wardd.daemon._metrics_http import BUSY_LOG_INTERVAL_S, MAX_SCRAPERS
+from wardd.daemon.observe.metrics import CONTENT_TYPE, SERIES
+from wardd.daemon.observe.metrics_http import BUSY_LOG_INTERVAL_S, MAX_SCRAPERS
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 FAST_PRUNE = {"retention_s": 1, "prune_interval_s": 1}

@@ -29,7 +29,7 @@ class TestBuiltInAdaptersLoadWhenUsed:
             c.call("status")
         assert d.terminate() == 0
         modules = imported(d.log_text())
-        assert "wardd.daemon.app" in modules  # the lines are there
+        assert "wardd.daemon.life.app" in modules  # the lines are there
         assert not {m for m in modules if m.split(".")[0] == "urllib3"}
         assert not {m for m in modules if m.split(".")[0] in ("mcp", "mcp_types", "pydantic")}
 
@@ -57,7 +57,7 @@ class TestTheMcpSdkStaysOut:
             c.call("status")
         assert d.terminate() == 0
         modules = imported(d.log_text())
-        assert "wardd.daemon.app" in modules
+        assert "wardd.daemon.life.app" in modules
         assert not {m for m in modules if m.split(".")[0] in SDK_TOP}
 
     def test_the_client_library_never_imports_it(self):
@@ -87,9 +87,9 @@ class TestTracingLoadsWhenOn:
         assert a.invoke("op")["status"] == "succeeded"
         assert d.terminate() == 0
         modules = imported(d.log_text())
-        assert "wardd.daemon.app" in modules
+        assert "wardd.daemon.life.app" in modules
         assert not {m for m in modules if m.split(".")[0] == "opentelemetry"}
-        assert "wardd.daemon._otel" not in modules
+        assert "wardd.daemon.observe.otel" not in modules
 
     def test_tracing_on_imports_it(self, make_daemon):
         """The same check is not blind: with ``exporter = "otlp"`` the SDK loads."""

@@ -1,11 +1,12 @@
-"""The call-state table (`wardd.daemon._calls`): moves as data, tested without threads."""
+"""The call-state table (`wardd.daemon.dispatch.calls`): moves as data, tested without threads."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.unit._refs import attempt_ref
-from wardd.daemon._calls import (
+from wardd.daemon.core.records import AttemptRef
+from wardd.daemon.dispatch.calls import (
     CALL_MOVES,
     CallEnd,
     CallEvent,
@@ -14,7 +15,6 @@ from wardd.daemon._calls import (
     IllegalCallMove,
     move_call,
 )
-from wardd.daemon.core.records import AttemptRef
 
 P, E = CallPhase, CallEvent
 

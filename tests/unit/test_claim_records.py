@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wardd.adapters import build_adapter, echo_adapter
-from wardd.daemon._claims import adapter_kind, claim_record, receipt_question
+from wardd.daemon.dispatch.claims import adapter_kind, claim_record, receipt_question
 
 MAX_FRAME = 1 << 20
 

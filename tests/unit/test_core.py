@@ -16,11 +16,12 @@ import trio.testing
 
 import wardd.daemon
 from tests.unit._refs import attempt_ref
-from wardd.daemon import app, cli, config
-from wardd.daemon._units import AttemptRef
-from wardd.daemon.guard import GuardTable
+from wardd.daemon import cli, config
+from wardd.daemon.dispatch.attempt_units import AttemptRef
+from wardd.daemon.dispatch.guard import GuardTable
+from wardd.daemon.dispatch.tokens import DeadHandle, DispatchToken, TokenRegistry
+from wardd.daemon.life import app
 from wardd.daemon.store.writer import Writer, connect
-from wardd.daemon.tokens import DeadHandle, DispatchToken, TokenRegistry
 from wardd.protocol import BadRequest, Internal, TokenInvalid, TokenVoid
 
 REF = attempt_ref(1)
@@ -46,7 +47,7 @@ class TestPublicApi:
         command can take its signals over before that (names load on first use)."""
         code = (
             "import sys, wardd.daemon; "
-            "print(sorted(m for m in ('trio', 'wardd.daemon.app', 'wardd.daemon.config')"
+            "print(sorted(m for m in ('trio', 'wardd.daemon.life.app', 'wardd.daemon.config')"
             " if m in sys.modules))"
         )
         out = subprocess.run(

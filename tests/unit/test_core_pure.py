@@ -143,7 +143,7 @@ BAD_IMPORTS = [
     ("relative-store-module", "from .. import store"),
     ("absolute-store", "from wardd.daemon.store import apply"),
     ("daemon-writer", "from wardd.daemon import _writer"),
-    ("daemon-app", "import wardd.daemon.app"),
+    ("daemon-app", "import wardd.daemon.life.app"),
     ("client", "from wardd.client import Session"),
     ("in-function", "def f():\n    import sqlite3\n    return sqlite3"),
     (

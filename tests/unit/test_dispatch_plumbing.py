@@ -23,23 +23,23 @@ import trio.testing
 
 from wardd.adapters import CallAborted, echo_adapter
 from wardd.client import Neuron
-from wardd.daemon import _units
-from wardd.daemon import _units_mgmt as mgmt
-from wardd.daemon._bridge import ThreadReply
-from wardd.daemon._calls import CallEnd
-from wardd.daemon._lifecycle import void_shutdown
-from wardd.daemon._voids import Voids
-from wardd.daemon.descriptors import build_descriptors, check_descriptor
-from wardd.daemon.dispatch import Dispatch, Dispatcher, Execute, Invoke
-from wardd.daemon.guard import GuardTable
-from wardd.daemon.handlers import METHODS, Guard, Method
-from wardd.daemon.router import Authenticator, Lifecycle, Router, Services
+from wardd.daemon.dispatch import attempt_units
+from wardd.daemon.dispatch import management_units as mgmt
+from wardd.daemon.dispatch.calls import CallEnd
+from wardd.daemon.dispatch.descriptors import build_descriptors, check_descriptor
+from wardd.daemon.dispatch.dispatches import Dispatch, Dispatcher, Execute, Invoke
+from wardd.daemon.dispatch.guard import GuardTable
+from wardd.daemon.dispatch.handlers import METHODS, Guard, Method
+from wardd.daemon.dispatch.router import Authenticator, Lifecycle, Router, Services
+from wardd.daemon.dispatch.tokens import Tokens
+from wardd.daemon.dispatch.voids import Voids
+from wardd.daemon.dispatch.workers import WorkerPool
+from wardd.daemon.life.bridge import ThreadReply
+from wardd.daemon.life.lifecycle import void_shutdown
 from wardd.daemon.store.boots import record_boot
 from wardd.daemon.store.reads import Reads
 from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import Writer, connect, connect_reader
-from wardd.daemon.tokens import Tokens
-from wardd.daemon.workers import WorkerPool
 from wardd.protocol import (
     AttemptMismatch,
     BadRequest,
@@ -97,7 +97,7 @@ class World:
     dispatcher: Dispatcher
     voids: Voids
     life: Lifecycle
-    ctx: _units.BootContext
+    ctx: attempt_units.BootContext
     hold: HoldAdapter
     generations: dict[str, int]
     notified: list[tuple[str, dict[str, Any]]]
@@ -138,7 +138,7 @@ def world(tmp_path) -> Iterator[World]:
         workers=2, network=NETWORK, version="t", device="dev", boot=BOOT, act_bounds=bounds
     )
     digests = [canonical_digest(d) for d in descriptors]
-    ctx = _units.BootContext(
+    ctx = attempt_units.BootContext(
         boot=BOOT,
         network=NETWORK,
         advertised=dict(zip(digests, descriptors, strict=True)),
@@ -197,7 +197,7 @@ class TestWorkerPool:
     async def test_an_execute_claims_its_prepared_attempt(self, world):
         """The same way for a token's attempt: Execute(ref) claims exactly that attempt."""
         world.submit_op("op2")
-        ref = world.writer.call(_units.prepare(world.ctx, NEURON, world.params("op2")))
+        ref = world.writer.call(attempt_units.prepare(world.ctx, NEURON, world.params("op2")))
         d = Dispatch(NEURON, ref.act, Execute(ref))
         got = await world.dispatcher.run(ref.worker, d)
         assert (got["attempt"], got["status"]) == (ref.attempt, "succeeded")
@@ -252,7 +252,7 @@ class TestWorkerPool:
             nursery.start_soon(dispatch)
             await wait_entered(world.hold)
             with world.reads.snapshot() as rconn:  # as the abort handler reads it
-                attempt_id, _act = _units.abort_target(rconn, NEURON, "held", 1)
+                attempt_id, _act = attempt_units.abort_target(rconn, NEURON, "held", 1)
             abort_reply = ThreadReply()
             assert world.pool.abort(attempt_id, abort_reply)
             end = await world.dispatcher.wait(abort_reply)
@@ -269,7 +269,7 @@ class TestWorkerPool:
         dispatch submitted after it is refused the same way."""
         world.submit_op("busy", act="hold")
         world.submit_op("queued")
-        ref = world.writer.call(_units.prepare(world.ctx, NEURON, world.params("queued")))
+        ref = world.writer.call(attempt_units.prepare(world.ctx, NEURON, world.params("queued")))
         tokens = Tokens(ttl_s=60, void=world.voids.void, attempt_state=world.reads.attempt_state)
         async with trio.open_nursery() as nursery:
             errors: list[Any] = []

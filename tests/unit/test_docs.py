@@ -87,7 +87,7 @@ class TestLogEventsDocumented:
 class TestMetricsDocumented:
     def test_the_series_table_of_operations_md_is_the_source_s(self) -> None:
         """docs/operations.md's series table is SERIES: in order, with kind and meaning."""
-        from wardd.daemon._metrics import SERIES
+        from wardd.daemon.observe.metrics import SERIES
 
         text = (ROOT / "docs" / "operations.md").read_text()
         row = r"^\| `(wardd_[a-z_]+(?:\{[a-z,]+\})?)` \| ([a-z]+) \| (.+) \|$"

@@ -1,8 +1,9 @@
-"""The method table (`wardd.daemon.handlers.METHODS`): the per-method rules it states once."""
+"""The method table (`wardd.daemon.dispatch.handlers.METHODS`): the per-method rules
+it states once."""
 
 from __future__ import annotations
 
-from wardd.daemon.handlers import METHODS, Guard
+from wardd.daemon.dispatch.handlers import METHODS, Guard
 
 READS = {"get_neuron", "get_prog", "get_operation", "list_operations", "history", "list_attempts"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import structlog.testing
 
-from wardd.daemon._hook import QUEUE_BOUND, NotifyHook
+from wardd.daemon.observe.notify_hook import QUEUE_BOUND, NotifyHook
 
 
 class TestQueue:

@@ -7,8 +7,8 @@ import os
 
 import structlog
 
-from wardd.daemon import _logging
-from wardd.daemon._logging import PRIORITY, journald_stream
+from wardd.daemon.observe import logs
+from wardd.daemon.observe.logs import PRIORITY, journald_stream
 
 
 def _stream_id(fd: int) -> str:
@@ -35,7 +35,7 @@ class TestJournaldStream:
 class TestRenderers:
     def test_every_line_of_a_multi_line_entry_gets_the_prefix(self) -> None:
         """journald reads each line as an entry: a text traceback keeps its priority."""
-        render = _logging._prefixed(lambda logger, method, ed: "first\nsecond")
+        render = logs._prefixed(lambda logger, method, ed: "first\nsecond")
         out = render(None, "error", {"level": "error"})
         assert out.splitlines() == ["<3>first", "<3>second"]
 
@@ -45,10 +45,10 @@ class TestRenderers:
         saved = os.dup(2)
         try:
             os.dup2(w, 2)  # the daemon's stderr: journald's stream
-            _logging.configure_logging("info", "json", {"JOURNAL_STREAM": _stream_id(w)})
-            line = _logging.render_direct("warning", {"event": "signal", "action": "exit"})
-            _logging.configure_logging("info", "json", {})
-            plain = _logging.render_direct("warning", {"event": "signal"})
+            logs.configure_logging("info", "json", {"JOURNAL_STREAM": _stream_id(w)})
+            line = logs.render_direct("warning", {"event": "signal", "action": "exit"})
+            logs.configure_logging("info", "json", {})
+            plain = logs.render_direct("warning", {"event": "signal"})
         finally:
             structlog.reset_defaults()
             os.dup2(saved, 2)
@@ -67,13 +67,13 @@ class TestRenderers:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             os.dup2(fd, 2)
-            _logging.configure_logging("info", "json", {})
+            logs.configure_logging("info", "json", {})
             log = structlog.get_logger("test")
             log.warning("marked_unknown", op="a", attempt=1)
             marks = [{"op": f"op-{i}"} for i in range(3)]
-            _logging.log_lines(log, "warning", "marked_unknown", marks)
-            _logging.configure_logging("error", "json", {})
-            _logging.log_lines(structlog.get_logger("x"), "warning", "dropped", [{"op": "no"}])
+            logs.log_lines(log, "warning", "marked_unknown", marks)
+            logs.configure_logging("error", "json", {})
+            logs.log_lines(structlog.get_logger("x"), "warning", "dropped", [{"op": "no"}])
         finally:
             structlog.reset_defaults()
             os.dup2(saved, 2)

@@ -12,9 +12,9 @@ import structlog.testing
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from wardd.daemon._metrics import SERIES, Figures, Metrics
-from wardd.daemon._metrics_http import MetricsServer, Refusals
 from wardd.daemon.core.changes import Decision, SetAttempt
+from wardd.daemon.observe.metrics import SERIES, Figures, Metrics
+from wardd.daemon.observe.metrics_http import MetricsServer, Refusals
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.writer import Writer, connect
 from wardd.protocol import AttemptState, BadRequest, UnknownOperation

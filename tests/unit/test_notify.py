@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from wardd.daemon._notify import (
+from wardd.daemon.observe.sd_notify import (
     SYSTEMD_ENVIRONMENT,
     Notifier,
     scrub_environment,
@@ -182,7 +182,7 @@ class TestScrubEnvironment:
 _CHILD = textwrap.dedent(
     """
     import json, os, socket, sys
-    from wardd.daemon._activation import listen_fds
+    from wardd.daemon.wire.activation import listen_fds
 
     fd = int(sys.argv[1])
     if fd != 3:
@@ -340,6 +340,6 @@ class TestListenFds:
 
 def _listen_fds_in_process(environ: dict[str, str]) -> list[socket.socket]:
     """In-process calls that never reach fd 3 (no activation, or refused early)."""
-    from wardd.daemon._activation import listen_fds
+    from wardd.daemon.wire.activation import listen_fds
 
     return listen_fds(environ)

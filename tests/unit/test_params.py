@@ -1,4 +1,4 @@
-"""`check_params` (`wardd.daemon._params`): the same refusal, message and order, as its
+"""`check_params` (`wardd.daemon.wire.params`): the same refusal, message and order, as its
 two-pass definition, for any params a frame can carry."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wardd.daemon._params import _SIG_FIELDS, Spec, _no_floats, check_params, text
-from wardd.daemon.handlers import METHODS
+from wardd.daemon.dispatch.handlers import METHODS
+from wardd.daemon.wire.params import _SIG_FIELDS, Spec, _no_floats, check_params, text
 from wardd.protocol import BadRequest
 
 

@@ -18,7 +18,7 @@ import pytest
 import structlog
 import trio
 
-from wardd.daemon.server import (
+from wardd.daemon.wire.server import (
     INLINE_DECODE_BYTES,
     Connection,
     Server,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from wardd.daemon import _install_units as units
+from wardd.daemon import install_units as units
 
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
 SERVICE = UNITS / "wardd.service"
@@ -120,7 +120,7 @@ class TestServiceUnit:
     def test_start_timeout_leaves_room_past_the_receipt_budget(self, service: Unit) -> None:
         """The in-process receipts' budget before READY=1 is a fraction of
         TimeoutStartSec: a hanging receipt cannot make every start time out."""
-        from wardd.daemon.recovery import START_RECEIPT_BUDGET_S
+        from wardd.daemon.life.recovery import START_RECEIPT_BUDGET_S
 
         assert seconds(only(service, "Service", "TimeoutStartSec")) >= 3 * START_RECEIPT_BUDGET_S
 

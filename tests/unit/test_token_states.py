@@ -1,4 +1,4 @@
-"""The token-state table (`wardd.daemon.tokens.TOKEN_MOVES`), pure: no trio, no threads.
+"""The token-state table (`wardd.daemon.dispatch.tokens.TOKEN_MOVES`), pure: no trio, no threads.
 
 Every (from, to) pair is tried against `move_token`: the legal ones are
 spelled out here again, so that a move added to or dropped from the table is
@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from tests.unit._refs import attempt_ref
-from wardd.daemon.tokens import (
+from wardd.daemon.dispatch.tokens import (
     TOKEN_MOVES,
     DeadHandle,
     DispatchToken,

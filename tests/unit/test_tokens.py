@@ -1,4 +1,5 @@
-"""Token expiry and voids on the event loop (`wardd.daemon.tokens.Tokens`), on trio's MockClock.
+"""Token expiry and voids on the event loop (`wardd.daemon.dispatch.tokens.Tokens`), on
+trio's MockClock.
 
 The durable void is a fake here (a recording async function): these tests are
 about when a void is asked for and what an `execute` waiting on it is told;
@@ -15,7 +16,7 @@ import trio
 import trio.testing
 
 from tests.unit._refs import attempt_ref
-from wardd.daemon.tokens import AttemptRecord, Tokens
+from wardd.daemon.dispatch.tokens import AttemptRecord, Tokens
 from wardd.protocol import Internal, TokenInvalid, TokenVoid
 
 TTL = 30.0

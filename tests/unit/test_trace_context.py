@@ -10,10 +10,10 @@ import pytest
 
 from wardd.client import Neuron
 from wardd.client._trace import current_trace
-from wardd.daemon._params import check_params
-from wardd.daemon._tracing import NO_SPAN, NO_TRACER, make_tracer, stored_traceparent
 from wardd.daemon.config import TracingConfig
-from wardd.daemon.handlers import METHODS
+from wardd.daemon.dispatch.handlers import METHODS
+from wardd.daemon.observe.tracing import NO_SPAN, NO_TRACER, make_tracer, stored_traceparent
+from wardd.daemon.wire.params import check_params
 from wardd.protocol import BadRequest, traceparent_problem, tracestate_problem, verify
 
 GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -138,7 +138,7 @@ class TestNoTracer:
         """The receipt question carries the claim's traceparent, for a claim of
         the adapter that serves the act now; a hint-only one carries none."""
         from wardd.adapters import echo_adapter
-        from wardd.daemon._claims import adapter_kind, receipt_question
+        from wardd.daemon.dispatch.claims import adapter_kind, receipt_question
 
         adapter = echo_adapter()
         stored = {"adapter": adapter_kind(adapter), "record": None, "trace": GOOD}

@@ -6,7 +6,7 @@ the attempt is claimed, :class:`Execute` (the token's prepared attempt),
 :class:`Call` (submit, prepare and claim in one unit, contract §3.2.6). The
 claim's writer unit is built from the record in one place,
 :func:`claim_unit`, on the worker's thread. The worker pool's
-:meth:`~.workers.WorkerPool.submit` returns the reply the worker completes;
+:meth:`~wardd.daemon.dispatch.workers.WorkerPool.submit` returns the reply the worker completes;
 a worker submits an outcome with its :class:`Recorded`, and once that write
 is done the :class:`Dispatcher` makes the answer from it (on the writer
 thread, from the future's callback: the event loop, the busiest thread
@@ -26,16 +26,16 @@ import trio
 
 from wardd.protocol import Internal, WarddError
 
-from . import _units
-from ._bridge import ThreadReply
-from ._calls import CallEnd
-from ._tracing import NO_TRACER, TraceIn, Tracer
-from .core.call import Answered
-from .core.records import AttemptRef, BootContext
-from .store.writer import Unit
+from ..core.call import Answered
+from ..core.records import AttemptRef, BootContext
+from ..life.bridge import ThreadReply
+from ..observe.tracing import NO_TRACER, TraceIn, Tracer
+from ..store.writer import Unit
+from . import attempt_units
+from .calls import CallEnd
 
 if TYPE_CHECKING:
-    from ._voids import Voids
+    from .voids import Voids
     from .workers import WorkerPool
 
 __all__ = [
@@ -110,7 +110,7 @@ def claim_unit(
     or an :class:`Answered` (a call that runs nothing)."""
     how = d.how
     if isinstance(how, Execute):
-        return _units.claim(
+        return attempt_units.claim(
             how.ref,
             worker=worker,
             boot=ctx.boot,
@@ -118,7 +118,7 @@ def claim_unit(
             stopping=stopping,
             on_claim=on_claim,
         )
-    build = _units.call_claim if isinstance(how, Call) else _units.invoke_claim
+    build = attempt_units.call_claim if isinstance(how, Call) else attempt_units.invoke_claim
     return build(
         ctx,
         d.neuron,
@@ -149,7 +149,7 @@ def shutdown_refusal(voided: bool) -> WarddError:
     once its attempt's void is durable (or when it had none): ``token_void``
     (``shutdown``); ``internal`` if the void could not be written."""
     if voided:
-        return _units.shutdown_void()
+        return attempt_units.shutdown_void()
     return Internal("the attempt could not be voided")
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from wardd.protocol import AttemptState, ProgState
 
-from ._units import Unit
-from .core import budget, ops, root
-from .store import load
-from .store.apply import apply
+from ..core import budget, ops, root
+from ..store import load
+from ..store.apply import apply
+from .attempt_units import Unit
 
 __all__ = [
     "advance_epoch",

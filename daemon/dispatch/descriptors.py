@@ -24,7 +24,7 @@ from wardd.protocol import (
     is_uint,
 )
 
-from .core.lookup import profile_refusal
+from ..core.lookup import profile_refusal
 
 __all__ = ["build_descriptors", "check_descriptor", "device_id", "machine_abi"]
 

@@ -31,7 +31,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import structlog
 
-from ._metrics import CONTENT_TYPE
+from .metrics import CONTENT_TYPE
 
 __all__ = ["MetricsServer", "Refusals"]
 

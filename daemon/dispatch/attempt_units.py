@@ -16,14 +16,14 @@ from typing import Any
 
 from wardd.protocol import AttemptState
 
-from .core import attempts as core
-from .core import call as call_core
-from .core.attempts import Reroute, shutdown_void
-from .core.call import Answered
-from .core.records import AttemptRef, BootContext
-from .store import load
-from .store.apply import apply
-from .store.writer import Unit
+from ..core import attempts as core
+from ..core import call as call_core
+from ..core.attempts import Reroute, shutdown_void
+from ..core.call import Answered
+from ..core.records import AttemptRef, BootContext
+from ..store import load
+from ..store.apply import apply
+from ..store.writer import Unit
 
 __all__ = [
     "Answered",

@@ -63,9 +63,17 @@ from wardd.adapters import Adapter, Receipt, SentCall, as_receipt, has_receipt
 from wardd.adapters._hold import hold
 from wardd.protocol import OpState, Overloaded, WarddError
 
-from ._claims import ReceiptQuestion, receipt_question
-from ._logging import log_lines
-from ._orphans import (
+from ..core import attempts as core
+from ..dispatch.claims import ReceiptQuestion, receipt_question
+from ..observe.logs import log_lines
+from ..observe.tracing import NO_TRACER, Tracer
+from ..store import load
+from ..store.apply import apply
+from ..store.encoding import now, wire_safe
+from ..store.marks import Mark, open_attempts, write_marks
+from ..store.reads import Candidate, Reads, Resend
+from ..store.writer import Writer
+from .orphans import (
     any_marked,
     find_orphans,
     find_servers,
@@ -73,14 +81,6 @@ from ._orphans import (
     stop_groups,
     wait_gone,
 )
-from ._records import now, wire_safe
-from ._tracing import NO_TRACER, Tracer
-from .core import attempts as core
-from .store import load
-from .store.apply import apply
-from .store.marks import Mark, open_attempts, write_marks
-from .store.reads import Candidate, Reads, Resend
-from .store.writer import Writer
 
 __all__ = ["Recovery"]
 

@@ -7,17 +7,18 @@ order), how it takes the neuron's ward guard, whether it is served while
 the daemon stops (contract §3.6: reads and ``execute``, whose token is void
 by then), whether it waits for the start-up recovery (all but ``status``,
 ``metrics`` and ``list_workers``), and its handler. The router
-(:class:`~.router.Router`) applies each entry as it is declared.
+(:class:`~wardd.daemon.dispatch.router.Router`) applies each entry as it is declared.
 
 A handler is ``async (services, connection, neuron, params) -> result``;
 the neuron is the verified signer for a signed method and ``None``
-otherwise; ``services`` (:class:`~.router.Services`) are the components it
+otherwise; ``services`` (:class:`~wardd.daemon.dispatch.router.Services`) are the components it
 may use, never the daemon. What the handler returns depends on the
 entry's guard: ``NONE``, the answer; ``EXCLUSIVE``, the writer unit the
 router runs holding the guard exclusively; ``DISPATCH``, the worker and the
-:class:`~.dispatch.Dispatch` the router hands to it (or, for a ``call``
-that runs nothing, its :class:`~.dispatch.Answered`). The decision itself
-is a writer unit (:mod:`._units`, :mod:`._units_mgmt`).
+:class:`~wardd.daemon.dispatch.dispatches.Dispatch` the router hands to it (or, for a ``call``
+that runs nothing, its :class:`~wardd.daemon.dispatch.dispatches.Answered`). The decision itself
+is a writer unit (:mod:`~wardd.daemon.dispatch.attempt_units`,
+:mod:`~wardd.daemon.dispatch.management_units`).
 """
 
 from __future__ import annotations
@@ -41,11 +42,10 @@ from wardd.protocol import (
     canonical_digest,
 )
 
-from . import _units
-from . import _units_mgmt as mgmt
-from ._bridge import ThreadReply
-from ._metrics import CONTENT_TYPE
-from ._params import (
+from ..life.bridge import ThreadReply
+from ..observe.metrics import CONTENT_TYPE
+from ..store.encoding import wire_safe
+from ..wire.params import (
     NO_PARAMS,
     PAGE,
     TRACE,
@@ -60,10 +60,11 @@ from ._params import (
     outcome,
     uint,
 )
-from ._records import wire_safe
+from ..wire.server import Connection
+from . import attempt_units
+from . import management_units as mgmt
 from .descriptors import check_descriptor
-from .dispatch import Answered, Call, Dispatch, Execute, Invoke
-from .server import Connection
+from .dispatches import Answered, Call, Dispatch, Execute, Invoke
 
 if TYPE_CHECKING:
     from .router import Services
@@ -73,7 +74,7 @@ __all__ = ["METHODS", "Guard", "Method"]
 log = structlog.get_logger("wardd")
 N = TypeVar("N", str, None)  # the neuron a handler gets: the signer, or None (unsigned)
 Handler = Callable[["Services", Connection, N, dict[str, Any]], Awaitable[Any]]
-UnitBuilder = Callable[["Services", str, dict[str, Any]], _units.Unit]
+UnitBuilder = Callable[["Services", str, dict[str, Any]], attempt_units.Unit]
 
 
 class Guard(enum.Enum):
@@ -143,7 +144,7 @@ def _read(params: Spec, fn: Callable[[Services, dict[str, Any]], Any]) -> Method
 
 
 async def _prepare(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-    ref = await s.writer.run(_units.prepare(s.ctx, neuron, p))
+    ref = await s.writer.run(attempt_units.prepare(s.ctx, neuron, p))
     if s.life.stopping:  # admitted before the shutdown began: never a live token
         raise await s.voids.refuse(ref.attempt_id)
     if conn.closed:  # the connection went away meanwhile: its token is dropped
@@ -175,7 +176,7 @@ async def _invoke(
     # its claim record is computed on the worker's thread, before the claim
     # unit (invoke and execute claim alike)
     with s.reads.snapshot() as rconn:
-        worker, act = _units.invoke_precheck(rconn, s.ctx, neuron, p)
+        worker, act = attempt_units.invoke_precheck(rconn, s.ctx, neuron, p)
     if not s.pool.has(worker):
         raise Internal("the placement names no worker of this daemon")
     return worker, Dispatch(neuron, act, Invoke(p))
@@ -188,7 +189,7 @@ async def _call(
     # op that already is (retained, failed, consumed, pruned) is answered
     # here and runs nothing; the claim unit decides again, under the guard
     with s.reads.snapshot() as rconn:
-        start = _units.call_precheck(rconn, s.ctx, neuron, p)
+        start = attempt_units.call_precheck(rconn, s.ctx, neuron, p)
     if isinstance(start, Answered):
         return start
     worker, act = start
@@ -204,7 +205,7 @@ async def _register_neuron(s: Services, conn: Connection, neuron: str, p: dict[s
 
 
 async def _manual_take(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
-    ref = await s.writer.run(_units.manual_take(s.ctx, neuron, p))
+    ref = await s.writer.run(attempt_units.manual_take(s.ctx, neuron, p))
     return {
         "attempt": {
             "op": ref.op,
@@ -245,7 +246,7 @@ async def _abort(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) 
     kill reached it. It never waits for the ward guard."""
     op, attempt = p["op"], p["attempt"]
     with s.reads.snapshot() as rconn:
-        attempt_id, act = _units.abort_target(rconn, neuron, op, attempt)
+        attempt_id, act = attempt_units.abort_target(rconn, neuron, op, attempt)
     if not getattr(s.adapters.get(act), "abortable", False):
         raise NotAbortable(f"act {act!r} runs in an adapter that cannot be stopped from outside")
     reply = ThreadReply()
@@ -258,7 +259,7 @@ async def _abort(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) 
     return {"op": op, "attempt": attempt, "status": "unknown", "aborted": end.aborted is True}
 
 
-def _bind_placement(s: Services, neuron: str, p: dict[str, Any]) -> _units.Unit:
+def _bind_placement(s: Services, neuron: str, p: dict[str, Any]) -> attempt_units.Unit:
     admitted = check_descriptor(p["descriptor"], s.descriptors)
     return mgmt.bind_placement(
         neuron, p["expected_generation"], admitted, canonical_digest(admitted)

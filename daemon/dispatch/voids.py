@@ -4,7 +4,7 @@ A void the daemon must write is critical: if it cannot be written the
 daemon fail-stops, so that the next start marks the attempt unknown and
 no op stays blocked by a prepared attempt whose token can no longer be
 used. A request the stop keeps from its claim is answered only once its
-attempt's void is durable: :func:`~.dispatch.shutdown_refusal`.
+attempt's void is durable: :func:`~wardd.daemon.dispatch.dispatches.shutdown_refusal`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import structlog
 
 from wardd.protocol import WarddError
 
-from . import _units
-from .dispatch import shutdown_refusal
-from .store.writer import Writer
+from ..store.writer import Writer
+from . import attempt_units
+from .dispatches import shutdown_refusal
 
 __all__ = ["Voids"]
 
@@ -31,7 +31,7 @@ class Voids:
     async def void(self, attempt_id: int, reason: str) -> bool:
         """Durably void a prepared attempt; False if the write failed (fail-stop)."""
         try:
-            await self._writer.run(_units.void(attempt_id, reason), critical=True)
+            await self._writer.run(attempt_units.void(attempt_id, reason), critical=True)
         except WarddError as err:
             log.error("void_failed", reason=reason, error=err.message)
             self._writer.fail_stop(f"a void ({reason}) could not be written")
@@ -51,7 +51,9 @@ class Voids:
         if not attempt_ids:
             return True
         try:
-            await self._writer.run(_units.void_many(list(attempt_ids), "shutdown"), critical=True)
+            await self._writer.run(
+                attempt_units.void_many(list(attempt_ids), "shutdown"), critical=True
+            )
         except WarddError as err:
             log.error("void_failed", reason="shutdown", error=err.message)
             return False

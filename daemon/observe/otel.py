@@ -1,6 +1,6 @@
 """The OpenTelemetry tracer (``[tracing] exporter = "otlp"``; the ``otel`` extra).
 
-The only module of the daemon that imports OpenTelemetry; :mod:`._tracing`
+The only module of the daemon that imports OpenTelemetry; :mod:`~wardd.daemon.observe.tracing`
 imports it when tracing is on. Spans go to the SDK's
 ``BatchSpanProcessor``: ``span.end()`` appends to its bounded queue
 (:data:`QUEUE_MAX` spans; when full, the oldest span is dropped) and its
@@ -37,12 +37,12 @@ from opentelemetry.trace import (
 
 from wardd.adapters import idempotency_key
 
-from ._tracing import NO_SPAN, AttemptTrace, DispatchSpan, TraceIn, Tracer
+from .tracing import NO_SPAN, AttemptTrace, DispatchSpan, TraceIn, Tracer
 
 if TYPE_CHECKING:
-    from .config import TracingConfig
-    from .core.records import AttemptRef
-    from .dispatch import Dispatch
+    from ..config import TracingConfig
+    from ..core.records import AttemptRef
+    from ..dispatch.dispatches import Dispatch
 
 __all__ = ["OtelTracer"]
 

@@ -4,7 +4,7 @@ The daemon tells a :class:`Tracer` what happens to a dispatch and to an
 unknown attempt; the tracer makes spans of it. :data:`NO_TRACER`, the
 default (``[tracing] exporter = "none"``), does nothing and imports
 nothing. ``exporter = "otlp"`` builds the OpenTelemetry tracer of
-:mod:`._otel` (the ``otel`` extra), the only module that imports the SDK.
+:mod:`~wardd.daemon.observe.otel` (the ``otel`` extra), the only module that imports the SDK.
 
 What a span may carry is fixed here and there: where the attempt is (neuron,
 prog, op, attempt, act, its fence key), its outcome, a receipt's answer
@@ -12,7 +12,7 @@ and the source of a resolution. Never the args, a value, an error text or
 anything from the configuration's secrets.
 
 Values cross threads: a dispatch's :class:`TraceIn` travels in its frozen
-:class:`~.dispatch.Dispatch`; its :class:`DispatchSpan` lives on the worker
+:class:`~wardd.daemon.dispatch.dispatches.Dispatch`; its :class:`DispatchSpan` lives on the worker
 thread that serves it, from the worker's first look at it to its outcome.
 """
 
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from .config import TracingConfig
-    from .core.records import AttemptRef
-    from .dispatch import Dispatch
+    from ..config import TracingConfig
+    from ..core.records import AttemptRef
+    from ..dispatch.dispatches import Dispatch
 
 __all__ = [
     "CLAIM_KEY",
@@ -125,6 +125,6 @@ def make_tracer(config: TracingConfig, version: str) -> Tracer:
     """The tracer ``config`` asks for: :data:`NO_TRACER` unless ``exporter = "otlp"``."""
     if not config.enabled:
         return NO_TRACER
-    from ._otel import OtelTracer  # the otel extra: imported only here
+    from .otel import OtelTracer  # the otel extra: imported only here
 
     return OtelTracer(config, version)

@@ -11,11 +11,11 @@ guard is held exclusively is set aside and the next neuron's dispatch is
 served meanwhile (dispatches of different neurons never wait for each
 other's guard).
 
-A worker takes a frozen :class:`~.dispatch.Dispatch` and the reply it
+A worker takes a frozen :class:`~wardd.daemon.dispatch.dispatches.Dispatch` and the reply it
 completes. The writer thread writes none of the pool's state: outside SQL
 it makes the call table's ``claimed`` move, inside the claim unit
-(:mod:`._calls`), and the dispatcher's settle once an outcome is durable
-(:meth:`~.dispatch.Dispatcher.settle`, told through ``on_recorded``).
+(:mod:`~wardd.daemon.dispatch.calls`), and the dispatcher's settle once an outcome is durable
+(:meth:`~wardd.daemon.dispatch.dispatches.Dispatcher.settle`, told through ``on_recorded``).
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ import structlog
 from wardd.adapters import ActRequest, Adapter, CallAborted, DefiniteFailure, idempotency_key
 from wardd.protocol import Internal, WarddError
 
-from . import _units
-from ._bridge import ThreadReply
-from ._calls import CallEnd, Calls
-from ._claims import claim_record
-from ._records import wire_safe
-from ._tracing import CLAIM_KEY, NO_SPAN, NO_TRACER, DispatchSpan, Tracer
-from ._units import AttemptRef, BootContext, Reroute
-from .dispatch import Answered, Dispatch, Recorded, claim_unit, shutdown_refusal
+from ..life.bridge import ThreadReply
+from ..observe.tracing import CLAIM_KEY, NO_SPAN, NO_TRACER, DispatchSpan, Tracer
+from ..store.encoding import wire_safe
+from ..store.writer import Writer
+from . import attempt_units
+from .attempt_units import AttemptRef, BootContext, Reroute
+from .calls import CallEnd, Calls
+from .claims import claim_record
+from .dispatches import Answered, Dispatch, Recorded, claim_unit, shutdown_refusal
 from .guard import GuardTable
-from .store.writer import Writer
 
 __all__ = ["Job", "WorkerPool", "WorkerState", "call_act"]
 
@@ -374,7 +374,7 @@ class WorkerPool:
             lost = Internal("the daemon stopped before the outcome")
             self.calls.settle(ref.attempt_id, lost)
             return False
-        unit = _units.outcome(ref, status, value, error, "adapter", aborted=aborted)
+        unit = attempt_units.outcome(ref, status, value, error, "adapter", aborted=aborted)
         fut = self._writer.submit(unit, critical=True)
         rec = Recorded(ref, state.id, status, value, error, aborted, fut)
         settled = self.on_recorded
@@ -441,7 +441,7 @@ def _refused(
     prepared = d.prepared
     if prepared is not None:
         try:
-            writer.call(_units.void(prepared.attempt_id, "claim_failed"), critical=True)
+            writer.call(attempt_units.void(prepared.attempt_id, "claim_failed"), critical=True)
         except WarddError:
             # contract §3.6: fail-stop; the next start marks it unknown
             # with claimed: false

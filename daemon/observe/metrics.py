@@ -35,7 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from wardd.protocol import WarddError
 
 if TYPE_CHECKING:
-    from .store.writer import WriterStats
+    from ..store.writer import WriterStats
 
 __all__ = ["CONTENT_TYPE", "SERIES", "Figures", "Metrics", "Series", "db_size", "read_figures"]
 

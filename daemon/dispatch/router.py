@@ -1,7 +1,7 @@
 """The router: one request through the method table's checks, in the contract's order.
 
 For each request, :meth:`Router.handle` reads its entry in
-:data:`~.handlers.METHODS` and applies what the entry declares, in this
+:data:`~wardd.daemon.dispatch.handlers.METHODS` and applies what the entry declares, in this
 order (contract §3.6, §4):
 
 1. refused (``overloaded``, ``shutdown``) once the daemon stops, unless
@@ -14,7 +14,7 @@ order (contract §3.6, §4):
    writer unit the handler returns holding the neuron's ward guard
    exclusively; ``DISPATCH`` hands the dispatch the handler returns to a
    worker (which holds the guard shared around the claim and the call),
-   unless the handler answered at once (an :class:`~.dispatch.Answered`:
+   unless the handler answered at once (an :class:`~wardd.daemon.dispatch.dispatches.Answered`:
    a ``call`` that runs nothing).
 
 The table is the single source: nothing else takes the exclusive guard
@@ -40,17 +40,17 @@ from wardd.protocol import (
     verify,
 )
 
-from ._params import check_params
-from ._units import BootContext
-from ._voids import Voids
-from .dispatch import Answered, Dispatcher
+from ..life.recovery import Recovery
+from ..store.reads import Reads
+from ..store.writer import Unit, Writer
+from ..wire.params import check_params
+from ..wire.server import Connection
+from .attempt_units import BootContext
+from .dispatches import Answered, Dispatcher
 from .guard import GuardTable
 from .handlers import METHODS, Guard, Method
-from .recovery import Recovery
-from .server import Connection
-from .store.reads import Reads
-from .store.writer import Unit, Writer
 from .tokens import Tokens
+from .voids import Voids
 from .workers import WorkerPool
 
 __all__ = ["Authenticator", "Lifecycle", "Router", "Services"]

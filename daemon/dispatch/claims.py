@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from ._tracing import stored_traceparent
+from ..observe.tracing import stored_traceparent
 
 __all__ = ["ReceiptQuestion", "adapter_kind", "claim_record", "receipt_question"]
 

@@ -41,7 +41,7 @@ import os
 import signal
 from types import FrameType
 
-from ._logging import render_direct
+from ..observe.logs import render_direct
 
 __all__ = ["CAUGHT_SIGNALS", "LOGGED_SIGNALS", "STOP_SIGNALS", "EarlySignals", "signal_name"]
 

@@ -1,13 +1,15 @@
 """The daemon: the composition root that builds the components and wires them.
 
-A request's way: bytes → :mod:`wardd.protocol` → :mod:`.server` → the
-router (:mod:`.router`), which applies the request's entry in the method
-table (:mod:`.handlers`) → a writer unit (:mod:`._units`,
-:mod:`._units_mgmt`) → for ``execute``/``invoke`` a
-:class:`~.dispatch.Dispatch` to a worker (:mod:`.workers`) → the adapter →
-the outcome unit. Params are checked first (``bad_request``), then the
-signature (contract §4), then a unit decides. The life around the
-requests (signals, watchdog, ``STATUS=``, the stop) is :mod:`._lifecycle`.
+A request's way: bytes → :mod:`wardd.protocol` → :mod:`~wardd.daemon.wire.server`
+→ the router (:mod:`~wardd.daemon.dispatch.router`), which applies the request's
+entry in the method table (:mod:`~wardd.daemon.dispatch.handlers`) → a writer unit
+(:mod:`~wardd.daemon.dispatch.attempt_units`,
+:mod:`~wardd.daemon.dispatch.management_units`) → for ``execute``/``invoke`` a
+:class:`~wardd.daemon.dispatch.dispatches.Dispatch` to a worker
+(:mod:`~wardd.daemon.dispatch.workers`) → the adapter → the outcome unit. Params
+are checked first (``bad_request``), then the signature (contract §4), then a
+unit decides. The life around the requests (signals, watchdog, ``STATUS=``, the
+stop) is :mod:`~wardd.daemon.life.lifecycle`.
 """
 
 from __future__ import annotations
@@ -29,33 +31,33 @@ import trio
 from wardd.adapters import Adapter, build_adapter, echo_adapter
 from wardd.protocol import PROTOCOL_VERSION, canonical_digest
 
-from . import _lifecycle as life_
-from . import _units
-from ._activation import listen_fds
-from ._hook import NotifyHook
-from ._lock import OwnerLock
-from ._metrics import Metrics, db_size, read_figures, writer_snapshot
-from ._metrics_http import MetricsServer
-from ._notify import Notifier, scrub_environment, watchdog_interval
-from ._records import now
-from ._signals import CAUGHT_SIGNALS, EarlySignals
-from ._tracing import make_tracer
-from ._voids import Voids
-from .config import Config
-from .descriptors import build_descriptors, device_id
-from .dispatch import Dispatcher
-from .guard import GuardTable
-from .handlers import METHODS
+from ..config import Config
+from ..dispatch import attempt_units
+from ..dispatch.descriptors import build_descriptors, device_id
+from ..dispatch.dispatches import Dispatcher
+from ..dispatch.guard import GuardTable
+from ..dispatch.handlers import METHODS
+from ..dispatch.router import Authenticator, Lifecycle, Router, Services
+from ..dispatch.tokens import Tokens
+from ..dispatch.voids import Voids
+from ..dispatch.workers import WorkerPool
+from ..observe.metrics import Metrics, db_size, read_figures, writer_snapshot
+from ..observe.metrics_http import MetricsServer
+from ..observe.notify_hook import NotifyHook
+from ..observe.sd_notify import Notifier, scrub_environment, watchdog_interval
+from ..observe.tracing import make_tracer
+from ..store.boots import record_boot
+from ..store.encoding import now
+from ..store.prune import Pruner
+from ..store.reads import Reads
+from ..store.schema import SCHEMA_VERSION, migrate
+from ..store.writer import Writer, connect, connect_reader
+from ..wire.activation import listen_fds
+from ..wire.server import Connection, Server, bind_unix
+from . import lifecycle as life_
+from .lock import OwnerLock
 from .recovery import Recovery
-from .router import Authenticator, Lifecycle, Router, Services
-from .server import Connection, Server, bind_unix
-from .store.boots import record_boot
-from .store.prune import Pruner
-from .store.reads import Reads
-from .store.schema import SCHEMA_VERSION, migrate
-from .store.writer import Writer, connect, connect_reader
-from .tokens import Tokens
-from .workers import WorkerPool
+from .signals import CAUGHT_SIGNALS, EarlySignals
 
 __all__ = ["VERSION", "Daemon"]
 
@@ -66,7 +68,7 @@ EXIT_FAIL_STOP = 70
 
 class Daemon:
     """Builds the components (:meth:`open_store`), wires them, and runs them
-    (:meth:`run`); it serves no request itself (:class:`~.router.Router`)."""
+    (:meth:`run`); it serves no request itself (:class:`~wardd.daemon.dispatch.router.Router`)."""
 
     reads: Reads  # set by open_store
 
@@ -414,7 +416,7 @@ def build_adapters(config: Config, boot: str | None = None) -> dict[str, Adapter
 
 def describe(
     config: Config, device: str, boot: str, act_bounds: dict[str, int]
-) -> tuple[list[dict[str, Any]], list[str], _units.BootContext]:
+) -> tuple[list[dict[str, Any]], list[str], attempt_units.BootContext]:
     """The workers' descriptors (as ``list_workers`` shows them), their
     digests, and the boot's context the units decide in."""
     descriptors = build_descriptors(
@@ -426,7 +428,7 @@ def describe(
         act_bounds=act_bounds,
     )
     digests = [canonical_digest(d) for d in descriptors]
-    ctx = _units.BootContext(
+    ctx = attempt_units.BootContext(
         boot=boot,
         network=config.network,
         advertised=dict(zip(digests, descriptors, strict=True)),

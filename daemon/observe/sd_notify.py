@@ -27,7 +27,7 @@ daemon's name or mistakes the daemon's listening socket for its own::
 
     notifier = Notifier.from_env()
     interval = watchdog_interval()
-    sockets = listen_fds()          # wardd.daemon._activation
+    sockets = listen_fds()          # wardd.daemon.wire.activation
     scrub_environment()
 """
 

@@ -33,7 +33,7 @@ import attrs
 
 from wardd.protocol import WarddError
 
-from .core.records import AttemptRef
+from ..core.records import AttemptRef
 
 __all__ = [
     "CALL_MOVES",

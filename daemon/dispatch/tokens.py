@@ -43,8 +43,8 @@ import trio
 
 from wardd.protocol import Internal, TokenInvalid, TokenVoid, WarddError
 
-from ._units import AttemptRef
-from .core.attempts import pruned_token
+from ..core.attempts import pruned_token
+from .attempt_units import AttemptRef
 
 __all__ = [
     "TOKEN_MOVES",

@@ -1,7 +1,7 @@
 """Param checking (contract §4): type, enum and range checks before any lookup.
 
 Each method has a spec of required and optional fields, written in its
-entry of the method table (:mod:`.handlers`) with the checks defined here.
+entry of the method table (:mod:`~wardd.daemon.dispatch.handlers`) with the checks defined here.
 A violation is ``bad_request`` naming the field; unknown fields are refused
 too, so a misspelt ``expected_epoch`` can never silently drop a fence.
 """
@@ -82,7 +82,7 @@ def text(v: Any) -> str | None:
 
 
 def descriptor(v: Any) -> str | None:
-    from .descriptors import well_formed
+    from ..dispatch.descriptors import well_formed
 
     return None if well_formed(v) else "must be a well-formed v1 worker descriptor"
 

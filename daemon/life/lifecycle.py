@@ -1,7 +1,7 @@
 """The daemon's life around its requests: signals, the watchdog, ``STATUS=``, the stop.
 
 Each piece is given only the components it watches or stops; the daemon
-(:mod:`.app`) starts them in its nurseries.
+(:mod:`~wardd.daemon.life.app`) starts them in its nurseries.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import trio
 from wardd.adapters import Adapter
 from wardd.protocol import WarddError
 
-from ._bridge import wait_future
-from ._notify import Notifier
-from ._records import now
-from ._signals import STOP_SIGNALS, signal_name
-from ._voids import Voids
-from .dispatch import shutdown_refusal
+from ..dispatch.dispatches import shutdown_refusal
+from ..dispatch.router import Lifecycle
+from ..dispatch.tokens import DispatchToken, Tokens
+from ..dispatch.voids import Voids
+from ..dispatch.workers import Job, WorkerPool
+from ..observe.sd_notify import Notifier
+from ..store.boots import mark_clean_stop
+from ..store.encoding import now
+from ..store.writer import Writer
+from .bridge import wait_future
 from .recovery import Recovery
-from .router import Lifecycle
-from .store.boots import mark_clean_stop
-from .store.writer import Writer
-from .tokens import DispatchToken, Tokens
-from .workers import Job, WorkerPool
+from .signals import STOP_SIGNALS, signal_name
 
 __all__ = [
     "SignalWatch",
