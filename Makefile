@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint lint-mypy unasync man dist soak integration bench coverage clean
+.PHONY: run test lint lint-mypy unasync man dist soak integration bench bench-paired coverage clean
 
 # The editable install is "strict": a tree of links to the source files under
 # build/, which type checkers read like any installed package (mypy --strict on a
@@ -70,6 +70,16 @@ integration: $(STAMP)
 # Benchmarks (docs/performance.md): ~6 min; BENCH_ARGS=--quick (~2.5 min) or --full.
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# An earlier commit against this tree, paired in one run (bench/paired.py): the
+# daemon CPU per sequential invoke. BEFORE=<commit> is installed under build/before.
+bench-paired: $(STAMP)
+	@test -n "$(BEFORE)" || { echo "usage: make bench-paired BEFORE=<commit>"; exit 2; }
+	rm -rf build/before && mkdir -p build/before
+	git archive "$(BEFORE)" | tar -x -C build/before
+	$(PYTHON) -m venv build/before/.venv
+	build/before/.venv/bin/python -m pip install -q --disable-pip-version-check build/before
+	$(BIN)/python bench/paired.py --before build/before/.venv/bin/python $(PAIRED_ARGS)
 
 # Branch coverage of the whole suite, spawned daemons included (docs/reliability.md):
 # fails below COVERAGE_MIN, set just under the figure measured when it was last raised.
