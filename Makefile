@@ -12,7 +12,8 @@ STAMP  := $(VENV)/.installed
 # program of yours finds wardd.client); the default mode leaves an import hook
 # they cannot follow. The tree holds the files that existed at install time, so a
 # file added to or removed from a package folder reinstalls (the folders' times).
-PACKAGES := protocol client client/mcpserver adapters daemon daemon/core daemon/store daemon/systemd
+PACKAGES := protocol client client/mcpserver adapters daemon daemon/core daemon/store daemon/systemd \
+            daemon/wire daemon/dispatch daemon/life daemon/observe
 $(STAMP): pyproject.toml $(PACKAGES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check \

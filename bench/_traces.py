@@ -51,7 +51,8 @@ def added_us(reps: int, chunks: int) -> tuple[list[float], list[float]]:
     from wardd.daemon.config import TracingConfig
     from wardd.daemon.core.records import AttemptRef
     from wardd.daemon.dispatch.dispatches import Dispatch, Invoke
-    from wardd.daemon.observe.tracing import CLAIM_KEY, make_tracer
+    from wardd.daemon.observe.tracers import make_tracer
+    from wardd.daemon.observe.tracing import CLAIM_KEY
 
     server = subprocess.Popen([sys.executable, "-c", COLLECTOR], stdout=subprocess.PIPE)
     try:

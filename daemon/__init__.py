@@ -5,8 +5,9 @@ The public surface:
 - `main`: the ``wardd`` command (``run``, ``check-config``, ``--version``);
 - `Config`, `load_config`, `parse_config`, `ConfigError`: the configuration
   file, validated into a frozen `Config` (docs/configuration.md);
-- `Daemon`: one daemon for one `Config` (``open_store``, then ``run`` under
-  trio); `VERSION`: the installed wardd version.
+- `Daemon`: one daemon for one `Config` (built in one step: the owner lock,
+  the store, every component; then ``run`` under trio); `VERSION`: the
+  installed wardd version.
 
 Everything else (the writer, the units, the guard, the tokens, the workers,
 recovery) is internal and may change without notice.

@@ -265,9 +265,7 @@ def run(cfg: object) -> int:
     early = EarlySignals()
     early.install()
     try:
-        daemon = Daemon(cfg)
-        daemon.early_signals = early
-        daemon.open_store()
+        daemon = Daemon(cfg, early)  # the owner lock, then the store
     except LockHeld as exc:
         print(f"wardd: {exc}", file=sys.stderr)
         return EXIT_LOCKED

@@ -8,49 +8,34 @@ claim's writer unit is built from the record in one place,
 :func:`claim_unit`, on the worker's thread. The worker pool's
 :meth:`~wardd.daemon.dispatch.workers.WorkerPool.submit` returns the reply the worker completes;
 a worker submits an outcome with its :class:`Recorded`, and once that write
-is done the :class:`Dispatcher` makes the answer from it (on the writer
-thread, from the future's callback: the event loop, the busiest thread
-under load, only takes the result).
+is done the :class:`~wardd.daemon.dispatch.dispatcher.Settler` makes the answer from it (on
+the writer thread, from the future's callback: the event loop, the busiest
+thread under load, only takes the result).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
-import structlog
-import trio
-
-from wardd.protocol import Internal, WarddError
 
 from ..core.call import Answered
 from ..core.records import AttemptRef, BootContext
-from ..life.bridge import ThreadReply
-from ..observe.tracing import NO_TRACER, TraceIn, Tracer
+from ..observe.tracing import TraceIn
 from ..store.writer import Unit
 from . import attempt_units
-from .calls import CallEnd
-
-if TYPE_CHECKING:
-    from .voids import Voids
-    from .workers import WorkerPool
 
 __all__ = [
     "Answered",
     "Call",
     "Dispatch",
-    "Dispatcher",
     "Execute",
     "Invoke",
     "Recorded",
     "claim_unit",
-    "shutdown_refusal",
 ]
-
-log = structlog.get_logger("wardd.worker")  # the outcome's events, as the workers log them
 
 
 @attrs.frozen
@@ -142,130 +127,3 @@ class Recorded:
     error: str | None
     aborted: bool | None
     future: concurrent.futures.Future[Any]
-
-
-def shutdown_refusal(voided: bool) -> WarddError:
-    """contract §3.6: the answer to a request the stop keeps from its claim,
-    once its attempt's void is durable (or when it had none): ``token_void``
-    (``shutdown``); ``internal`` if the void could not be written."""
-    if voided:
-        return attempt_units.shutdown_void()
-    return Internal("the attempt could not be voided")
-
-
-class Dispatcher:
-    """A dispatch's way back: submit it and wait for its reply (shielded, on
-    the event loop); make the answer of a recorded outcome (on the writer
-    thread, :meth:`settle`), keeping the outcome counts of each worker."""
-
-    def __init__(
-        self,
-        pool: WorkerPool,
-        voids: Voids,
-        *,
-        on_dispatch: Callable[[str], None] = lambda act: None,
-        notify: Callable[..., None] = lambda event, **about: None,
-        tracer: Tracer = NO_TRACER,
-    ) -> None:
-        self._pool = pool
-        self._tracer = tracer
-        self._voids = voids
-        self._on_dispatch = on_dispatch  # the metrics: the request reached a worker
-        self._notify = notify  # the notify hook: an attempt became unknown
-        self._scopes: set[trio.CancelScope] = set()
-        self._counts = {s.id: {"succeeded": 0, "failed": 0, "unknown": 0} for s in pool.states}
-        self._counts_lock = threading.Lock()
-        pool.on_recorded = self._recorded
-
-    async def run(self, worker: str, d: Dispatch, params: Mapping[str, Any] | None = None) -> Any:
-        """Dispatch ``d`` on ``worker``; its answer once its outcome is durable.
-        ``params`` are its request's (the trace context it may carry)."""
-        if self._tracer.enabled:
-            d = attrs.evolve(d, trace=self._tracer.incoming(params or {}))
-        self._on_dispatch(d.act)
-        reply = self._pool.submit(worker, d)
-        if reply is None:  # the pool is stopping: never claimed
-            prepared = d.prepared
-            raise await self._voids.refuse(None if prepared is None else prepared.attempt_id)
-        return await self.wait(reply)
-
-    async def wait(self, reply: ThreadReply) -> Any:
-        """Wait for a call's answer, shielded: the effect does not depend on
-        the caller; only the shutdown drops the shield once its grace has
-        passed (a dispatch's outcome, or an abort's)."""
-        with trio.CancelScope(shield=True) as scope:
-            self._scopes.add(scope)
-            try:
-                await reply.done.wait()
-            finally:
-                self._scopes.discard(scope)
-        return reply.result()
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Its part of ``status``: each worker's outcomes made durable, by status."""
-        with self._counts_lock:
-            return {w: dict(c) for w, c in self._counts.items()}
-
-    def _recorded(self, rec: Recorded, reply: ThreadReply) -> None:
-        """An outcome's write is done (on the writer thread, from its future):
-        answer the dispatch with :meth:`settle`."""
-        try:
-            result = self.settle(rec)
-        except WarddError as err:
-            reply(None, err)
-        except BaseException as exc:  # noqa: BLE001 - a reply must always leave
-            log.error("reply_failed", op=rec.ref.op, attempt=rec.ref.attempt, error=repr(exc))
-            reply(None, Internal("the outcome's reply failed", _claimed(rec.ref)))
-        else:
-            reply(result, None)
-
-    def settle(self, rec: Recorded) -> dict[str, Any]:
-        """The answer of a recorded outcome once its write is done (never an
-        outcome that is not stored): the call leaves the call table (its
-        aborts are answered), the counts, the ``outcome`` event, the hook."""
-        ref, status, error = rec.ref, rec.status, rec.error
-        calls = self._pool.calls
-        if rec.future.exception() is not None:
-            lost = Internal(
-                "the outcome could not be stored", {"reason": "fail_stop", **_claimed(ref)}
-            )
-            calls.settle(ref.attempt_id, lost)
-            raise lost
-        calls.settle(ref.attempt_id, None, CallEnd(status, rec.aborted))
-        with self._counts_lock:
-            self._counts[rec.worker][status] += 1
-        where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": rec.worker}
-        if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
-            log.warning("outcome", **where, status=status, error=error)
-            evidence: dict[str, Any] = {"claimed": True, "error": error}
-            if rec.aborted:
-                evidence["aborted"] = True
-            self._notify(
-                "attempt_unknown",
-                neuron=ref.neuron,
-                op=ref.op,
-                attempt=ref.attempt,
-                act=ref.act,
-                evidence=evidence,
-            )
-        elif status == "failed":
-            log.info("outcome", **where, status=status, error=error)
-        else:
-            log.info("outcome", **where, status=status)
-        result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
-        if status == "succeeded":
-            result["result"] = rec.value
-        else:
-            result["error"] = error
-        return result
-
-    def unshield(self) -> None:
-        """Past the grace: the callers still waiting get no answer."""
-        for scope in list(self._scopes):
-            scope.shield = False
-
-
-def _claimed(ref: AttemptRef) -> dict[str, Any]:
-    """The ``data`` of an error answered after the claim: the attempt that may
-    have run (the caller of an ``execute`` knows only its token)."""
-    return {"op": ref.op, "attempt": ref.attempt}

@@ -9,10 +9,11 @@ by then), whether it waits for the start-up recovery (all but ``status``,
 ``metrics`` and ``list_workers``), and its handler. The router
 (:class:`~wardd.daemon.dispatch.router.Router`) applies each entry as it is declared.
 
-A handler is ``async (services, connection, neuron, params) -> result``;
+A handler is ``async (group, connection, neuron, params) -> result``;
 the neuron is the verified signer for a signed method and ``None``
-otherwise; ``services`` (:class:`~wardd.daemon.dispatch.router.Services`) are the components it
-may use, never the daemon. What the handler returns depends on the
+otherwise; ``group`` is the value of the group its entry declares
+(``uses``, :mod:`~wardd.daemon.dispatch.services`): the components that
+group of handlers may use, never the daemon. What the handler returns depends on the
 entry's guard: ``NONE``, the answer; ``EXCLUSIVE``, the writer unit the
 router runs holding the guard exclusively; ``DISPATCH``, the worker and the
 :class:`~wardd.daemon.dispatch.dispatches.Dispatch` the router hands to it (or, for a ``call``
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 import structlog
@@ -45,6 +46,7 @@ from wardd.protocol import (
 from ..life.bridge import ThreadReply
 from ..observe.metrics import CONTENT_TYPE
 from ..store.encoding import wire_safe
+from ..store.reads import Reads
 from ..wire.params import (
     NO_PARAMS,
     PAGE,
@@ -65,16 +67,15 @@ from . import attempt_units
 from . import management_units as mgmt
 from .descriptors import check_descriptor
 from .dispatches import Answered, Call, Dispatch, Execute, Invoke
-
-if TYPE_CHECKING:
-    from .router import Services
+from .services import Aborts, Attempts, Introspection, Receipts, Uses, Writes
 
 __all__ = ["METHODS", "Guard", "Method"]
 
 log = structlog.get_logger("wardd")
 N = TypeVar("N", str, None)  # the neuron a handler gets: the signer, or None (unsigned)
-Handler = Callable[["Services", Connection, N, dict[str, Any]], Awaitable[Any]]
-UnitBuilder = Callable[["Services", str, dict[str, Any]], attempt_units.Unit]
+# a handler's first argument is its group's value (``Method.uses``)
+Handler = Callable[[Any, Connection, N, dict[str, Any]], Awaitable[Any]]
+UnitBuilder = Callable[[Writes, str, dict[str, Any]], attempt_units.Unit]
 
 
 class Guard(enum.Enum):
@@ -93,6 +94,7 @@ class Method(Generic[N]):
     params: Spec
     signed: bool
     handler: Handler[N]
+    uses: Uses  # the group whose value the handler gets
     guard: Guard = Guard.NONE
     served_while_stopping: bool = False
     waits_for_recovery: bool = True
@@ -102,8 +104,10 @@ class Method(Generic[N]):
     inline: bool = False
 
 
-def _signed(params: Spec, handler: Handler[str], guard: Guard = Guard.NONE) -> Method[str]:
-    return Method(params, signed=True, handler=handler, guard=guard)
+def _signed(
+    params: Spec, handler: Handler[str], uses: Uses, guard: Guard = Guard.NONE
+) -> Method[str]:
+    return Method(params, signed=True, handler=handler, uses=uses, guard=guard)
 
 
 def _write(params: Spec, build: UnitBuilder, guard: Guard = Guard.NONE) -> Method[str]:
@@ -113,15 +117,15 @@ def _write(params: Spec, build: UnitBuilder, guard: Guard = Guard.NONE) -> Metho
 
     if guard is Guard.EXCLUSIVE:
 
-        async def prepared(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+        async def prepared(s: Writes, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
             return build(s, neuron, p)
 
-        return _signed(params, prepared, guard)
+        return _signed(params, prepared, Uses.WRITES, guard)
 
-    async def handler(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+    async def handler(s: Writes, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
         return await s.writer.run(build(s, neuron, p))
 
-    return _signed(params, handler, guard)
+    return _signed(params, handler, Uses.WRITES, guard)
 
 
 def _page(p: Mapping[str, Any]) -> tuple[Any, int]:
@@ -129,23 +133,25 @@ def _page(p: Mapping[str, Any]) -> tuple[Any, int]:
     return p.get("after"), p.get("limit", DEFAULT_PAGE_LIMIT)
 
 
-def _read(params: Spec, fn: Callable[[Services, dict[str, Any]], Any]) -> Method[None]:
+def _read(params: Spec, fn: Callable[[Reads, dict[str, Any]], Any]) -> Method[None]:
     """An unsigned read, in one read transaction: a prune (or any write)
     that commits meanwhile is seen whole or not at all."""
 
-    async def handler(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
-        with s.reads.snapshot():
-            return fn(s, p)
+    async def handler(reads: Reads, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+        with reads.snapshot():
+            return fn(reads, p)
 
-    return Method(params, signed=False, handler=handler, served_while_stopping=True)
+    return Method(
+        params, signed=False, handler=handler, uses=Uses.READS, served_while_stopping=True
+    )
 
 
 # -- the handlers that are more than one unit -------------------------------------
 
 
-async def _prepare(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _prepare(s: Attempts, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     ref = await s.writer.run(attempt_units.prepare(s.ctx, neuron, p))
-    if s.life.stopping:  # admitted before the shutdown began: never a live token
+    if s.stopping():  # admitted before the shutdown began: never a live token
         raise await s.voids.refuse(ref.attempt_id)
     if conn.closed:  # the connection went away meanwhile: its token is dropped
         await s.voids.void(ref.attempt_id, "token_dropped")
@@ -156,7 +162,7 @@ async def _prepare(s: Services, conn: Connection, neuron: str, p: dict[str, Any]
 
 
 async def _execute(
-    s: Services, conn: Connection, neuron: None, p: dict[str, Any]
+    s: Attempts, conn: Connection, neuron: None, p: dict[str, Any]
 ) -> tuple[str, Dispatch]:
     ref = await s.tokens.redeem(p["token"], conn.id)
     if ref.attempt_id is None or ref.worker is None or not s.pool.has(ref.worker):
@@ -167,7 +173,7 @@ async def _execute(
 
 
 async def _invoke(
-    s: Services, conn: Connection, neuron: str, p: dict[str, Any]
+    s: Attempts, conn: Connection, neuron: str, p: dict[str, Any]
 ) -> tuple[str, Dispatch]:
     # contract §3.2.5: prepare's checks on arrival, on a read, so that a
     # refusal (attempt_busy for a running attempt, say) is answered at once
@@ -183,7 +189,7 @@ async def _invoke(
 
 
 async def _call(
-    s: Services, conn: Connection, neuron: str, p: dict[str, Any]
+    s: Attempts, conn: Connection, neuron: str, p: dict[str, Any]
 ) -> tuple[str, Dispatch] | Answered:
     # contract §3.2.6: submit's and invoke's checks on arrival, on a read; an
     # op that already is (retained, failed, consumed, pruned) is answered
@@ -198,13 +204,13 @@ async def _call(
     return worker, Dispatch(neuron, act, Call(p))
 
 
-async def _register_neuron(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _register_neuron(s: Writes, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     result = await s.writer.run(mgmt.register_neuron(neuron))
-    s.auth.registered.add(neuron)  # committed: its next signed request needs no read
+    s.registered(neuron)  # committed: its next signed request needs no read
     return result
 
 
-async def _manual_take(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _manual_take(s: Attempts, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     ref = await s.writer.run(attempt_units.manual_take(s.ctx, neuron, p))
     return {
         "attempt": {
@@ -217,7 +223,7 @@ async def _manual_take(s: Services, conn: Connection, neuron: str, p: dict[str, 
     }
 
 
-async def _reconcile(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _reconcile(s: Receipts, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     await s.recovery.wait_for_receipt(neuron, p["op"], p["attempt"])
     out = p["outcome"]
     if wire_safe(out.get("value"))[1] is not None:
@@ -232,11 +238,11 @@ async def _reconcile(s: Services, conn: Connection, neuron: str, p: dict[str, An
     return got
 
 
-async def _check_receipts(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _check_receipts(s: Receipts, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     return await s.recovery.check_receipts(neuron)
 
 
-async def _abort(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
+async def _abort(s: Aborts, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     """contract §3.8: end a hung call. The checks run on a read (the
     claim registered the call before a read can show it running); the
     call's process group is killed, its outcome is recorded ``unknown``
@@ -259,14 +265,14 @@ async def _abort(s: Services, conn: Connection, neuron: str, p: dict[str, Any]) 
     return {"op": op, "attempt": attempt, "status": "unknown", "aborted": end.aborted is True}
 
 
-def _bind_placement(s: Services, neuron: str, p: dict[str, Any]) -> attempt_units.Unit:
+def _bind_placement(s: Writes, neuron: str, p: dict[str, Any]) -> attempt_units.Unit:
     admitted = check_descriptor(p["descriptor"], s.descriptors)
     return mgmt.bind_placement(
         neuron, p["expected_generation"], admitted, canonical_digest(admitted)
     )
 
 
-async def _list_workers(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+async def _list_workers(s: Introspection, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
     return {
         "workers": [
             {"worker": desc["executor"]["worker"], "descriptor": desc, "digest": g}
@@ -275,11 +281,11 @@ async def _list_workers(s: Services, conn: Connection, neuron: None, p: dict[str
     }
 
 
-async def _status(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+async def _status(s: Introspection, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
     return s.status()
 
 
-async def _metrics(s: Services, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
+async def _metrics(s: Introspection, conn: Connection, neuron: None, p: dict[str, Any]) -> Any:
     """Every series (docs/operations.md "Metrics") in the Prometheus text format."""
     return {"content_type": CONTENT_TYPE, "text": s.metrics_text()}
 
@@ -297,7 +303,7 @@ _EXCL = Guard.EXCLUSIVE
 #: Every method but ``hello`` (which the server answers), by name.
 METHODS: Final[Mapping[str, Method[Any]]] = {
     # the neuron root (contract §3.1)
-    "register_neuron": _signed(NO_PARAMS, _register_neuron),
+    "register_neuron": _signed(NO_PARAMS, _register_neuron, Uses.WRITES),
     "bind_placement": _write(
         ({"expected_generation": uint, "descriptor": descriptor}, {}), _bind_placement, _EXCL
     ),
@@ -359,33 +365,41 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         ({"prog": ident, "op": ident, "act": ident, "args": byte_string}, {}),
         lambda s, n, p: mgmt.submit(n, p["prog"], p["op"], p["act"], p["args"], s.ctx.act_bounds),
     ),
-    "prepare": _signed(_PREPARE, _prepare),
-    "invoke": _signed((_PREPARE[0], {**_PREPARE[1], **TRACE}), _invoke, Guard.DISPATCH),
+    "prepare": _signed(_PREPARE, _prepare, Uses.ATTEMPTS),
+    "invoke": _signed(
+        (_PREPARE[0], {**_PREPARE[1], **TRACE}), _invoke, Uses.ATTEMPTS, Guard.DISPATCH
+    ),
     "call": _signed(
         (
             {"prog": ident, "op": ident, "act": ident, "args": byte_string},
             {"placement_generation": uint, "expected_epoch": uint, **TRACE},
         ),
         _call,
+        Uses.ATTEMPTS,
         Guard.DISPATCH,
     ),
     "manual_take": _signed(
-        ({"op": ident, "expected_attempt": uint}, {"expected_epoch": uint}), _manual_take
+        ({"op": ident, "expected_attempt": uint}, {"expected_epoch": uint}),
+        _manual_take,
+        Uses.ATTEMPTS,
     ),
-    "reconcile": _signed(({"op": ident, "attempt": uint, "outcome": outcome}, {}), _reconcile),
+    "reconcile": _signed(
+        ({"op": ident, "attempt": uint, "outcome": outcome}, {}), _reconcile, Uses.RECEIPTS
+    ),
     "cancel": _write(_OP, lambda s, n, p: mgmt.cancel(n, p["op"])),
     "consume": _write(_OP, lambda s, n, p: mgmt.consume(n, p["op"])),
     "rebind": _write(
         ({"op": ident}, {"expected_epoch": uint}),
         lambda s, n, p: mgmt.rebind(n, p["op"], p.get("expected_epoch")),
     ),
-    "check_receipts": _signed(NO_PARAMS, _check_receipts),
-    "abort": _signed(({"op": ident, "attempt": uint}, {}), _abort),
+    "check_receipts": _signed(NO_PARAMS, _check_receipts, Uses.RECEIPTS),
+    "abort": _signed(({"op": ident, "attempt": uint}, {}), _abort, Uses.ABORTS),
     # unsigned: the daemon, execute and the reads (contract §4)
     "status": Method(
         NO_PARAMS,
         signed=False,
         handler=_status,
+        uses=Uses.DAEMON,
         served_while_stopping=True,
         waits_for_recovery=False,
         inline=True,
@@ -394,6 +408,7 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         NO_PARAMS,
         signed=False,
         handler=_metrics,
+        uses=Uses.DAEMON,
         served_while_stopping=True,
         waits_for_recovery=False,
     ),
@@ -401,6 +416,7 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         NO_PARAMS,
         signed=False,
         handler=_list_workers,
+        uses=Uses.DAEMON,
         served_while_stopping=True,
         waits_for_recovery=False,
     ),
@@ -408,28 +424,33 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
         ({"token": byte_string}, TRACE),
         signed=False,
         handler=_execute,
+        uses=Uses.ATTEMPTS,
         guard=Guard.DISPATCH,
         served_while_stopping=True,
     ),
-    "get_neuron": _read(({"neuron": neuron_id}, {}), lambda s, p: s.reads.get_neuron(p["neuron"])),
+    "get_neuron": _read(
+        ({"neuron": neuron_id}, {}), lambda reads, p: reads.get_neuron(p["neuron"])
+    ),
     "get_prog": _read(
         ({"neuron": neuron_id, "prog": ident}, {}),
-        lambda s, p: s.reads.get_prog(p["neuron"], p["prog"]),
+        lambda reads, p: reads.get_prog(p["neuron"], p["prog"]),
     ),
     "get_operation": _read(
         ({"neuron": neuron_id, "op": ident}, {}),
-        lambda s, p: s.reads.get_operation(p["neuron"], p["op"]),
+        lambda reads, p: reads.get_operation(p["neuron"], p["op"]),
     ),
     "list_operations": _read(
         ({"neuron": neuron_id}, {"state": one_of(*OpState), "prog": ident, **PAGE}),
-        lambda s, p: s.reads.list_operations(p["neuron"], p.get("state"), p.get("prog"), *_page(p)),
+        lambda reads, p: reads.list_operations(
+            p["neuron"], p.get("state"), p.get("prog"), *_page(p)
+        ),
     ),
     "history": _read(
         ({"neuron": neuron_id, "op": ident}, PAGE),
-        lambda s, p: s.reads.history(p["neuron"], p["op"], *_page(p)),
+        lambda reads, p: reads.history(p["neuron"], p["op"], *_page(p)),
     ),
     "list_attempts": _read(
         ({"state": one_of(*ATTEMPT_LIST_STATES)}, PAGE),
-        lambda s, p: s.reads.list_attempts(p["state"], *_page(p)),
+        lambda reads, p: reads.list_attempts(p["state"], *_page(p)),
     ),
 }

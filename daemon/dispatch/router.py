@@ -10,7 +10,8 @@ order (contract §3.6, §4):
 3. the params (``bad_request``);
 4. for a ``signed`` method: the network, the signature, the registration;
 5. ``waits_for_recovery``: held until the start-up recovery is done;
-6. the handler, then what its ``guard`` says: ``EXCLUSIVE`` runs the
+6. the handler, handed its group's value (its entry's ``uses``,
+   :mod:`~wardd.daemon.dispatch.services`), then what its ``guard`` says: ``EXCLUSIVE`` runs the
    writer unit the handler returns holding the neuron's ward guard
    exclusively; ``DISPATCH`` hands the dispatch the handler returns to a
    worker (which holds the guard shared around the claim and the call),
@@ -23,13 +24,12 @@ or dispatches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 import trio
 
-from wardd.adapters import Adapter
 from wardd.protocol import (
     Overloaded,
     Request,
@@ -40,20 +40,16 @@ from wardd.protocol import (
     verify,
 )
 
-from ..life.recovery import Recovery
-from ..store.reads import Reads
 from ..store.writer import Unit, Writer
 from ..wire.params import check_params
 from ..wire.server import Connection
-from .attempt_units import BootContext
-from .dispatches import Answered, Dispatcher
+from .dispatcher import Dispatcher
+from .dispatches import Answered
 from .guard import GuardTable
 from .handlers import METHODS, Guard, Method
-from .tokens import Tokens
-from .voids import Voids
-from .workers import WorkerPool
+from .services import Services
 
-__all__ = ["Authenticator", "Lifecycle", "Router", "Services"]
+__all__ = ["Authenticator", "Lifecycle", "Router"]
 
 
 @attrs.define(eq=False)
@@ -93,49 +89,45 @@ class Authenticator:
         return str(neuron)
 
 
-@attrs.frozen(eq=False)
-class Services:
-    """What the handlers may use: never the daemon itself."""
-
-    life: Lifecycle
-    writer: Writer
-    reads: Reads
-    guards: GuardTable
-    pool: WorkerPool
-    dispatcher: Dispatcher
-    tokens: Tokens
-    voids: Voids
-    recovery: Recovery
-    auth: Authenticator
-    ctx: BootContext
-    adapters: Mapping[str, Adapter]
-    descriptors: list[dict[str, Any]]
-    digests: Sequence[str]
-    status: Callable[[], dict[str, Any]]  # the daemon's components' snapshots, merged
-    metrics_text: Callable[[], str]  # every series in the Prometheus text format
-
-
 class Router:
-    def __init__(self, services: Services, methods: Mapping[str, Method[Any]] = METHODS) -> None:
-        self._s = services
+    """Serves each request by its entry in the method table (see the module)."""
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        life: Lifecycle,
+        auth: Authenticator,
+        guards: GuardTable,
+        writer: Writer,
+        dispatcher: Dispatcher,
+        methods: Mapping[str, Method[Any]] = METHODS,
+    ) -> None:
+        self._life = life
+        self._auth = auth
+        self._guards = guards
+        self._writer = writer
+        self._dispatcher = dispatcher
         self._methods = methods
+        # each method's handler gets its group's value, and only that
+        self._groups = {name: services.of(m.uses) for name, m in methods.items()}
 
     async def handle(self, conn: Connection, req: Request) -> Any:
         """Serve one request by its entry in the method table (see the module)."""
-        s, method, params = self._s, req.method, req.params
+        method, params = req.method, req.params
         entry = self._methods.get(method)
-        if s.life.stopping and (entry is None or not entry.served_while_stopping):
+        if self._life.stopping and (entry is None or not entry.served_while_stopping):
             raise Overloaded("the daemon is shutting down", {"reason": "shutdown"})
         if entry is None:
             if method == "hello":
                 raise UnknownMethod("hello was already done on this connection")
             raise UnknownMethod(f"no method {method!r}")
         check_params(entry.params, params, signed=entry.signed)
-        neuron = s.auth.check(method, params) if entry.signed else None
-        recovered = s.life.recovered
+        neuron = self._auth.check(method, params) if entry.signed else None
+        recovered = self._life.recovered
         if entry.waits_for_recovery and not recovered.is_set():
             await recovered.wait()  # (a set Event's wait is still a schedule point)
-        got = await entry.handler(s, conn, neuron, params)
+        got = await entry.handler(self._groups[method], conn, neuron, params)
         guard = entry.guard
         if guard is Guard.NONE:
             return got
@@ -143,15 +135,15 @@ class Router:
             if isinstance(got, Answered):  # a call that runs nothing (known on arrival)
                 return got.result
             worker, dispatch = got
-            return await s.dispatcher.run(worker, dispatch, params)
+            return await self._dispatcher.run(worker, dispatch, params)
         assert neuron is not None  # EXCLUSIVE: a signed write of the neuron's root
         return await self._exclusive(neuron, got)
 
     async def _exclusive(self, neuron: str, unit: Unit) -> Any:
         """Run a write holding the neuron's ward guard exclusively (contract §3.1)."""
-        guards = self._s.guards
+        guards = self._guards
         await guards.acquire_exclusive_async(neuron)
         try:
-            return await self._s.writer.run(unit)
+            return await self._writer.run(unit)
         finally:
             guards.release_exclusive(neuron)

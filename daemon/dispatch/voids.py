@@ -4,7 +4,7 @@ A void the daemon must write is critical: if it cannot be written the
 daemon fail-stops, so that the next start marks the attempt unknown and
 no op stays blocked by a prepared attempt whose token can no longer be
 used. A request the stop keeps from its claim is answered only once its
-attempt's void is durable: :func:`~wardd.daemon.dispatch.dispatches.shutdown_refusal`.
+attempt's void is durable: :func:`shutdown_refusal`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,23 @@ from collections.abc import Sequence
 
 import structlog
 
-from wardd.protocol import WarddError
+from wardd.protocol import Internal, WarddError
 
 from ..store.writer import Writer
 from . import attempt_units
-from .dispatches import shutdown_refusal
 
-__all__ = ["Voids"]
+__all__ = ["Voids", "shutdown_refusal"]
 
 log = structlog.get_logger("wardd")
+
+
+def shutdown_refusal(voided: bool) -> WarddError:
+    """contract §3.6: the answer to a request the stop keeps from its claim,
+    once its attempt's void is durable (or when it had none): ``token_void``
+    (``shutdown``); ``internal`` if the void could not be written."""
+    if voided:
+        return attempt_units.shutdown_void()
+    return Internal("the attempt could not be voided")
 
 
 class Voids:

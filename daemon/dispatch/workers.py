@@ -14,8 +14,8 @@ other's guard).
 A worker takes a frozen :class:`~wardd.daemon.dispatch.dispatches.Dispatch` and the reply it
 completes. The writer thread writes none of the pool's state: outside SQL
 it makes the call table's ``claimed`` move, inside the claim unit
-(:mod:`~wardd.daemon.dispatch.calls`), and the dispatcher's settle once an outcome is durable
-(:meth:`~wardd.daemon.dispatch.dispatches.Dispatcher.settle`, told through ``on_recorded``).
+(:mod:`~wardd.daemon.dispatch.calls`), and the settler's settle once an outcome is durable
+(:meth:`~wardd.daemon.dispatch.dispatcher.Settler.settle`, told through ``on_recorded``).
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ from . import attempt_units
 from .attempt_units import AttemptRef, BootContext, Reroute
 from .calls import CallEnd, Calls
 from .claims import claim_record
-from .dispatches import Answered, Dispatch, Recorded, claim_unit, shutdown_refusal
+from .dispatches import Answered, Dispatch, Recorded, claim_unit
 from .guard import GuardTable
+from .voids import shutdown_refusal
 
-__all__ = ["Job", "WorkerPool", "WorkerState", "call_act"]
+__all__ = ["Job", "WorkerPool", "WorkerState", "call_act", "worker_ids"]
 
 log = structlog.get_logger("wardd.worker")
 ERROR_TEXT_MAX = 2000
@@ -75,6 +76,9 @@ class WorkerPool:
         writer: Writer,
         adapters: Mapping[str, Adapter],
         ctx: BootContext,
+        calls: Calls,
+        on_recorded: Callable[[Recorded, ThreadReply], None],
+        on_act: Callable[[str, float], None] = lambda act, seconds: None,
         stopping: Callable[[], bool] = lambda: False,
         tracer: Tracer = NO_TRACER,
     ) -> None:
@@ -85,19 +89,19 @@ class WorkerPool:
         self._adapters = adapters
         self._ctx = ctx
         self._claim_stopping = stopping  # read by the claim units (the daemon's stop)
-        self.states = [WorkerState(f"w{i}", threading.Condition(guards.lock)) for i in range(n)]
+        self.states = [WorkerState(w, threading.Condition(guards.lock)) for w in worker_ids(n)]
         self._by_id = {s.id: s for s in self.states}
         self._queues: dict[str, collections.deque[Job]] = {
             s.id: collections.deque() for s in self.states
         }
         self._stopping = False
-        self.calls = Calls()
+        self.calls = calls
         self._grace_over = False
         # told each adapter call's act and duration (the daemon's metrics)
-        self.on_act: Callable[[str, float], None] = _ignore_call
+        self._on_act = on_act
         # told each outcome once its write is done, on the writer thread: it
-        # answers the reply (the Dispatcher's; it writes none of this pool's state)
-        self.on_recorded: Callable[[Recorded, ThreadReply], None] = _unsettled
+        # answers the reply (the Settler's; it writes none of this pool's state)
+        self._on_recorded = on_recorded
         self._threads = [
             threading.Thread(target=self._loop, args=(s,), name=f"wardd-worker-{s.id}", daemon=True)
             for s in self.states
@@ -239,7 +243,7 @@ class WorkerPool:
             if self.calls.begin(ref.attempt_id):
                 adapter = self._adapters[ref.act]
                 status, value, error, by_abort = call_act(
-                    adapter, ref, self._ctx.boot, self.on_act, span
+                    adapter, ref, self._ctx.boot, self._on_act, span
                 )
             else:
                 status, value, error = "unknown", None, "the call was not started"
@@ -377,7 +381,7 @@ class WorkerPool:
         unit = attempt_units.outcome(ref, status, value, error, "adapter", aborted=aborted)
         fut = self._writer.submit(unit, critical=True)
         rec = Recorded(ref, state.id, status, value, error, aborted, fut)
-        settled = self.on_recorded
+        settled = self._on_recorded
         fut.add_done_callback(lambda _f: settled(rec, reply))
         return True
 
@@ -392,6 +396,11 @@ class WorkerPool:
             }
             for s in self.states
         ]
+
+
+def worker_ids(n: int) -> list[str]:
+    """The ids of a pool of ``n`` workers, in order (``w0``, ``w1``, ...)."""
+    return [f"w{i}" for i in range(n)]
 
 
 def _wake(state: WorkerState, guards: GuardTable) -> None:
@@ -482,15 +491,6 @@ def call_act(
     # replaced by a placeholder and the reason is kept as the error text
     value, why = wire_safe(value)
     return "succeeded", value, why, False
-
-
-def _unsettled(rec: Recorded, reply: ThreadReply) -> None:
-    """``on_recorded`` until a Dispatcher sets its own."""
-    reply(None, Internal("no dispatcher settles the outcome"))
-
-
-def _ignore_call(act: str, seconds: float) -> None:
-    """``on_act`` until the daemon sets its own."""
 
 
 def _text(exc: BaseException) -> str:

@@ -33,19 +33,21 @@ from wardd.protocol import PROTOCOL_VERSION, canonical_digest
 
 from ..config import Config
 from ..dispatch import attempt_units
+from ..dispatch.calls import Calls
 from ..dispatch.descriptors import build_descriptors, device_id
-from ..dispatch.dispatches import Dispatcher
+from ..dispatch.dispatcher import Dispatcher, Settler
 from ..dispatch.guard import GuardTable
 from ..dispatch.handlers import METHODS
-from ..dispatch.router import Authenticator, Lifecycle, Router, Services
+from ..dispatch.router import Authenticator, Lifecycle, Router
+from ..dispatch.services import Aborts, Attempts, Introspection, Receipts, Services, Writes
 from ..dispatch.tokens import Tokens
 from ..dispatch.voids import Voids
-from ..dispatch.workers import WorkerPool
+from ..dispatch.workers import WorkerPool, worker_ids
 from ..observe.metrics import Metrics, db_size, read_figures, writer_snapshot
 from ..observe.metrics_http import MetricsServer
 from ..observe.notify_hook import NotifyHook
 from ..observe.sd_notify import Notifier, scrub_environment, watchdog_interval
-from ..observe.tracing import make_tracer
+from ..observe.tracers import make_tracer
 from ..store.boots import record_boot
 from ..store.encoding import now
 from ..store.prune import Pruner
@@ -67,13 +69,16 @@ EXIT_FAIL_STOP = 70
 
 
 class Daemon:
-    """Builds the components (:meth:`open_store`), wires them, and runs them
-    (:meth:`run`); it serves no request itself (:class:`~wardd.daemon.dispatch.router.Router`)."""
+    """One daemon for one ``Config``, built in one step: the constructor takes
+    the owner lock, migrates the store, records this boot and builds every
+    component in order, each given its collaborators and observers;
+    :meth:`run` serves. It serves no request itself
+    (:class:`~wardd.daemon.dispatch.router.Router`)."""
 
-    reads: Reads  # set by open_store
-
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, early_signals: EarlySignals | None = None) -> None:
         self.config = config
+        # signals caught before the event loop took them over (the CLI's)
+        self.early_signals = early_signals
         self.boot = secrets.token_hex(16)
         self.version = VERSION
         self.started_at = now()
@@ -83,111 +88,120 @@ class Daemon:
         self.life = Lifecycle()
         self.signals = life_.SignalWatch()
         self.guards = GuardTable()
-        self._background: trio.Nursery | None = None
-        # signals caught before the event loop took them over (set by the CLI)
-        self.early_signals: EarlySignals | None = None
         self.adapters = build_adapters(config, self.boot)
         self.act_bounds: dict[str, int] = {tag: a.max_arg_bytes for tag, a in self.adapters.items()}
         self._db_size = SizeOnDisk(self.db_path)
-
-    # -- composition ------------------------------------------------------------------
-
-    def open_store(self) -> None:
-        """Take the owner lock, migrate, record this boot (before serving)."""
-        self.lock.acquire()
-        wconn = connect(self.db_path)
-        wconn.row_factory = sqlite3.Row
-        self.schema_from, _ = migrate(wconn)
-        self.previous_boot = record_boot(
-            wconn, boot=self.boot, started_at=self.started_at, pid=os.getpid(), version=VERSION
+        self._trio_token: trio.lowlevel.TrioToken | None = None  # the event loop's (run)
+        self._background: trio.Nursery | None = None  # the connections' nursery (run)
+        self.http: MetricsServer | None = None  # ``metrics_listen``'s server (run)
+        self.lock.acquire()  # before the store is opened (contract §3.6)
+        wconn, self.schema_from, self.previous_boot = open_store(
+            self.db_path, self.boot, self.started_at
         )
-        self.writer = Writer(wconn, self._on_fatal)
+        self.metrics, self.hook = observers(config, self.boot, self.previous_boot)
+        self.writer = Writer(wconn, self._on_fatal, on_batch=self.metrics.batch)
         self.writer.counters.seed(wconn)  # status's counts (store/counters.py)
-        self.reads = Reads(connect_reader(self.db_path), self.config.max_frame)
+        self.reads = Reads(connect_reader(self.db_path), config.max_frame)
         self.voids = Voids(self.writer)
         self.tokens = Tokens(
-            ttl_s=self.config.token_ttl_s,
-            void=self.voids.void,
-            attempt_state=self.reads.attempt_state,
+            ttl_s=config.token_ttl_s, void=self.voids.void, attempt_state=self.reads.attempt_state
         )
         self.device = device_id(self.db_path)
         self.descriptors, self.digests, self.ctx = describe(
-            self.config, self.device, self.boot, self.act_bounds
+            config, self.device, self.boot, self.act_bounds
         )
         # nothing of OpenTelemetry is imported unless [tracing] asks for it
-        self.tracer = make_tracer(self.config.tracing, VERSION)
-        self.pool = WorkerPool(
+        self.tracer = make_tracer(config.tracing, VERSION)
+        self.settler, self.pool, self.dispatcher = self._dispatch()
+        self.recovery = Recovery(
+            self.writer,
+            self.reads,
+            self.adapters,
+            self.boot,
+            on_receipt=self.metrics.receipt,
+            notify=self.hook.post,
+            tracer=self.tracer,
+        )
+        self.auth = Authenticator(config.network, self.reads.neuron_exists)
+        self.router = self._router()
+        self.pruner = Pruner(
+            self.writer,
+            self.db_path,
+            retention_s=config.retention_s,
+            interval_s=config.prune_interval_s,
+            stopping=lambda: self.life.stopping or self.writer.fatal is not None,
+        )
+        self.server = self._server()
+
+    # -- composition ------------------------------------------------------------------
+
+    def _dispatch(self) -> tuple[Settler, WorkerPool, Dispatcher]:
+        """The way of a dispatch: the settler (the way back, told of each
+        recorded outcome), the workers, the dispatcher (the way there)."""
+        calls = Calls()
+        settler = Settler(calls, worker_ids(self.config.workers), notify=self.hook.post)
+        pool = WorkerPool(
             self.config.workers,
             guards=self.guards,
             writer=self.writer,
             adapters=self.adapters,
             ctx=self.ctx,
+            calls=calls,
+            on_recorded=settler.recorded,
+            on_act=self.metrics.act_call,
             stopping=lambda: self.life.stopping,
             tracer=self.tracer,
         )
-        self.recovery = Recovery(
-            self.writer, self.reads, self.adapters, self.boot, tracer=self.tracer
+        dispatcher = Dispatcher(
+            pool, self.voids, on_dispatch=self.metrics.dispatching, tracer=self.tracer
         )
-        self._observe()
-        self.dispatcher = Dispatcher(
-            self.pool,
-            self.voids,
-            on_dispatch=self.metrics.dispatching,
-            notify=self.hook.post,
-            tracer=self.tracer,
-        )
-        self.auth = Authenticator(self.config.network, self.reads.neuron_exists)
-        self.router = Router(self._services())
-        self.pruner = Pruner(
-            self.writer,
-            self.db_path,
-            retention_s=self.config.retention_s,
-            interval_s=self.config.prune_interval_s,
-            stopping=lambda: self.life.stopping or self.writer.fatal is not None,
-        )
+        return settler, pool, dispatcher
 
-    def _observe(self) -> None:
-        """The metrics and the notify hook, told by the writer, workers and recovery."""
-        prev = self.previous_boot
-        self.metrics = Metrics(
-            boot=self.boot,
-            version=VERSION,
-            previous_boot_clean=prev is None or prev["clean"],
-            methods=METHODS,
-        )
-        self.writer.on_batch = self.metrics.batch
-        self.pool.on_act = self.metrics.act_call
-        self.recovery.on_receipt = self.metrics.receipt
-        self.http: MetricsServer | None = None
-        self.hook = NotifyHook(
-            self.config.notify_argv, self.boot, timeout_s=self.config.notify_timeout_s
-        )
-        self.recovery.notify = self.hook.post
-
-    def _services(self) -> Services:
-        return Services(
-            life=self.life,
-            writer=self.writer,
+    def _router(self) -> Router:
+        """The router, and each group of handlers' value (``services``)."""
+        services = Services(
+            writes=Writes(self.writer, self.ctx, self.descriptors, self.auth.registered.add),
+            attempts=Attempts(
+                self.writer,
+                self.reads,
+                self.ctx,
+                self.pool,
+                self.tokens,
+                self.voids,
+                stopping=lambda: self.life.stopping,
+            ),
+            aborts=Aborts(self.reads, self.adapters, self.pool, self.dispatcher),
+            receipts=Receipts(self.writer, self.recovery),
             reads=self.reads,
-            guards=self.guards,
-            pool=self.pool,
-            dispatcher=self.dispatcher,
-            tokens=self.tokens,
-            voids=self.voids,
-            recovery=self.recovery,
+            daemon=Introspection(self.descriptors, self.digests, self.status, self._metrics_text),
+        )
+        return Router(
+            services,
+            life=self.life,
             auth=self.auth,
-            ctx=self.ctx,
-            adapters=self.adapters,
-            descriptors=self.descriptors,
-            digests=self.digests,
-            status=self.status,
-            metrics_text=self._metrics_text,
+            guards=self.guards,
+            writer=self.writer,
+            dispatcher=self.dispatcher,
+        )
+
+    def _server(self) -> Server:
+        """The socket server (it listens once :meth:`run` hands it the listener)."""
+        return Server(
+            handle=self.metrics.counting(self.router.handle),
+            hello=self._hello,
+            allowed_uids={os.getuid(), *self.config.allowed_uids},
+            max_frame=self.config.max_frame,
+            max_connections=self.config.max_connections,
+            max_in_flight=self.config.max_in_flight,
+            on_close=self._connection_closed,
+            inline=frozenset(name for name, m in METHODS.items() if m.inline),
         )
 
     def _on_fatal(self, why: str) -> None:
         # Called on the writer thread: contract §3.2.3 fail-stop.
         self.life.fatal = why
         log.critical("fail_stop", reason=why)
+        assert self._trio_token is not None  # the writer thread starts in run
         self._trio_token.run_sync_soon(self.signals.stop.set)
 
     # -- running ----------------------------------------------------------------------
@@ -249,16 +263,6 @@ class Daemon:
             self.hook.post("previous_boot_unclean", evidence={"previous_boot": prev["boot"]})
 
     def _start_server(self) -> None:
-        self.server = Server(
-            handle=self.metrics.counting(self.router.handle),
-            hello=self._hello,
-            allowed_uids={os.getuid(), *self.config.allowed_uids},
-            max_frame=self.config.max_frame,
-            max_connections=self.config.max_connections,
-            max_in_flight=self.config.max_in_flight,
-            on_close=self._connection_closed,
-            inline=frozenset(name for name, m in METHODS.items() if m.inline),
-        )
         if self.config.metrics_listen is not None:
             host, port = self.config.metrics_listen
             self.http = serve_metrics(
@@ -365,7 +369,7 @@ class Daemon:
                 self.db_path,
                 self._db_size(),  # the size: at most a second old
                 workers=self.pool.snapshot(),
-                counts=self.dispatcher.counts(),
+                counts=self.settler.counts(),
                 digests=self.digests,
                 recovery=self.recovery.snapshot(),
                 previous_boot=self.previous_boot,
@@ -403,6 +407,35 @@ class SizeOnDisk:
         if t - self._at >= self._max_age_s:
             self._size, self._at = db_size(self._database), t
         return self._size
+
+
+def open_store(
+    db_path: Path, boot: str, started_at: str
+) -> tuple[sqlite3.Connection, int, dict[str, Any] | None]:
+    """The writer's connection to the migrated store, with this boot recorded;
+    the schema version it was found at, and the previous boot's record."""
+    wconn = connect(db_path)
+    wconn.row_factory = sqlite3.Row
+    schema_from, _ = migrate(wconn)
+    previous_boot = record_boot(
+        wconn, boot=boot, started_at=started_at, pid=os.getpid(), version=VERSION
+    )
+    return wconn, schema_from, previous_boot
+
+
+def observers(
+    config: Config, boot: str, previous_boot: dict[str, Any] | None
+) -> tuple[Metrics, NotifyHook]:
+    """What the writer, the workers, recovery and the settler tell: the
+    metrics and the notify hook."""
+    metrics = Metrics(
+        boot=boot,
+        version=VERSION,
+        previous_boot_clean=previous_boot is None or previous_boot["clean"],
+        methods=METHODS,
+    )
+    hook = NotifyHook(config.notify_argv, boot, timeout_s=config.notify_timeout_s)
+    return metrics, hook
 
 
 def build_adapters(config: Config, boot: str | None = None) -> dict[str, Adapter]:

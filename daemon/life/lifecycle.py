@@ -16,10 +16,9 @@ import trio
 from wardd.adapters import Adapter
 from wardd.protocol import WarddError
 
-from ..dispatch.dispatches import shutdown_refusal
 from ..dispatch.router import Lifecycle
 from ..dispatch.tokens import DispatchToken, Tokens
-from ..dispatch.voids import Voids
+from ..dispatch.voids import Voids, shutdown_refusal
 from ..dispatch.workers import Job, WorkerPool
 from ..observe.sd_notify import Notifier
 from ..store.boots import mark_clean_stop

@@ -50,9 +50,7 @@ handed the op's args and the claim's time (`SentCall`), read just before.
 
 from __future__ import annotations
 
-import os
-import sqlite3
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -60,27 +58,16 @@ import structlog
 import trio
 
 from wardd.adapters import Adapter, Receipt, SentCall, as_receipt, has_receipt
-from wardd.adapters._hold import hold
-from wardd.protocol import OpState, Overloaded, WarddError
+from wardd.protocol import Overloaded, WarddError
 
 from ..core import attempts as core
 from ..dispatch.claims import ReceiptQuestion, receipt_question
 from ..observe.logs import log_lines
 from ..observe.tracing import NO_TRACER, Tracer
-from ..store import load
-from ..store.apply import apply
-from ..store.encoding import now, wire_safe
-from ..store.marks import Mark, open_attempts, write_marks
 from ..store.reads import Candidate, Reads, Resend
 from ..store.writer import Writer
-from .orphans import (
-    any_marked,
-    find_orphans,
-    find_servers,
-    kill_groups,
-    stop_groups,
-    wait_gone,
-)
+from .orphan_kill import OrphanKill
+from .recovery_units import apply_receipt, mark_unknown
 
 __all__ = ["Recovery"]
 
@@ -89,105 +76,6 @@ RECEIPT_CONCURRENCY = 4
 # before READY=1, for the in-process receipts in all (module docstring); well
 # within the shipped unit's TimeoutStartSec=90 (docs/operations.md)
 START_RECEIPT_BUDGET_S = 10.0
-ORPHAN_EXIT_WAIT_S = 5.0  # a SIGKILLed group is gone well within this
-# the test hook (adapters/_hold.py): a start waits at `orphans_recorded` (the
-# orphans stopped and their kill committed, not yet killed) and at
-# `orphans_killed` (killed, the other marks not yet committed)
-HOLD_ENV = "WARDD_TEST_RECOVERY_HOLD"
-
-
-def mark_unknown(
-    boot: str,
-    marks: list[tuple[dict[str, Any], dict[str, Any]]] | None = None,
-    orphans: Collection[int] = frozenset(),
-    only: Collection[int] | None = None,
-) -> Any:
-    """The start-time unit: earlier boots' open attempts become unknown.
-
-    Each marked attempt is also appended to ``marks``, where it is (neuron,
-    op, attempt, act) and its evidence, for the log and the notify hook
-    once the unit is committed. An attempt in
-    ``orphans`` had a program that outlived its boot, killed at this start
-    (``_orphans``): its evidence says ``orphan_killed: true``. ``only``
-    (None: all) limits the marks to those attempt ids. Thousands
-    after a crash: the core decides each attempt from its row's figures
-    and the marks are written set-wise (``store/marks.py``).
-    """
-
-    def unit(conn: sqlite3.Connection) -> list[int]:
-        decided = []
-        for o in open_attempts(conn, boot):
-            if only is not None and o.id not in only:
-                continue
-            op_to = core.unknown_mark(
-                o.state,
-                o.attempt == o.op_attempts,
-                o.op_state,
-                o.cancelled,
-                o.op_state == OpState.CONSUMED,
-            )
-            evidence = core.unknown_evidence(o.claimed, o.boot, o.id in orphans)
-            decided.append(Mark(o, op_to, evidence))
-            if marks is not None:
-                where = {"neuron": o.neuron, "op": o.op, "attempt": o.attempt, "act": o.act}
-                marks.append((where, evidence))
-        write_marks(conn, decided)
-        return [m.open.id for m in decided]
-
-    return unit
-
-
-def record_orphans(
-    boot: str, attempt_ids: Collection[int], marks: list[tuple[dict[str, Any], dict[str, Any]]]
-) -> Any:
-    """The unit committed before an orphan is killed (its groups are
-    stopped already): each attempt in ``attempt_ids`` says ``orphan_killed:
-    true``. One an earlier boot left open is marked unknown now, as
-    :func:`mark_unknown` marks it (and appended to ``marks``); one already
-    unknown gets it added to its evidence (``core.orphan_killed``). A start
-    SIGKILLed after this commit loses nothing: the fact is durable, and the
-    stopped program is found and killed by the next start. Returns the ids
-    marked."""
-    mark = mark_unknown(boot, marks, attempt_ids, only=attempt_ids)
-
-    def unit(conn: sqlite3.Connection) -> list[int]:
-        marked: list[int] = mark(conn)
-        for attempt_id in sorted(set(attempt_ids) - set(marked)):
-            op_id = load.op_id_of_attempt(conn, attempt_id)
-            if op_id is not None:
-                apply(conn, core.orphan_killed(load.op_attempts(conn, op_id), attempt_id))
-        return marked
-
-    return unit
-
-
-def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: bool = True) -> Any:
-    """Record a receipt's answer: applied when ``binding`` allows (contract §3.4),
-    otherwise kept as a hint in the evidence (answer and detail); for an
-    attempt resolved meanwhile, a contradicting answer is kept as
-    ``receipt_conflict``. The unit returns a :class:`core.ReceiptEffect`."""
-    value, why = wire_safe(receipt.value)
-    applies = binding and (receipt.answer == "executed" or in_process)
-
-    def unit(conn: sqlite3.Connection) -> core.ReceiptEffect:
-        op_id = load.op_id_of_attempt(conn, c.attempt_id)
-        if op_id is None:
-            return core.ReceiptEffect()
-        view = load.op_attempts(conn, op_id)
-        decision = core.receipt(
-            view,
-            c.attempt_id,
-            receipt.answer,
-            value,
-            why,
-            receipt.detail,
-            applies=applies,
-            at=now(),
-        )
-        effect: core.ReceiptEffect = apply(conn, decision)
-        return effect
-
-    return unit
 
 
 class Recovery:
@@ -198,6 +86,8 @@ class Recovery:
         adapters: Mapping[str, Adapter],
         boot: str,
         *,
+        on_receipt: Callable[[str], None] = lambda answer: None,
+        notify: Callable[..., None] = lambda event, **about: None,
         tracer: Tracer = NO_TRACER,
     ) -> None:
         self._writer = writer
@@ -212,9 +102,9 @@ class Recovery:
         self.marked = 0
         self._marked_ids: set[int] = set()
         self.resolved_by_receipt = 0  # of the attempts this start marked (contract §3.8)
-        self.on_receipt: Callable[[str], None] = _ignore  # told each answer recorded
-        self.notify: Callable[..., None] = _ignore_event  # the notify hook's post
-        self._hold = os.environ.get(HOLD_ENV) or None  # the test hook (HOLD_ENV)
+        self._on_receipt = on_receipt  # told each answer recorded (the metrics)
+        self._notify = notify  # the notify hook's post
+        self._orphans = OrphanKill(writer, reads, boot)  # the first step of at_start
 
     @property
     def pending(self) -> int:
@@ -257,13 +147,13 @@ class Recovery:
         for c in self._candidates(states=("unknown", "prepared", "running")):
             self._pending[c.attempt_id] = trio.Event()
         marks: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        self._marked_ids = set(await self._kill_orphans(marks))
+        self._marked_ids = set(await self._orphans.run(marks))
         self._marked_ids.update(await self._writer.run(mark_unknown(self._boot, marks)))
         self.marked = len(self._marked_ids)
         # one line per attempt: an operator reconciles each (docs/recovery.md)
         log_lines(log, "warning", "marked_unknown", ({**w, **e} for w, e in marks))
         for where, evidence in marks:
-            self.notify("attempt_unknown", **where, evidence=evidence)
+            self._notify("attempt_unknown", **where, evidence=evidence)
         self._trace_marks(marks)
         cands = self._candidates()
         ids = {c.attempt_id for c in cands}
@@ -311,61 +201,6 @@ class Recovery:
             await self._check(queue.pop(0))
         finished.set()
 
-    async def _kill_orphans(self, marks: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[int]:
-        """Kill what an earlier boot's claimed calls left running (``_orphans``):
-        their ``cli`` programs and the ``mcp`` servers of their boots. Their
-        groups are stopped, the fact committed (``record_orphans``, which marks
-        their attempts and appends to ``marks``), then they are killed. The
-        attempt ids marked."""
-        # no process carries a key (the usual start): no claimed call to list
-        if not await trio.to_thread.run_sync(any_marked):
-            return []
-        calls = self._reads.claimed_calls_of_earlier_boots(self._boot)
-        by_key = {c.key: c for c in calls}
-        if not by_key:
-            return []
-        wanted = {k: c.boot for k, c in by_key.items()}  # ours: the key and its claim's boot
-        found = await trio.to_thread.run_sync(find_orphans, wanted)
-        servers = await trio.to_thread.run_sync(find_servers, {c.boot for c in calls})
-        # stopped first: from here on an orphan does nothing until it is killed
-        programs = {key: pids for key, pids in found.items() if stop_groups(pids)}
-        served = {ab: pids for ab, pids in servers.items() if stop_groups(pids)}
-        ids = {by_key[key].attempt_id for key in programs}
-        ids |= {c.attempt_id for c in calls if (c.act, c.boot) in served}
-        if not ids:
-            return []
-        marked: list[int] = await self._writer.run(record_orphans(self._boot, ids, marks))
-        await self._held("orphans_recorded")
-        for key, pids in programs.items():
-            call = by_key[key]
-            await self._kill_logged(pids, neuron=call.neuron, op=call.op, attempt=call.attempt)
-        for (act, boot), pids in served.items():
-            await self._kill_logged(pids, act=act, boot=boot)
-        await self._held("orphans_killed")
-        return marked
-
-    async def _held(self, point: str) -> None:
-        """The test hook (``HOLD_ENV``): nothing unless a test named a directory."""
-        if self._hold is not None:
-            await trio.to_thread.run_sync(hold, self._hold, point)
-
-    async def _kill_logged(self, pids: list[int], **where: Any) -> bool:
-        """Kill the groups of ``pids`` (stopped, their kill recorded) and wait
-        for them gone (killed means gone before anything else is marked or
-        served); whether any was killed."""
-        groups = kill_groups(pids)
-        if not groups:
-            return False
-        left = await trio.to_thread.run_sync(wait_gone, pids, ORPHAN_EXIT_WAIT_S)
-        log.warning(
-            "orphan_killed",
-            **where,
-            pids=pids,
-            groups=groups,
-            **({"still_exiting": left} if left else {}),
-        )
-        return True
-
     async def background_receipts(self) -> None:
         limiter = trio.CapacityLimiter(RECEIPT_CONCURRENCY)
         async with trio.open_nursery() as nursery:
@@ -404,7 +239,7 @@ class Recovery:
                 log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
                 return False
             answered = True
-            self.on_receipt(receipt.answer)
+            self._on_receipt(receipt.answer)
             about = {"neuron": c.neuron, "op": c.op, "attempt": c.attempt, "answer": receipt.answer}
             log.info("receipt", **about, applicable=question.binding, resolved=effect.resolved)
             if effect.conflict is not None:  # contract §3.4: never dropped, and said out loud
@@ -413,7 +248,7 @@ class Recovery:
             if effect.resolved:
                 self._trace_resolved("receipt", c.neuron, c.op, c.attempt, receipt.answer)
                 detail = {"detail": receipt.detail} if receipt.detail else {}
-                self.notify(
+                self._notify(
                     "resolved_by_receipt",
                     neuron=c.neuron,
                     op=c.op,
@@ -528,14 +363,6 @@ class Recovery:
                 "once a check has answered (check_receipts, or after the restart)",
                 {"reason": "receipt_pending"},
             )
-
-
-def _ignore(answer: str) -> None:
-    """``on_receipt`` until the daemon sets its own."""
-
-
-def _ignore_event(event: str, **about: Any) -> None:
-    """``notify`` until the daemon sets its own."""
 
 
 def _resends(adapter: Adapter) -> bool:

@@ -37,12 +37,11 @@ from opentelemetry.trace import (
 
 from wardd.adapters import idempotency_key
 
-from .tracing import NO_SPAN, AttemptTrace, DispatchSpan, TraceIn, Tracer
+from .tracing import NO_SPAN, AttemptTrace, DispatchSpan, Traced, TraceIn, Tracer
 
 if TYPE_CHECKING:
     from ..config import TracingConfig
     from ..core.records import AttemptRef
-    from ..dispatch.dispatches import Dispatch
 
 __all__ = ["OtelTracer"]
 
@@ -117,7 +116,7 @@ class _Span(DispatchSpan):
     until it ends, when it is handed to the export queue whole, as the SDK's
     ``ReadableSpan`` (a value: no lock, no context, no sampler on the way)."""
 
-    def __init__(self, tracer: OtelTracer, d: Dispatch, parent: SpanContext | None) -> None:
+    def __init__(self, tracer: OtelTracer, d: Traced, parent: SpanContext | None) -> None:
         self._tracer = tracer
         self._parent = parent
         self._name = f"execute_tool {d.act}"
@@ -216,7 +215,7 @@ class OtelTracer(Tracer):
     def incoming(self, params: Mapping[str, Any]) -> TraceIn:
         return TraceIn(params.get("traceparent"), params.get("tracestate"), time.time_ns())
 
-    def dispatch(self, d: Dispatch) -> DispatchSpan:
+    def dispatch(self, d: Traced) -> DispatchSpan:
         try:
             return _Span(self, d, _parent(d.trace))
         except Exception as exc:  # noqa: BLE001 - a span never changes a dispatch

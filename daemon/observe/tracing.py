@@ -4,7 +4,8 @@ The daemon tells a :class:`Tracer` what happens to a dispatch and to an
 unknown attempt; the tracer makes spans of it. :data:`NO_TRACER`, the
 default (``[tracing] exporter = "none"``), does nothing and imports
 nothing. ``exporter = "otlp"`` builds the OpenTelemetry tracer of
-:mod:`~wardd.daemon.observe.otel` (the ``otel`` extra), the only module that imports the SDK.
+:mod:`~wardd.daemon.observe.otel` (the ``otel`` extra), the only module that imports the SDK;
+:func:`~wardd.daemon.observe.tracers.make_tracer` chooses between them.
 
 What a span may carry is fixed here and there: where the attempt is (neuron,
 prog, op, attempt, act, its fence key), its outcome, a receipt's answer
@@ -19,14 +20,12 @@ thread that serves it, from the worker's first look at it to its outcome.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 if TYPE_CHECKING:
-    from ..config import TracingConfig
     from ..core.records import AttemptRef
-    from ..dispatch.dispatches import Dispatch
 
 __all__ = [
     "CLAIM_KEY",
@@ -35,8 +34,8 @@ __all__ = [
     "AttemptTrace",
     "DispatchSpan",
     "TraceIn",
+    "Traced",
     "Tracer",
-    "make_tracer",
     "stored_traceparent",
 ]
 
@@ -66,6 +65,21 @@ class AttemptTrace:
     attempt: int
     act: str
     traceparent: str | None
+
+
+class Traced(Protocol):
+    """What a dispatch span is made from: a
+    :class:`~wardd.daemon.dispatch.dispatches.Dispatch` (named here by its
+    shape, so that tracing needs nothing of the dispatch's modules)."""
+
+    @property
+    def neuron(self) -> str: ...
+
+    @property
+    def act(self) -> str: ...
+
+    @property
+    def trace(self) -> TraceIn | None: ...
 
 
 def stored_traceparent(claim_info: Any) -> str | None:
@@ -106,7 +120,7 @@ class Tracer:
         """A dispatch request's trace context (on the event loop); None when off."""
         return None
 
-    def dispatch(self, d: Dispatch) -> DispatchSpan:
+    def dispatch(self, d: Traced) -> DispatchSpan:
         """The span of ``d``, started now on its worker's thread."""
         return NO_SPAN
 
@@ -119,12 +133,3 @@ class Tracer:
 
 
 NO_TRACER = Tracer()
-
-
-def make_tracer(config: TracingConfig, version: str) -> Tracer:
-    """The tracer ``config`` asks for: :data:`NO_TRACER` unless ``exporter = "otlp"``."""
-    if not config.enabled:
-        return NO_TRACER
-    from .otel import OtelTracer  # the otel extra: imported only here
-
-    return OtelTracer(config, version)

@@ -131,7 +131,13 @@ class WriterStats:
 class Writer:
     """Owns the write connection on one named thread."""
 
-    def __init__(self, conn: sqlite3.Connection, on_fatal: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        on_fatal: Callable[[str], None],
+        *,
+        on_batch: BatchObserver | None = None,
+    ) -> None:
         self._conn = conn
         self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
         self._on_fatal = on_fatal
@@ -140,7 +146,7 @@ class Writer:
         self.fatal: str | None = None
         self._backlog = 0
         self._lock = threading.Lock()
-        self.on_batch: BatchObserver | None = None
+        self._on_batch = on_batch  # told each batch committed (the daemon's metrics)
         # status's counts: seeded by the daemon, then added to by each batch
         self.counters = Counters()
 
@@ -307,9 +313,9 @@ class Writer:
         self.stats.batches += 1
         self.stats.units += n
         self.stats.max_batch = max(self.stats.max_batch, n)
-        if self.on_batch is not None:  # counted before any caller hears of the commit
+        if self._on_batch is not None:  # counted before any caller hears of the commit
             try:
-                self.on_batch(seconds, n, moves)
+                self._on_batch(seconds, n, moves)
             except Exception as exc:  # noqa: BLE001 - counting never fails a committed batch
                 log.error("observer_failed", error=repr(exc))
         for job, (ok, value) in zip(batch, results, strict=True):

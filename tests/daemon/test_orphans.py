@@ -30,8 +30,8 @@ from tests.daemon.harness import (
     wait_for,
 )
 from wardd.client import Neuron
+from wardd.daemon.life.orphan_kill import HOLD_ENV
 from wardd.daemon.life.orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone
-from wardd.daemon.life.recovery import HOLD_ENV
 
 
 def alive(pid: int) -> bool:

@@ -25,15 +25,17 @@ from wardd.adapters import CallAborted, echo_adapter
 from wardd.client import Neuron
 from wardd.daemon.dispatch import attempt_units
 from wardd.daemon.dispatch import management_units as mgmt
-from wardd.daemon.dispatch.calls import CallEnd
+from wardd.daemon.dispatch.calls import CallEnd, Calls
 from wardd.daemon.dispatch.descriptors import build_descriptors, check_descriptor
-from wardd.daemon.dispatch.dispatches import Dispatch, Dispatcher, Execute, Invoke
+from wardd.daemon.dispatch.dispatcher import Dispatcher, Settler
+from wardd.daemon.dispatch.dispatches import Dispatch, Execute, Invoke
 from wardd.daemon.dispatch.guard import GuardTable
 from wardd.daemon.dispatch.handlers import METHODS, Guard, Method
-from wardd.daemon.dispatch.router import Authenticator, Lifecycle, Router, Services
+from wardd.daemon.dispatch.router import Authenticator, Lifecycle, Router
+from wardd.daemon.dispatch.services import Services, Uses, Writes
 from wardd.daemon.dispatch.tokens import Tokens
 from wardd.daemon.dispatch.voids import Voids
-from wardd.daemon.dispatch.workers import WorkerPool
+from wardd.daemon.dispatch.workers import WorkerPool, worker_ids
 from wardd.daemon.life.bridge import ThreadReply
 from wardd.daemon.life.lifecycle import void_shutdown
 from wardd.daemon.store.boots import record_boot
@@ -95,6 +97,7 @@ class World:
     reads: Reads
     pool: WorkerPool
     dispatcher: Dispatcher
+    settler: Settler
     voids: Voids
     life: Lifecycle
     ctx: attempt_units.BootContext
@@ -146,14 +149,23 @@ def world(tmp_path) -> Iterator[World]:
     )
     life = Lifecycle()
     guards = GuardTable()
+    notified: list[tuple[str, dict[str, Any]]] = []
+    calls = Calls()
+    settler = Settler(
+        calls, worker_ids(2), notify=lambda event, **about: notified.append((event, about))
+    )
     pool = WorkerPool(
-        2, guards=guards, writer=writer, adapters=adapters, ctx=ctx, stopping=lambda: life.stopping
+        2,
+        guards=guards,
+        writer=writer,
+        adapters=adapters,
+        ctx=ctx,
+        calls=calls,
+        on_recorded=settler.recorded,
+        stopping=lambda: life.stopping,
     )
     voids = Voids(writer)
-    notified: list[tuple[str, dict[str, Any]]] = []
-    dispatcher = Dispatcher(
-        pool, voids, notify=lambda event, **about: notified.append((event, about))
-    )
+    dispatcher = Dispatcher(pool, voids)
     reads = Reads(connect_reader(db), 1 << 20)
     writer.start()
     pool.start()
@@ -169,7 +181,18 @@ def world(tmp_path) -> Iterator[World]:
             writer.call(mgmt.set_grant(neuron, PROG, acts, True, root["policy_version"]))
             generations[neuron] = reads.get_neuron(neuron)["placement_generation"]
         yield World(
-            writer, reads, pool, dispatcher, voids, life, ctx, hold, generations, notified, guards
+            writer,
+            reads,
+            pool,
+            dispatcher,
+            settler,
+            voids,
+            life,
+            ctx,
+            hold,
+            generations,
+            notified,
+            guards,
         )
     finally:
         hold.release.set()
@@ -191,7 +214,7 @@ class TestWorkerPool:
         assert got == {"op": "op1", "attempt": 1, "status": "succeeded", "result": b"hello"}
         assert world.state("op1") == "retained"
         assert len(world.pool.calls) == 0  # the call left the table once settled
-        counts = {w: c["succeeded"] for w, c in world.dispatcher.counts().items()}
+        counts = {w: c["succeeded"] for w, c in world.settler.counts().items()}
         assert counts == {"w0": 1, "w1": 0}
 
     async def test_an_execute_claims_its_prepared_attempt(self, world):
@@ -208,7 +231,7 @@ class TestWorkerPool:
         world.submit_op("op3")
         got = await world.dispatcher.run("w1", world.invoke("op3"))
         assert got["status"] == "succeeded"
-        counts = {w: c["succeeded"] for w, c in world.dispatcher.counts().items()}
+        counts = {w: c["succeeded"] for w, c in world.settler.counts().items()}
         assert counts == {"w0": 1, "w1": 0}
 
     async def test_a_refused_claim_answers_its_refusal_and_writes_nothing(self, world):
@@ -319,9 +342,26 @@ class FakeReads:
         return neuron in self.neurons
 
 
-def services(life: Lifecycle, guards: GuardTable, writer: FakeWriter, auth: Any) -> Services:
-    fields = {a.name: None for a in attrs.fields(Services)}
-    return Services(**{**fields, "life": life, "guards": guards, "writer": writer, "auth": auth})
+def router(
+    life: Lifecycle,
+    guards: GuardTable,
+    writer: FakeWriter,
+    auth: Any,
+    methods: dict[str, Method[Any]] | None = None,
+) -> Router:
+    """A router over the fake writer; of the handlers' groups only ``writes`` is real."""
+    groups: dict[str, Any] = {a.name: None for a in attrs.fields(Services)}
+    writes = Writes(writer, ctx=None, descriptors=[], registered=lambda neuron: None)
+    services = Services(**{**groups, "writes": writes})
+    return Router(
+        services,
+        life=life,
+        auth=auth,
+        guards=guards,
+        writer=writer,
+        dispatcher=None,
+        **({} if methods is None else {"methods": methods}),
+    )
 
 
 def request(method: str, params: dict[str, Any]) -> Request:
@@ -362,12 +402,16 @@ class TestRouter:
             return await s.writer.run(unit)
 
         table = {
-            "excl": Method(({}, {}), signed=True, handler=handler, guard=Guard.EXCLUSIVE),
-            "free": Method(({}, {}), signed=True, handler=plain, guard=Guard.NONE),
+            "excl": Method(
+                ({}, {}), signed=True, handler=handler, uses=Uses.WRITES, guard=Guard.EXCLUSIVE
+            ),
+            "free": Method(
+                ({}, {}), signed=True, handler=plain, uses=Uses.WRITES, guard=Guard.NONE
+            ),
         }
-        router = Router(services(life, guards, writer, auth), table)
-        assert await router.handle(None, request("excl", signer.params("excl", {}))) is True
-        assert await router.handle(None, request("free", signer.params("free", {}))) is False
+        r = router(life, guards, writer, auth, table)
+        assert await r.handle(None, request("excl", signer.params("excl", {}))) is True
+        assert await r.handle(None, request("free", signer.params("free", {}))) is False
 
     def test_the_real_tables_exclusive_writes_answer_their_unit_for_the_router(self):
         """Each EXCLUSIVE entry of METHODS leaves the guard to the router."""
@@ -381,44 +425,48 @@ class TestRouter:
         life.recovered.set()
         signer, stranger = SignedBy(), SignedBy()
         auth = Authenticator(NETWORK, FakeReads({signer.neuron.id}).neuron_exists)
-        router = Router(services(life, guards, writer, auth))
+        r = router(life, guards, writer, auth)
         good = signer.params("advance_epoch", {"expected_epoch": 0})
         with pytest.raises(UnknownMethod):
-            await router.handle(None, request("nope", good))
+            await r.handle(None, request("nope", good))
         with pytest.raises(BadRequest):  # params before the signature
-            await router.handle(None, request("advance_epoch", {**good, "expected_epoch": "x"}))
+            await r.handle(None, request("advance_epoch", {**good, "expected_epoch": "x"}))
         other_net = signer.params("advance_epoch", {"expected_epoch": 0}, network="elsewhere")
         with pytest.raises(WrongNetwork):  # the network before the signature
-            await router.handle(
-                None, request("advance_epoch", {**other_net, "network": "elsewhere"})
-            )
+            await r.handle(None, request("advance_epoch", {**other_net, "network": "elsewhere"}))
         with pytest.raises(Unauthenticated):
-            await router.handle(None, request("advance_epoch", {**good, "sig": bytes(64)}))
+            await r.handle(None, request("advance_epoch", {**good, "sig": bytes(64)}))
         with pytest.raises(UnknownNeuron):  # a good signature of an unregistered neuron
-            await router.handle(
+            await r.handle(
                 None,
                 request("advance_epoch", stranger.params("advance_epoch", {"expected_epoch": 0})),
             )
         life.stopping = True
         for method in ("advance_epoch", "nope"):  # once stopping, before anything else
             with pytest.raises(Overloaded):
-                await router.handle(None, request(method, {"expected_epoch": "x"}))
+                await r.handle(None, request(method, {"expected_epoch": "x"}))
         assert writer.ran == []
 
     async def test_only_the_declared_methods_wait_for_the_recovery(self):
         """A read waits until the start-up recovery is done; status does not."""
         guards, writer, life = GuardTable(), FakeWriter(), Lifecycle()
         table = {
-            "early": Method(({}, {}), signed=False, handler=_answer, waits_for_recovery=False),
-            "late": Method(({}, {}), signed=False, handler=_answer),
+            "early": Method(
+                ({}, {}),
+                signed=False,
+                handler=_answer,
+                uses=Uses.READS,
+                waits_for_recovery=False,
+            ),
+            "late": Method(({}, {}), signed=False, handler=_answer, uses=Uses.READS),
         }
-        router = Router(services(life, guards, writer, None), table)
-        assert await router.handle(None, request("early", {})) == "answered"
+        r = router(life, guards, writer, None, table)
+        assert await r.handle(None, request("early", {})) == "answered"
         answered: list[Any] = []
         async with trio.open_nursery() as nursery:
 
             async def late() -> None:
-                answered.append(await router.handle(None, request("late", {})))
+                answered.append(await r.handle(None, request("late", {})))
 
             nursery.start_soon(late)
             await trio.testing.wait_all_tasks_blocked()

@@ -22,7 +22,7 @@ import pytest
 from wardd.daemon.core import attempts as core
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core.records import Attempt, Op
-from wardd.daemon.life import recovery
+from wardd.daemon.life import recovery_units as recovery
 from wardd.daemon.store import apply as apply_mod
 from wardd.daemon.store import load
 from wardd.daemon.store import marks as marks_mod

@@ -156,8 +156,11 @@ class TestWriterCountsCommittedMoves:
         """The observer hears of a batch's moves once committed, without those
         of a unit that was rolled back."""
         seen: list[tuple[int, list[tuple[str, str]]]] = []
-        w = Writer(_db(tmp_path), on_fatal=lambda why: None)
-        w.on_batch = lambda s, n, moves: seen.append((n, list(moves)))
+        w = Writer(
+            _db(tmp_path),
+            on_fatal=lambda why: None,
+            on_batch=lambda s, n, moves: seen.append((n, list(moves))),
+        )
         w.start()
         try:
             with pytest.raises(BadRequest):
@@ -173,8 +176,7 @@ class TestWriterCountsCommittedMoves:
         def boom(s: float, n: int, moves: list[tuple[str, str]]) -> None:
             raise ValueError("observer bug")
 
-        w = Writer(_db(tmp_path), on_fatal=lambda why: None)
-        w.on_batch = boom
+        w = Writer(_db(tmp_path), on_fatal=lambda why: None, on_batch=boom)
         w.start()
         try:
             with structlog.testing.capture_logs() as logs:

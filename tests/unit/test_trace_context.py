@@ -12,7 +12,8 @@ from wardd.client import Neuron
 from wardd.client._trace import current_trace
 from wardd.daemon.config import TracingConfig
 from wardd.daemon.dispatch.handlers import METHODS
-from wardd.daemon.observe.tracing import NO_SPAN, NO_TRACER, make_tracer, stored_traceparent
+from wardd.daemon.observe.tracers import make_tracer
+from wardd.daemon.observe.tracing import NO_SPAN, NO_TRACER, stored_traceparent
 from wardd.daemon.wire.params import check_params
 from wardd.protocol import BadRequest, traceparent_problem, tracestate_problem, verify
 

@@ -1,0 +1,161 @@
+"""The code's shape, read from the source with ``ast``: no import cycle among
+the daemon's modules, and no class over 300 lines nor function over 60 in
+daemon/ and client/ (a line counts when it holds code or a docstring: blank
+and comment-only lines do not).
+
+Every import counts, at any depth (inside a function, under
+``TYPE_CHECKING``), relative ones resolved. Each checker is also run on a
+made-up tree that breaks its rule, to show it can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import wardd.client
+import wardd.daemon
+
+DAEMON = Path(wardd.daemon.__file__).resolve().parent
+CLIENT = Path(wardd.client.__file__).resolve().parent
+MAX_CLASS_LINES = 300
+MAX_FUNCTION_LINES = 60
+
+
+def _module_name(path: Path, root: Path, package: str) -> str:
+    parts = [package, *path.relative_to(root).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imported(path: Path, name: str) -> Iterator[str]:
+    """Every module ``path`` (the module ``name``) imports: ``from x import y``
+    gives ``x`` and ``x.y`` (``y`` may be a submodule)."""
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(here[: len(here) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            yield module
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Each module under ``root`` and the modules of the same tree it imports
+    (a package's ``__init__`` is left out: it only re-exports, lazily)."""
+    files = {_module_name(p, root, package): p for p in sorted(root.rglob("*.py"))}
+    modules = {m for m, p in files.items() if p.name != "__init__.py"}
+    return {
+        m: {i for i in _imported(files[m], m) if i in modules and i != m} for m in sorted(modules)
+    }
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: one per strongly connected set of
+    modules larger than one (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _counted(lines: list[str]) -> int:
+    """The lines that hold code or a docstring (not blank, not only a comment)."""
+    return sum(1 for line in lines if line.strip() and not line.lstrip().startswith("#"))
+
+
+def too_long(root: Path) -> list[str]:
+    """Each class over ``MAX_CLASS_LINES`` and function over
+    ``MAX_FUNCTION_LINES`` under ``root`` (decorators not counted)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        text = source.splitlines()
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, ast.ClassDef):
+                limit = MAX_CLASS_LINES
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                limit = MAX_FUNCTION_LINES
+            else:
+                continue
+            lines = _counted(text[node.lineno - 1 : node.end_lineno])
+            if lines > limit:
+                out.append(f"{path.relative_to(root)}:{node.lineno}: {node.name} ({lines} lines)")
+    return out
+
+
+class TestNoImportCycle:
+    def test_no_module_of_the_daemon_imports_itself_back(self) -> None:
+        """No daemon module imports, through any chain, a module that imports it."""
+        graph = import_graph(DAEMON, "wardd.daemon")
+        assert "wardd.daemon.dispatch.router" in graph
+        assert cycles(graph) == []
+
+    def test_the_checker_finds_a_cycle_made_up_for_it(self, tmp_path: Path) -> None:
+        """Three modules importing each other in a ring (one under
+        TYPE_CHECKING, one inside a function) are one cycle."""
+        pkg = tmp_path / "pkg"
+        (pkg / "sub").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "sub" / "__init__.py").write_text("")
+        (pkg / "a.py").write_text("from .sub import b\n")
+        (pkg / "sub" / "b.py").write_text(
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..c import C\n"
+        )
+        (pkg / "c.py").write_text("def f():\n    import pkg.a\n")
+        (pkg / "d.py").write_text("from . import a\n")
+        assert cycles(import_graph(pkg, "pkg")) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+class TestSizeLimits:
+    def test_no_class_over_300_lines_nor_function_over_60(self) -> None:
+        """In daemon/ and client/: classes at most 300 lines, functions at most 60."""
+        assert too_long(DAEMON) + too_long(CLIENT) == []
+
+    def test_the_checker_counts_a_long_function_and_a_long_class(self, tmp_path: Path) -> None:
+        """A 61-line function and a 301-line class are reported; 60 and 300
+        are not, nor are blank and comment lines counted."""
+        body = "    x = 1\n"
+        (tmp_path / "m.py").write_text(
+            "def ok():\n"
+            + body * 59
+            + "\n    # a comment\n" * 5
+            + "def long():\n"
+            + body * 60
+            + "class Ok:\n"
+            + body * 299
+            + "class Long:\n"
+            + body * 300
+        )
+        assert too_long(tmp_path) == ["m.py:71: long (61 lines)", "m.py:432: Long (301 lines)"]
