@@ -46,6 +46,10 @@ its receipt says is a hint (``evidence.receipt_hint`` and
 claim row, not by the record. An adapter whose receipt sends the call
 again (``receipt_resends``: ``http`` with ``receipt = "replay"``) is also
 handed the op's args and the claim's time (`SentCall`), read just before.
+
+The start's first step, the orphan kill, is
+:class:`~wardd.daemon.life.orphan_kill.OrphanKill`; the writer units are in
+:mod:`~wardd.daemon.life.recovery_units`.
 """
 
 from __future__ import annotations

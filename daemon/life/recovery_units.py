@@ -36,7 +36,7 @@ def mark_unknown(
     op, attempt, act) and its evidence, for the log and the notify hook
     once the unit is committed. An attempt in
     ``orphans`` had a program that outlived its boot, killed at this start
-    (``_orphans``): its evidence says ``orphan_killed: true``. ``only``
+    (``orphan_kill``): its evidence says ``orphan_killed: true``. ``only``
     (None: all) limits the marks to those attempt ids. Thousands
     after a crash: the core decides each attempt from its row's figures
     and the marks are written set-wise (``store/marks.py``).
