@@ -3,7 +3,13 @@ it states once."""
 
 from __future__ import annotations
 
+import inspect
+import typing
+
+import attrs
+
 from wardd.daemon.dispatch.handlers import METHODS, Guard
+from wardd.daemon.dispatch.services import Services, Uses
 
 READS = {"get_neuron", "get_prog", "get_operation", "list_operations", "history", "list_attempts"}
 
@@ -37,3 +43,13 @@ class TestMethodTable:
     def test_hello_is_not_in_the_table(self):
         """hello is the server's, once per connection; after it, it is unknown_method."""
         assert "hello" not in METHODS
+
+    def test_each_handler_takes_the_value_of_the_group_it_declares(self):
+        """A handler is handed its entry's group (``uses``) and nothing else:
+        its first parameter is typed as that group's value."""
+        group_type = {f.name: f.type for f in attrs.fields(attrs.resolve_types(Services))}
+        assert set(group_type) == {u.value for u in Uses}
+        for name, m in METHODS.items():
+            first = next(iter(inspect.signature(m.handler).parameters))
+            hint = typing.get_type_hints(m.handler)[first]
+            assert hint is group_type[m.uses.value], name
