@@ -11,11 +11,12 @@ made-up tree that breaks its rule, to show it can fail.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import wardd.client
 import wardd.daemon
+from tests.unit._imports import imports, module_name
 
 DAEMON = Path(wardd.daemon.__file__).resolve().parent
 CLIENT = Path(wardd.client.__file__).resolve().parent
@@ -23,37 +24,15 @@ MAX_CLASS_LINES = 300
 MAX_FUNCTION_LINES = 60
 
 
-def _module_name(path: Path, root: Path, package: str) -> str:
-    parts = [package, *path.relative_to(root).with_suffix("").parts]
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _imported(path: Path, name: str) -> Iterator[str]:
-    """Every module ``path`` (the module ``name``) imports: ``from x import y``
-    gives ``x`` and ``x.y`` (``y`` may be a submodule)."""
-    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ".".join(here[: len(here) - node.level + 1])
-                module = f"{base}.{node.module}" if node.module else base
-            else:
-                module = node.module or ""
-            yield module
-            yield from (f"{module}.{alias.name}" for alias in node.names)
-
-
 def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    """Each module under ``root`` and the modules of the same tree it imports
-    (a package's ``__init__`` is left out: it only re-exports, lazily)."""
-    files = {_module_name(p, root, package): p for p in sorted(root.rglob("*.py"))}
-    modules = {m for m, p in files.items() if p.name != "__init__.py"}
+    """Each module under ``root`` and the modules of the same tree it imports.
+    The root package itself is left out: it only re-exports, on first use
+    (PEP 562), what the modules define; every sub-package counts."""
+    files = {module_name(p, root, package): p for p in sorted(root.rglob("*.py"))}
+    modules = set(files) - {package}
     return {
-        m: {i for i in _imported(files[m], m) if i in modules and i != m} for m in sorted(modules)
+        m: {i for _line, i in imports(files[m], m) if i in modules and i != m}
+        for m in sorted(modules)
     }
 
 

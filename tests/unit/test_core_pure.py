@@ -8,13 +8,13 @@ import added, to show it can fail.
 
 from __future__ import annotations
 
-import ast
 import shutil
 from pathlib import Path
 
 import pytest
 
 import wardd.daemon.core
+from tests.unit._imports import imports, module_name
 
 PACKAGE = "wardd.daemon.core"
 CORE = Path(wardd.daemon.core.__file__).resolve().parent
@@ -68,34 +68,8 @@ ALLOWED_WARDD = ("wardd.protocol", PACKAGE)
 
 
 def _imports(path: Path, root: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import in ``path``: ``from x import y`` gives
-    ``x`` and ``x.y`` (``y`` may be a submodule); relative imports are
-    resolved against the file's place in ``PACKAGE``; ``__import__`` and
-    ``import_module`` calls count as imports of ``builtins``/``importlib``."""
-    parts = [PACKAGE, *path.relative_to(root).with_suffix("").parts]
-    if parts[-1] == "__init__":
-        parts.pop()
-    package = parts[:-1] if path.name != "__init__.py" else parts
-    here = ".".join(package).split(".")
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ".".join(here[: len(here) - node.level + 1])
-                module = f"{base}.{node.module}" if node.module else base
-            else:
-                module = node.module or ""
-            found.append((node.lineno, module))
-            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
-        elif isinstance(node, ast.Call):
-            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
-            if name == "__import__":
-                found.append((node.lineno, "builtins"))
-            elif name == "import_module":
-                found.append((node.lineno, "importlib"))
-    return found
+    """(line, module) of every import in ``path``, a module of ``PACKAGE``."""
+    return imports(path, module_name(path, root, PACKAGE))
 
 
 def _allowed(module: str) -> bool:
