@@ -100,6 +100,7 @@ class Recovery:
         self._adapters = adapters
         self._boot = boot
         self._pending: dict[int, trio.Event] = {}  # attempt_id -> done
+        self._later: list[Candidate] = []  # checks for the background (at_start)
         # checks that ended without an answer recorded (see the module docstring)
         self._unanswered: set[int] = set()
         self._stopping = False
