@@ -10,29 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit._store import Store, neuron_and_prog
 from wardd.daemon.core import changes as ch
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.counters import Counters, count_afresh, note_pruned
-from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import Unit, Writer, connect
 from wardd.protocol import AttemptState, Conflict, OpState
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    """A migrated database with one neuron and its prog."""
-    p = tmp_path / "wardd.db"
-    conn = connect(p)
-    migrate(conn)
-    conn.execute(
-        "INSERT INTO neurons(id, neuron, epoch, policy_version, placement_generation,"
-        " created_at) VALUES (1, 'n', 1, 1, 1, 't')"
-    )
-    conn.execute(
-        "INSERT INTO progs(id, neuron_id, prog, state, step_limit) VALUES (1, 1, 'p', 'active', 9)"
-    )
-    conn.close()
-    return p
+def path(store: Store) -> Path:
+    """The migrated store's file, with one neuron and its prog."""
+    store.write(*neuron_and_prog())
+    return store.path
 
 
 @pytest.fixture

@@ -19,16 +19,16 @@ import attrs
 import cbor2
 import pytest
 
+from tests.unit._store import Store, dispatched_op, neuron_and_prog
+from wardd.daemon.life import recovery_units as recovery
 from wardd.daemon.core import attempts as core
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core.records import Attempt, Op
-from wardd.daemon.life import recovery_units as recovery
 from wardd.daemon.store import apply as apply_mod
 from wardd.daemon.store import load
 from wardd.daemon.store import marks as marks_mod
 from wardd.daemon.store.apply import MOVES, apply
 from wardd.daemon.store.counters import NOTES, Counters, count_afresh, snapshot_afresh
-from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import connect
 from wardd.protocol import AttemptState, Internal, OpState
 
@@ -38,65 +38,30 @@ AT = "2026-01-01T00:00:00.000Z"
 DESCRIPTOR = {"v": 1, "executor": {"worker": "w0", "boot": OLD_BOOT}}
 
 
-def _op_changes(op_id: int, neuron: int, kind: str, boot: str) -> list[ch.Change]:
-    """An op as a dispatch leaves it: ``prepared``, ``running`` (claimed),
-    ``cancelled`` while its attempt runs, or ``done`` (retained)."""
-    state = A.PREPARED if kind == "prepared" else A.RUNNING
-    out: list[ch.Change] = [
-        ch.NewOp(op_id, neuron, f"op-{op_id}", neuron, "echo", b"x" * 8),
-        ch.AppendEvent("submitted", neuron, op_id=op_id, data={"prog": "p"}),
-        ch.NewAttempt(
-            op_id, op_id, 1, "guarded", 1, 1, 1, DESCRIPTOR, "d" * 64, "w0", boot, state, None
-        ),
-        ch.AppendEvent("prepared", neuron, op_id=op_id, attempt=1, data={"boot": boot}),
-        ch.SetOp(op_id, {"state": S(state.value), "attempts": 1}, was=S.PENDING),
-    ]
-    if state == A.RUNNING:
-        out += [
-            ch.NewClaim(op_id, op_id, 1, 1, "d" * 64, "w0", boot, {"adapter": "echo"}),
-            ch.AppendEvent("claimed", neuron, op_id=op_id, attempt=1, data={"boot": boot}),
-        ]
-    if kind == "cancelled":
-        out += [
-            ch.AppendEvent("cancelled", neuron, op_id=op_id, data={"reason": "cancelled"}),
-            ch.SetOp(op_id, {"state": S.CANCELLED, "cancelled": True}, was=S.RUNNING),
-        ]
-    if kind == "done":
-        out += [
-            ch.SetAttempt(op_id, 1, state=A.SUCCEEDED, act="echo", was=A.RUNNING),
-            ch.NewOutcome(op_id, op_id, 1, A.SUCCEEDED, b"v", None, "adapter"),
-            ch.AppendEvent("outcome", neuron, op_id=op_id, attempt=1, data={"status": "ok"}),
-            ch.SetOp(op_id, {"state": S.RETAINED, "result_epoch": 1}, was=S.RUNNING),
-        ]
-    return out
-
-
 KINDS = ("running", "prepared", "done", "cancelled", "running", "current", "prepared")
 
 
 @pytest.fixture
-def crashed(tmp_path: Path) -> Path:
+def crashed(store: Store) -> Path:
     """A database two earlier boots left with open attempts of every kind,
-    written by the real applier: 3 neurons, 42 ops."""
-    path = tmp_path / "crashed.db"
-    conn = connect(path)
-    migrate(conn)
+    written by the real applier: 3 neurons, 42 ops (its WAL checkpointed:
+    the tests copy the file)."""
+    conn = store.conn
     conn.execute("BEGIN IMMEDIATE")
     for n in (1, 2, 3):
-        apply(conn, ch.Decision((ch.NewNeuron(n, f"neuron-{n}"),)))
-        apply(conn, ch.Decision((ch.NewProg(n, n, "p", 1000),)))
+        apply(conn, ch.Decision(neuron_and_prog(n, f"neuron-{n}", "p", 1000)))
     for op_id in range(1, 43):
         kind = KINDS[op_id % len(KINDS)]
         boot = BOOT if kind == "current" else OTHER_BOOT if op_id % 5 == 0 else OLD_BOOT
         kind = "running" if kind == "current" else kind
-        apply(conn, ch.Decision(tuple(_op_changes(op_id, op_id % 3 + 1, kind, boot))))
+        apply(conn, ch.Decision(dispatched_op(op_id, op_id % 3 + 1, kind, boot)))
         if op_id == 20:
             # the counts' snapshot, as the writer persists one now and then: the ops
             # written before it get their `counted_state` at their next write (a mark)
             snapshot_afresh(conn)
     conn.execute("COMMIT")
-    conn.close()
-    return path
+    assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # not busy
+    return store.path
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+import sqlite3
 import time
 
 import pytest
@@ -12,11 +13,13 @@ import structlog.testing
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from wardd.daemon.core.changes import Decision, SetAttempt
+from tests._poll import wait_for
+from tests.unit._store import Store, dispatched_op, neuron_and_prog
 from wardd.daemon.observe.metrics import SERIES, Figures, Metrics
 from wardd.daemon.observe.metrics_http import MetricsServer, Refusals
+from wardd.daemon.core.changes import Decision, SetAttempt
 from wardd.daemon.store.apply import apply
-from wardd.daemon.store.writer import Writer, connect
+from wardd.daemon.store.writer import Writer
 from wardd.protocol import AttemptState, BadRequest, UnknownOperation
 
 FIGURES = Figures(
@@ -124,12 +127,13 @@ class TestCounting:
         assert s[("wardd_dispatch_duration_seconds_count", frozenset({("act", "echo")}))] == 1
 
 
-def _db(tmp_path):
-    conn = connect(tmp_path / "m.db")
-    conn.execute("CREATE TABLE attempts(op_id, attempt, state, reason, evidence)")
-    conn.execute("INSERT INTO attempts VALUES (1, 1, 'running', NULL, NULL)")
-    conn.execute("INSERT INTO attempts VALUES (2, 1, 'running', NULL, NULL)")
-    return conn
+@pytest.fixture
+def running(store: Store) -> sqlite3.Connection:
+    """The migrated store with two ops (1 and 2), each with its attempt running."""
+    store.write(*neuron_and_prog())
+    for op_id in (1, 2):
+        store.write(*dispatched_op(op_id, 1, "running", "b" * 32))
+    return store.conn
 
 
 def _move(op_id: int, act: str):
@@ -152,12 +156,12 @@ def _refused(op_id: int, act: str):
 
 
 class TestWriterCountsCommittedMoves:
-    def test_a_refused_unit_s_moves_are_not_counted(self, tmp_path) -> None:
+    def test_a_refused_unit_s_moves_are_not_counted(self, running: sqlite3.Connection) -> None:
         """The observer hears of a batch's moves once committed, without those
         of a unit that was rolled back."""
         seen: list[tuple[int, list[tuple[str, str]]]] = []
         w = Writer(
-            _db(tmp_path),
+            running,
             on_fatal=lambda why: None,
             on_batch=lambda s, n, moves: seen.append((n, list(moves))),
         )
@@ -170,13 +174,13 @@ class TestWriterCountsCommittedMoves:
             w.stop()
         assert [m for _, m in seen] == [[], [("echo", "succeeded")]]
 
-    def test_a_failing_observer_loses_only_its_counts(self, tmp_path) -> None:
+    def test_a_failing_observer_loses_only_its_counts(self, running: sqlite3.Connection) -> None:
         """An observer that raises is logged; the batch stays committed and answered."""
 
         def boom(s: float, n: int, moves: list[tuple[str, str]]) -> None:
             raise ValueError("observer bug")
 
-        w = Writer(_db(tmp_path), on_fatal=lambda why: None, on_batch=boom)
+        w = Writer(running, on_fatal=lambda why: None, on_batch=boom)
         w.start()
         try:
             with structlog.testing.capture_logs() as logs:
@@ -230,9 +234,7 @@ class TestRefusalsAreCountedNotLoggedEach:
                 def said() -> list[int]:
                     return [e["refused"] for e in logs if e["event"] == "metrics_busy"]
 
-                deadline = time.monotonic() + 10
-                while sum(said()) < 40 and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_for(lambda: sum(said()) >= 40, 10, "the refusals' count to reach 40")
             finally:
                 for s in held:
                     s.close()

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.unit._store import Store, ended_op, neuron_and_prog
 from wardd.daemon.core.ops import args_digest
 from wardd.daemon.store import prune
 from wardd.daemon.store.prune import (
@@ -28,7 +28,6 @@ from wardd.daemon.store.prune import (
     pause_s,
     prune_batch,
 )
-from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import Unit, Writer, connect
 
 BEFORE = "2030-01-01T00:00:00.000Z"  # every op below ended before this
@@ -37,66 +36,11 @@ HOUR = 3600.0
 OP_IDS = re.compile(r"(?:o\.id|op_id|operations WHERE id) IN \(([\d,]+)\)")
 
 
-def with_a_prog(conn: sqlite3.Connection) -> sqlite3.Connection:
-    """One neuron and its prog, for the ops of :func:`add_op`."""
-    conn.execute(
-        "INSERT INTO neurons(id, neuron, epoch, policy_version, placement_generation,"
-        " created_at) VALUES (1, 'n', 1, 1, 1, 't')"
-    )
-    conn.execute(
-        "INSERT INTO progs(id, neuron_id, prog, state, step_limit) VALUES (1, 1, 'p', 'open', 9)"
-    )
-    return conn
-
-
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    """A migrated database (auto_vacuum = INCREMENTAL) with one neuron and prog."""
-    conn = connect(tmp_path / "wardd.db")
-    migrate(conn)
-    yield with_a_prog(conn)
-    conn.close()
-
-
-def add_op(
-    conn: sqlite3.Connection,
-    name: str,
-    *,
-    ended: str = "2020-01-01T00:00:00.000Z",
-    args: bytes = b"a" * 64,
-    state: str = "consumed",
-    attempt: str | None = "succeeded",
-) -> int:
-    """An op with one attempt (its claim and outcome) and its records, in
-    ``state``; ``ended_at`` is set by the schema's trigger from the last record."""
-    cur = conn.execute(
-        "INSERT INTO operations(neuron_id, op, prog_id, act, args, state, attempts)"
-        " VALUES (1, ?, 1, 'echo', ?, ?, ?)",
-        (name, args, state, 0 if attempt is None else 1),
-    )
-    op_id = int(cur.lastrowid or 0)
-    if attempt is not None:
-        a = conn.execute(
-            "INSERT INTO attempts(op_id, attempt, kind, epoch, policy_version, boot,"
-            " created_at, state) VALUES (?, 1, 'invoke', 1, 1, 'b', 't', ?)",
-            (op_id, attempt),
-        ).lastrowid
-        conn.execute(
-            "INSERT INTO claims(attempt_id, placement_generation, digest, worker, boot, at)"
-            " VALUES (?, 1, 'd', 'w0', 'b', 't')",
-            (a,),
-        )
-        conn.execute(
-            "INSERT INTO outcomes(attempt_id, status, value, source, at)"
-            " VALUES (?, 'succeeded', ?, 'adapter', 't')",
-            (a, args),
-        )
-    seq = conn.execute(
-        "INSERT INTO events(at, kind, neuron_id, op_id, data) VALUES (?, 'consumed', 1, ?, ?)",
-        (ended, op_id, args),
-    ).lastrowid
-    conn.execute("UPDATE operations SET last_seq = ? WHERE id = ?", (seq, op_id))
-    return op_id
+def db(store: Store) -> sqlite3.Connection:
+    """The migrated store (auto_vacuum = INCREMENTAL) with one neuron and prog."""
+    store.write(*neuron_and_prog())
+    return store.conn
 
 
 def run(conn: sqlite3.Connection, unit: Unit) -> BatchResult:
@@ -164,7 +108,7 @@ class TestBatches:
         the next, given that cursor, prunes the next chunk; together they
         prune every op once, oldest first."""
         n = 3 * prune.CHUNK_OPS + 3
-        ids = [add_op(db, f"o{i}", ended=f"2020-01-01T00:00:{i:02d}.000Z") for i in range(n)]
+        ids = [ended_op(db, f"o{i}", ended=f"2020-01-01T00:00:{i:02d}.000Z") for i in range(n)]
         cursor = None
         seen: list[list[int]] = []
         while True:
@@ -184,7 +128,7 @@ class TestBatches:
 
     def test_without_a_time_bound_one_batch_prunes_every_op_not_a_count_of_them(self, db):
         n = 10 * prune.CHUNK_OPS + 1  # more than the old count of 64
-        ids = [add_op(db, f"o{i}") for i in range(n)]
+        ids = [ended_op(db, f"o{i}") for i in range(n)]
         res = run(db, prune_batch(BEFORE, budget_s=HOUR))
         assert (res.pruned, res.examined, res.cursor.id if res.cursor else None) == (
             n,
@@ -196,7 +140,7 @@ class TestBatches:
 
     def test_a_batch_stops_after_a_chunk_once_another_unit_waits(self, db):
         for i in range(3 * prune.CHUNK_OPS):
-            add_op(db, f"o{i}")
+            ended_op(db, f"o{i}")
         res = run(db, prune_batch(BEFORE, budget_s=HOUR, yield_to=lambda: True))
         assert res.pruned == prune.CHUNK_OPS
 
@@ -204,7 +148,7 @@ class TestBatches:
         """Under a light load a batch does not stop for a queued unit before
         ``yield_after_s``: here an hour, so it runs to its end."""
         for i in range(3 * prune.CHUNK_OPS):
-            add_op(db, f"o{i}")
+            ended_op(db, f"o{i}")
         res = run(
             db,
             prune_batch(BEFORE, budget_s=HOUR, yield_to=lambda: True, yield_after_s=HOUR),
@@ -213,7 +157,7 @@ class TestBatches:
 
     def test_the_chunk_size_is_the_batchs_own(self, db):
         for i in range(3 * prune.CHUNK_OPS):
-            add_op(db, f"o{i}")
+            ended_op(db, f"o{i}")
         res = run(db, prune_batch(BEFORE, budget_s=0.0, chunk_ops=2 * prune.CHUNK_OPS))
         assert res.pruned == 2 * prune.CHUNK_OPS
 
@@ -221,11 +165,11 @@ class TestBatches:
         """An op that became prunable below the cursor during a look is left
         to the next look (a fresh walk from the start), and the statements of
         the second batch name no op id below the cursor."""
-        early = add_op(db, "early", state="cancelled", attempt="unknown")
+        early = ended_op(db, "early", state="cancelled", attempt="unknown")
         assert db.execute("SELECT ended_at FROM operations WHERE id = ?", (early,)).fetchone() == (
             None,
         )
-        late = [add_op(db, f"o{i}", ended=f"2021-01-01T00:00:{i:02d}.000Z") for i in range(20)]
+        late = [ended_op(db, f"o{i}", ended=f"2021-01-01T00:00:{i:02d}.000Z") for i in range(20)]
         first = run(db, prune_batch(BEFORE, budget_s=0.0))
         assert first.cursor == Cursor("2021-01-01T00:00:07.000Z", late[prune.CHUNK_OPS - 1])
         # the unknown attempt is resolved: the op ends, dated before the cursor
@@ -250,10 +194,10 @@ class TestBatches:
     def test_an_op_that_has_not_ended_is_never_pruned_and_a_stale_date_is_cleared(self, db):
         """Whatever ended_at says, an op still pending, or with an attempt in
         doubt, keeps its records; a tombstone keeps the args' digest."""
-        done = add_op(db, "done", args=b"pay 10")
-        stale = add_op(db, "stale", state="pending", attempt=None)
+        done = ended_op(db, "done", args=b"pay 10")
+        stale = ended_op(db, "stale", state="pending", attempt=None)
         db.execute("UPDATE operations SET ended_at = '2020-01-01' WHERE id = ?", (stale,))
-        running = add_op(db, "running", state="cancelled", attempt="running")
+        running = ended_op(db, "running", state="cancelled", attempt="running")
         res = run(db, prune_batch(BEFORE, budget_s=HOUR))
         assert (res.pruned, res.examined) == (1, 2)  # the running one was never a candidate
         assert tombstoned(db) == [done]
@@ -266,7 +210,7 @@ class TestBatches:
 class TestSpaceBack:
     def test_a_batch_gives_back_the_pages_it_freed_in_the_same_unit(self, db):
         for i in range(2 * prune.CHUNK_OPS):
-            add_op(db, f"big{i}", args=bytes([i]) * 16384)
+            ended_op(db, f"big{i}", args=bytes([i]) * 16384)
         pages = db.execute("PRAGMA page_count").fetchone()[0]
         res = run(db, prune_batch(BEFORE, budget_s=HOUR))
         assert res.pruned == 2 * prune.CHUNK_OPS
@@ -277,7 +221,7 @@ class TestSpaceBack:
 
     def test_without_vacuum_the_pages_stay_free_and_give_back_returns_them(self, db):
         for i in range(prune.CHUNK_OPS):
-            add_op(db, f"big{i}", args=bytes([i]) * 16384)
+            ended_op(db, f"big{i}", args=bytes([i]) * 16384)
         res = run(db, prune_batch(BEFORE, budget_s=HOUR, vacuum_pages=0))
         assert res.pages_freed == 0
         free = free_pages(db)
@@ -293,7 +237,7 @@ class TestSpaceBack:
 
     def test_give_back_stops_at_its_time_bound(self, db):
         for i in range(prune.CHUNK_OPS):
-            add_op(db, f"big{i}", args=bytes([i]) * 16384)
+            ended_op(db, f"big{i}", args=bytes([i]) * 16384)
         run(db, prune_batch(BEFORE, budget_s=HOUR, vacuum_pages=0))
         db.execute("BEGIN IMMEDIATE")
         assert prune.give_back_pages(db, 10_000, budget_s=0.0) == 32  # one round, then the clock
@@ -302,18 +246,17 @@ class TestSpaceBack:
 
 class TestPruner:
     async def test_a_look_prunes_every_op_through_the_writer_and_leaves_no_free_page(
-        self, tmp_path: Path
+        self, store: Store
     ):
         """The pruner on a real writer thread: many batches, each a unit of
         its own; every op ends a tombstone and the space is back."""
-        path = tmp_path / "wardd.db"
-        conn = connect(path)
-        migrate(conn)
-        setup = with_a_prog(connect(path))
+        store.write(*neuron_and_prog())
+        path, conn = store.path, store.conn
+        setup = connect(path)
         n = 300
         setup.execute("BEGIN")
         for i in range(n):
-            add_op(setup, f"o{i}", args=bytes([i % 256]) * (4096 if i % 3 else 64))
+            ended_op(setup, f"o{i}", args=bytes([i % 256]) * (4096 if i % 3 else 64))
         setup.execute("COMMIT")
         writer = Writer(conn, on_fatal=lambda why: None)
         writer.start()
@@ -332,4 +275,3 @@ class TestPruner:
         assert Path(f"{path}-wal").stat().st_size == 0
         assert setup.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         setup.close()
-        conn.close()

@@ -7,12 +7,11 @@ the records by their primary key, never by a scan of the table."""
 from __future__ import annotations
 
 import re
-import shutil
 import sqlite3
-from pathlib import Path
 
 import pytest
 
+from tests.unit._store import DATA, migrated, released
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core import ops
 from wardd.daemon.store import load, marks, schema
@@ -30,14 +29,7 @@ from wardd.daemon.store.schema import (
 from wardd.daemon.store.writer import connect
 from wardd.protocol import AttemptState
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 VERSIONS = [1, 2, 3, 4, 5, 6]
-
-
-def _copy(tmp_path: Path, version: int) -> Path:
-    path = tmp_path / "wardd.db"
-    shutil.copy(DATA / f"schema-v{version}.db", path)
-    return path
 
 
 def _records_by_op(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
@@ -60,7 +52,7 @@ class TestMigration:
     def test_every_fixture_migrates_with_its_records_whole(self, tmp_path, version):
         """Each earlier fixture reaches schema 6; every op's records, walked along
         their chain, are exactly the records it held, and history pages them."""
-        path = _copy(tmp_path, version)
+        path = released(tmp_path, version)
         src = sqlite3.connect(DATA / f"schema-v{version}.db")
         before = _records_by_op(src)
         neuron = src.execute("SELECT neuron FROM neurons ORDER BY id LIMIT 1").fetchone()[0]
@@ -90,7 +82,7 @@ class TestMigration:
         """A record of an op that does not follow the op's previous one (never
         written by wardd) would be lost to history and pruning: the migration
         refuses the database, changing nothing."""
-        path = _copy(tmp_path, 5)
+        path = released(tmp_path, 5)
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute(
             "INSERT INTO events(at, kind, neuron_id, op_id, data)"
@@ -108,8 +100,7 @@ class TestPlans:
 
     @pytest.fixture
     def conn(self, tmp_path):
-        c = connect(_copy(tmp_path, 5))
-        migrate(c)
+        c = migrated(released(tmp_path, 5))
         yield c
         c.close()
 
@@ -158,8 +149,7 @@ class TestOpenAttempts:
     @pytest.mark.parametrize("version", VERSIONS)
     def test_each_open_state_finds_exactly_its_attempts(self, tmp_path, version):
         """attempts_in(state) finds what a scan of every attempt finds."""
-        conn = connect(_copy(tmp_path, version))
-        migrate(conn)
+        conn = migrated(released(tmp_path, version))
         for state in ("unknown", "prepared", "running"):
             got = {
                 i
@@ -180,8 +170,7 @@ class TestOpenAttempts:
     def test_a_running_attempt_of_a_cancelled_op_is_found(self, tmp_path):
         """An op cancelled while its attempt runs is no longer running, but its
         attempt is: list_attempts and recovery still find it."""
-        conn = connect(_copy(tmp_path, 5))
-        migrate(conn)
+        conn = migrated(released(tmp_path, 5))
         neuron = (DATA / "schema-v5.neuron").read_text().strip()
         conn.execute("BEGIN IMMEDIATE")
         view = load.op_view(conn, neuron, "running")
@@ -200,8 +189,7 @@ class TestOpenAttempts:
     def test_no_read_by_state_scans_attempts_or_operations(self, tmp_path):
         """Each read that asks for attempts by state searches, never scans, the
         attempts and operations tables (a partial index holds only its rows)."""
-        conn = connect(_copy(tmp_path, 5))
-        migrate(conn)
+        conn = migrated(released(tmp_path, 5))
         for states in (
             ("unknown",),
             ("prepared",),
@@ -223,8 +211,7 @@ class TestDescriptors:
         """A new attempt's binding names its descriptor by digest: the
         descriptor is stored once in `descriptors` (earlier attempts' copies
         too), never changed nor deleted; the attempt's own column is NULL."""
-        conn = connect(_copy(tmp_path, 5))
-        migrate(conn)
+        conn = migrated(released(tmp_path, 5))
         old = dict(
             conn.execute(
                 "SELECT digest, descriptor FROM attempts WHERE descriptor IS NOT NULL"
@@ -367,14 +354,13 @@ class TestTheOldestSQLite:
     ):
         """Each fixture migrated with v6 as released (on an SQLite that has
         `UPDATE ... FROM`) and as it is now: every table and view the same."""
-        released = schema._SCRIPTS[6]
-        start = released.index("UPDATE attempts SET (claim_generation")
-        end = released.index("DROP TRIGGER claims_no_delete;")
-        old = released[:start] + RELEASED_V6_COPIES.lstrip("\n") + released[end:]
+        v6 = schema._SCRIPTS[6]
+        start = v6.index("UPDATE attempts SET (claim_generation")
+        end = v6.index("DROP TRIGGER claims_no_delete;")
+        old = v6[:start] + RELEASED_V6_COPIES.lstrip("\n") + v6[end:]
         dumps = []
-        for name, script in (("now", released), ("released", old)):
-            path = tmp_path / f"{name}.db"
-            shutil.copy(DATA / f"schema-v{version}.db", path)
+        for name, script in (("now", v6), ("released", old)):
+            path = released(tmp_path, version, f"{name}.db")
             monkeypatch.setitem(schema._SCRIPTS, 6, script)
             conn = connect(path)
             try:

@@ -7,12 +7,12 @@ state still searches the index."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from tests.unit._store import released
 from wardd.daemon.core import changes as ch
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.counters import Counters, count_afresh
@@ -21,14 +21,11 @@ from wardd.daemon.store.schema import OP_LIFE, SCHEMA_VERSION, SQLiteTooOld, mig
 from wardd.daemon.store.writer import connect
 from wardd.protocol import OpState
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 VERSIONS = [1, 2, 3, 4, 5, 6]
 
 
 def _migrated(tmp_path: Path, version: int) -> sqlite3.Connection:
-    path = tmp_path / "wardd.db"
-    shutil.copy(DATA / f"schema-v{version}.db", path)
-    conn = connect(path)
+    conn = connect(released(tmp_path, version))
     assert migrate(conn) == (version, SCHEMA_VERSION) and SCHEMA_VERSION == 7
     return conn
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit._store import Store
 from wardd.daemon.store.boots import mark_clean_stop, record_boot
 from wardd.daemon.store.reads import Reads
-from wardd.daemon.store.schema import migrate
 from wardd.daemon.store.writer import connect, connect_reader
 
 MAX_FRAME = 1 << 20
@@ -21,15 +21,6 @@ WRITES = [
     "CREATE TABLE extra(a)",
     "DROP TABLE boots",
 ]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> tuple[Path, sqlite3.Connection]:
-    """A migrated database file and its write connection."""
-    path = tmp_path / "wardd.db"
-    wconn = connect(path)
-    migrate(wconn)
-    return path, wconn
 
 
 def contents(conn: sqlite3.Connection) -> tuple[object, ...]:
@@ -44,10 +35,10 @@ class TestReadersAreReadOnly:
     @pytest.mark.parametrize("opener", [connect_reader, connect], ids=["reader", "plain"])
     @pytest.mark.parametrize("sql", WRITES)
     def test_a_write_through_the_readers_connection_is_refused_and_changes_nothing(
-        self, store: tuple[Path, sqlite3.Connection], opener: Callable[..., object], sql: str
+        self, store: Store, opener: Callable[..., object], sql: str
     ) -> None:
         """Whatever connection `Reads` is given, SQLite refuses a write through it."""
-        path, wconn = store
+        path, wconn = store.path, store.conn
         before = contents(wconn)
         reads = Reads(opener(path), MAX_FRAME)  # type: ignore[arg-type]
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
@@ -57,10 +48,10 @@ class TestReadersAreReadOnly:
         assert contents(wconn) == before
 
     def test_a_read_snapshot_sees_one_committed_state_on_the_read_only_connection(
-        self, store: tuple[Path, sqlite3.Connection]
+        self, store: Store
     ) -> None:
         """`Reads.snapshot()` still holds one state: a commit made meanwhile shows after it."""
-        path, wconn = store
+        path, wconn = store.path, store.conn
         reads = Reads(connect_reader(path), MAX_FRAME)
         with reads.snapshot():
             assert reads.metrics_figures()[2] == 0
@@ -68,11 +59,9 @@ class TestReadersAreReadOnly:
             assert reads.metrics_figures()[2] == 0
         assert reads.metrics_figures()[2] == 7
 
-    def test_a_reader_connection_can_still_checkpoint_the_wal(
-        self, store: tuple[Path, sqlite3.Connection]
-    ) -> None:
+    def test_a_reader_connection_can_still_checkpoint_the_wal(self, store: Store) -> None:
         """The pruner's checkpoint connection is read-only and still truncates the WAL."""
-        path, wconn = store
+        path, wconn = store.path, store.conn
         wconn.execute("UPDATE prune_stats SET pruned_ops = 1")
         assert Path(f"{path}-wal").stat().st_size > 0
         reader = connect_reader(path)
@@ -83,11 +72,11 @@ class TestReadersAreReadOnly:
 
 class TestBoots:
     def test_each_start_sees_the_previous_one_and_whether_it_stopped_cleanly(
-        self, store: tuple[Path, sqlite3.Connection]
+        self, store: Store
     ) -> None:
         """`record_boot` answers the previous start (None for the first), clean only once
         `mark_clean_stop` ran for it."""
-        _path, wconn = store
+        wconn = store.conn
 
         def start(boot: str) -> object:
             return record_boot(wconn, boot=boot, started_at="t", pid=1, version="v")

@@ -5,13 +5,13 @@ and the applier refuses a field it does not know."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 
 import attrs
 import pytest
 
+from tests.unit._store import RELEASED, Store, migrated, released
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core.records import (
     Attempt,
@@ -33,12 +33,9 @@ from wardd.daemon.store.reads import (
     ClaimedCall,
     Reads,
 )
-from wardd.daemon.store.schema import COLUMNS, migrate
-from wardd.daemon.store.writer import Writer, connect, connect_reader
+from wardd.daemon.store.schema import COLUMNS
+from wardd.daemon.store.writer import Writer
 from wardd.protocol import AttemptState, Internal, OpState, ProgState
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-FIXTURES = sorted(DATA.glob("schema-v*.db"))
 
 
 def live_columns(conn: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
@@ -54,10 +51,8 @@ def live_columns(conn: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
 
 
 @pytest.fixture
-def conn(tmp_path: Path) -> sqlite3.Connection:
-    c = connect(tmp_path / "wardd.db")
-    migrate(c)
-    return c
+def conn(store: Store) -> sqlite3.Connection:
+    return store.conn
 
 
 class TestTheVocabularyIsTheSchemas:
@@ -68,14 +63,15 @@ class TestTheVocabularyIsTheSchemas:
         ``COLUMNS`` names it (and then the loaders must place it: below)."""
         assert live_columns(conn) == dict(COLUMNS)
 
-    @pytest.mark.parametrize("fixture", FIXTURES, ids=[p.stem for p in FIXTURES])
+    @pytest.mark.parametrize("version", RELEASED, ids=[f"schema-v{v}" for v in RELEASED])
     def test_a_database_of_each_released_version_migrates_to_the_same_columns(
-        self, tmp_path: Path, fixture: Path
+        self, tmp_path: Path, version: int
     ) -> None:
-        shutil.copy(fixture, tmp_path / "old.db")
-        c = connect(tmp_path / "old.db")
-        migrate(c)
-        assert live_columns(c) == dict(COLUMNS)
+        c = migrated(released(tmp_path, version))
+        try:
+            assert live_columns(c) == dict(COLUMNS)
+        finally:
+            c.close()
 
     @pytest.mark.parametrize("cols", load.LOADED, ids=[c.table for c in load.LOADED])
     def test_each_loader_reads_or_leaves_every_column_of_its_table(
@@ -314,12 +310,11 @@ class TestApplyRefusesAnUnknownField:
         ids=["op", "neuron", "prog"],
     )
     def test_a_set_change_naming_no_column_is_internal_and_writes_nothing(
-        self, tmp_path: Path, change: ch.Change, kind: str
+        self, store: Store, change: ch.Change, kind: str
     ) -> None:
         """The whole unit is undone (the writer rolls back a refusal), and the
         error names the change and the field."""
-        c = connect(tmp_path / "w.db")
-        migrate(c)
+        c = store.conn
         write_records(c)
         before = [c.execute(f"SELECT * FROM {t}").fetchall() for t in COLUMNS]
         w = Writer(c, on_fatal=lambda why: None)
@@ -345,18 +340,16 @@ class TestApplyRefusesAnUnknownField:
 # -- the reads' wire forms: one renderer each, keys in the contract's order -----------
 
 
-def reads_of(tmp_path: Path, max_frame: int = 1 << 20) -> Reads:
-    c = connect(tmp_path / "r.db")
-    migrate(c)
-    write_records(c)
-    return Reads(connect_reader(tmp_path / "r.db"), max_frame)
+def reads_of(store: Store, max_frame: int = 1 << 20) -> Reads:
+    write_records(store.conn)
+    return Reads(store.reader(), max_frame)
 
 
 class TestWireForms:
     def test_an_attempt_shows_the_same_columns_in_get_operation_and_list_attempts(
-        self, tmp_path: Path
+        self, store: Store
     ) -> None:
-        reads = reads_of(tmp_path)
+        reads = reads_of(store)
         first, second = reads.get_operation(NEURON, "op-1")["attempts"]
         assert list(first) == [*ATTEMPT_WIRE, "claimed", "evidence", "outcome"]
         assert first["outcome"] == {
@@ -378,23 +371,22 @@ class TestWireForms:
             "echo",
         )
 
-    def test_a_grant_reads_the_same_in_get_neuron_and_get_prog(self, tmp_path: Path) -> None:
-        reads = reads_of(tmp_path)
+    def test_a_grant_reads_the_same_in_get_neuron_and_get_prog(self, store: Store) -> None:
+        reads = reads_of(store)
         grant = {"acts": ["echo"], "enabled": True}
         assert reads.get_neuron(NEURON)["grants"] == {"prog-a": grant}
         assert reads.get_prog(NEURON, "prog-a")["grant"] == grant
 
-    def test_a_page_ends_early_at_the_frame_bound_and_names_the_next(self, tmp_path: Path) -> None:
+    def test_a_page_ends_early_at_the_frame_bound_and_names_the_next(self, store: Store) -> None:
         """The frame bound leaves room for one record a page (the first is
         always sent); paging on from ``next`` reads every record once."""
-        c = connect(tmp_path / "r.db")
-        migrate(c)
+        c = store.conn
         write_records(c)
         c.execute("BEGIN")
         more = [ch.AppendEvent("noted", 1, op_id=11, data={"i": i}) for i in range(5)]
         apply(c, ch.Decision(tuple(more)))
         c.execute("COMMIT")
-        reads = Reads(connect_reader(tmp_path / "r.db"), PAGE_HEADROOM + 60)
+        reads = Reads(store.reader(), PAGE_HEADROOM + 60)
         seen: list[int] = []
         after = None
         while True:
@@ -406,15 +398,15 @@ class TestWireForms:
             after = page["next"]
             assert after == seen[-1]
         assert seen == list(range(1, 7))
-        wide = Reads(connect_reader(tmp_path / "r.db"), 1 << 20)
+        wide = Reads(store.reader(), 1 << 20)
         page = wide.history(NEURON, "op-1", None, 2)
         assert ([r["seq"] for r in page["records"]], page["next"]) == ([1, 2], 2)
         assert "next" not in wide.history(NEURON, "op-1", 2, 4)
 
-    def test_recovery_reads_name_their_columns(self, tmp_path: Path) -> None:
-        reads = reads_of(tmp_path)
+    def test_recovery_reads_name_their_columns(self, store: Store) -> None:
+        reads = reads_of(store)
         assert reads.receipt_candidates(["echo"], ("unknown",)) == []  # manual: not guarded
-        c = connect(tmp_path / "r.db")
+        c = store.conn
         c.execute("BEGIN")
         apply(c, ch.Decision((ch.SetAttempt(11, 1, state=AttemptState.UNKNOWN),)))
         c.execute("COMMIT")

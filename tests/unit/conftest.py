@@ -1,0 +1,23 @@
+"""The fixture of the in-process store tests: one migrated store (its
+builders and the released databases are in tests/unit/_store.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.unit._store import Store, migrated
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A new database file (``wardd.db`` in the test's tmp_path), migrated by
+    the daemon's schema code, and a writer's connection to it, closed at the end."""
+    path = tmp_path / "wardd.db"
+    conn = migrated(path)
+    try:
+        yield Store(path, conn)
+    finally:
+        conn.close()
