@@ -1,8 +1,10 @@
-"""The fixture of the in-process store tests: one migrated store (its
-builders and the released databases are in tests/unit/_store.py)."""
+"""Fixtures of the unit tests: one migrated store (its builders and the
+released databases are in tests/unit/_store.py), and a directory short
+enough for a Unix socket's path."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,3 +23,10 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield Store(path, conn)
     finally:
         conn.close()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory whose socket paths fit in sun_path (pytest's tmp_path may not)."""
+    with tempfile.TemporaryDirectory(prefix="wc-", dir="/tmp") as d:
+        yield Path(d)

@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -28,13 +27,6 @@ from wardd.daemon.observe.sd_notify import (
     scrub_environment,
     watchdog_interval,
 )
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory whose socket paths fit in sun_path (pytest's tmp_path may not)."""
-    with tempfile.TemporaryDirectory(prefix="wsd-") as name:
-        yield Path(name)
 
 
 @pytest.fixture
