@@ -2,7 +2,7 @@
 
 Used by the ``hostile`` bench row (``status`` p99 while connections send
 them), by ``bench/micro.py``'s decode figures and by the daemon tests that
-pin what the decoder does with them (tests/daemon/test_fuzz_wire.py,
+pin what the decoder does with them (tests/daemon/test_fuzz_frames.py,
 test_stop.py). Each builder returns one CBOR body of at most ``size`` bytes.
 
 - `colliding_keys`: a map whose keys are 2-integer arrays that all share
