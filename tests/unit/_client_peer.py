@@ -1,6 +1,7 @@
 """The scripted daemon side of the client's unit tests: hello's answer,
 replies as frames, a core past its hello, and a trio memory stream whose
-far end the test plays (``trio_pair``). Shared by tests/unit/test_client*.py."""
+far end the test plays (``trio_pair``). Shared by the client's and wardctl's
+unit tests."""
 
 from __future__ import annotations
 

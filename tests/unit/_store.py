@@ -32,6 +32,7 @@ __all__ = [
     "ended_op",
     "migrated",
     "neuron_and_prog",
+    "query_plan",
     "released",
 ]
 
@@ -69,6 +70,11 @@ def migrated(path: Path) -> sqlite3.Connection:
     conn = connect(path)
     migrate(conn)
     return conn
+
+
+def query_plan(conn: sqlite3.Connection, sql: str, params: tuple[object, ...] = ()) -> str:
+    """SQLite's plan for ``sql``, its steps joined by `` | ``."""
+    return " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
 
 def released(tmp_path: Path, version: int, name: str = "wardd.db") -> Path:

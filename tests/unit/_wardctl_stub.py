@@ -13,16 +13,9 @@ from typing import Any
 
 import pytest
 
+from tests.unit._client_peer import HELLO
 from wardd.client.wardctl import build_parser, main
 from wardd.protocol import FrameDecoder, WarddError, encode_frame
-
-HELLO = {
-    "protocol": 1,
-    "daemon": "wardd test",
-    "boot": "b" * 32,
-    "network": "local",
-    "max_frame": 1 << 20,
-}
 
 
 def command_paths(

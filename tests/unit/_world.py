@@ -25,7 +25,17 @@ from wardd.daemon.core.records import (
 from wardd.daemon.core.states import op_state
 from wardd.protocol import AttemptState, OpState, ProgState
 
-__all__ = ["ACT", "BOOT", "BOUND", "DIGEST", "OLD_BOOT", "World", "attempt", "build"]
+__all__ = [
+    "ACT",
+    "BOOT",
+    "BOUND",
+    "DIGEST",
+    "OLD_BOOT",
+    "World",
+    "attempt",
+    "build",
+    "descriptor_of",
+]
 
 A = AttemptState
 BOOT = "b" * 32
@@ -81,10 +91,10 @@ def attempt(number: int, state: AttemptState) -> Attempt:
     )
 
 
-def build(w: World) -> tuple[BootContext, OpView, dict[str, Any]]:
-    """The records and params of ``w`` (a real descriptor's shape, reduced to
-    the fields prepare reads)."""
-    ours = {
+def descriptor_of(boot: str, act_bounds: dict[str, int]) -> dict[str, Any]:
+    """A descriptor this daemon advertises in boot ``boot`` (its profile
+    supported), accepting the acts of ``act_bounds`` (act → its args' bound)."""
+    return {
         "machine": "x86_64-linux",
         "environment": "cpython",
         "proof": "none",
@@ -94,12 +104,18 @@ def build(w: World) -> tuple[BootContext, OpView, dict[str, Any]]:
             "backend": "wardd",
             "warrior": "wardd 0",
             "device": "dev",
-            "boot": w.placement_boot,
+            "boot": boot,
             "worker": "w0",
         },
-        "acts": [ACT] if w.descriptor_accepts else ["other"],
-        "act_bounds": {ACT: BOUND} if w.descriptor_accepts else {"other": BOUND},
+        "acts": list(act_bounds),
+        "act_bounds": dict(act_bounds),
     }
+
+
+def build(w: World) -> tuple[BootContext, OpView, dict[str, Any]]:
+    """The records and params of ``w`` (a real descriptor's shape, reduced to
+    the fields prepare reads)."""
+    ours = descriptor_of(w.placement_boot, {ACT if w.descriptor_accepts else "other": BOUND})
     descriptor = copy.deepcopy(ours)
     if w.profile == "other_machine":
         descriptor["machine"] = "aarch64-linux"

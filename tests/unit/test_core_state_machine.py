@@ -23,6 +23,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.unit._op_table import ACT, AT, contract_op_state
+from tests.unit._world import descriptor_of
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core.attempts import (
     CONTRADICTS,
@@ -75,22 +76,7 @@ OPEN = frozenset({A.PREPARED, A.RUNNING, A.UNKNOWN})
 
 def _descriptor(boot: str) -> dict[str, Any]:
     """A descriptor this daemon advertises in boot ``boot`` (its profile supported)."""
-    return {
-        "machine": "x86_64-linux",
-        "environment": "cpython",
-        "proof": "none",
-        "network": "testnet",
-        "limits": {"cpu_s": None, "time_s": None, "memory_bytes": None},
-        "executor": {
-            "backend": "wardd",
-            "warrior": "wardd 0",
-            "device": "dev",
-            "boot": boot,
-            "worker": "w0",
-        },
-        "acts": [ACT],
-        "act_bounds": {ACT: 8},
-    }
+    return descriptor_of(boot, {ACT: 8})
 
 
 def _digest(boot: str) -> str:

@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from tests.unit._store import DATA, migrated, released
+from tests.unit._store import DATA, migrated, query_plan, released
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core import ops
 from wardd.daemon.store import load, marks, schema
@@ -41,10 +41,6 @@ def _records_by_op(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...
     ):
         out.setdefault(op, []).append(tuple(rec))
     return out
-
-
-def _plan(conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> str:
-    return " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
 
 class TestMigration:
@@ -105,7 +101,7 @@ class TestPlans:
         c.close()
 
     def test_history_walks_the_chain_by_primary_key(self, conn):
-        plan = _plan(
+        plan = query_plan(
             conn,
             OP_RECORDS + " SELECT e.* FROM chain c JOIN events e ON e.seq = c.seq"
             " WHERE e.seq > ? ORDER BY e.seq LIMIT ?",
@@ -137,7 +133,7 @@ class TestPlans:
             conn.execute("SELECT count(*) FROM events WHERE op_id = ?", (op_id,)).fetchone()[0] == 0
         )
         delete = next(s for s in statements if s.startswith("DELETE FROM events"))
-        plan = _plan(conn, delete, ())
+        plan = query_plan(conn, delete, ())
         assert "SCAN events" not in plan and "SCAN e " not in plan + " ", plan
 
 
@@ -196,7 +192,7 @@ class TestOpenAttempts:
             ("running",),
             ("unknown", "prepared", "running"),
         ):
-            plan = _plan(conn, f"SELECT a.* FROM attempts a WHERE {attempts_in(states)}", ())
+            plan = query_plan(conn, f"SELECT a.* FROM attempts a WHERE {attempts_in(states)}", ())
             for step in plan.split(" | "):
                 assert (
                     not step.startswith(("SCAN a", "SCAN attempts", "SCAN ro", "SCAN operations"))

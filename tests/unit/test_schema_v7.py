@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit._store import released
+from tests.unit._store import query_plan, released
 from wardd.daemon.core import changes as ch
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.counters import Counters, count_afresh
@@ -38,10 +38,6 @@ def _seeded(conn: sqlite3.Connection) -> dict[str, int]:
 
 def _afresh(conn: sqlite3.Connection) -> dict[str, int]:
     return {s: n for s, n in count_afresh(conn).operations.items() if n}
-
-
-def _plan(conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> str:
-    return " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
 
 class TestMigration:
@@ -78,7 +74,7 @@ class TestMigration:
             ]
             if state != "unknown":  # unknown lists the ops holding an unknown attempt
                 assert sorted(o["op"] for o in listed) == sorted(want), state
-        plan = _plan(
+        plan = query_plan(
             conn,
             "SELECT o.id FROM operations o WHERE o.neuron_id = ? AND o.id > ?"
             " AND o.life = ? AND o.state = ? ORDER BY o.id LIMIT 10",
