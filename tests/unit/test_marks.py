@@ -20,10 +20,10 @@ import cbor2
 import pytest
 
 from tests.unit._store import Store, dispatched_op, neuron_and_prog
-from wardd.daemon.life import recovery_units as recovery
 from wardd.daemon.core import attempts as core
 from wardd.daemon.core import changes as ch
 from wardd.daemon.core.records import Attempt, Op
+from wardd.daemon.life import recovery_units as recovery
 from wardd.daemon.store import apply as apply_mod
 from wardd.daemon.store import load
 from wardd.daemon.store import marks as marks_mod

@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests._poll import wait_for
 from tests.unit._store import Store, dispatched_op, neuron_and_prog
+from wardd.daemon.core.changes import Decision, SetAttempt
 from wardd.daemon.observe.metrics import SERIES, Figures, Metrics
 from wardd.daemon.observe.metrics_http import MetricsServer, Refusals
-from wardd.daemon.core.changes import Decision, SetAttempt
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.writer import Writer
 from wardd.protocol import AttemptState, BadRequest, UnknownOperation
