@@ -47,7 +47,7 @@ def run(
 ) -> dict[str, Any]:
     from wardd.daemon.dispatch import attempt_units
     from wardd.daemon.store.encoding import dec
-    from wardd.daemon.store.writer import connect
+    from wardd.daemon.store.writer import Tx, connect
 
     conn = connect(db)
     conn.row_factory = sqlite3.Row
@@ -70,7 +70,7 @@ def run(
             nonlocal commit_s
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("SAVEPOINT unit")
-            value = fn(conn)
+            value = fn(Tx(conn))
             conn.execute("RELEASE unit")
             t = time.perf_counter()
             conn.execute("COMMIT")

@@ -91,7 +91,7 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
 
     from wardd.daemon.dispatch import attempt_units
     from wardd.daemon.store.encoding import dec
-    from wardd.daemon.store.writer import connect
+    from wardd.daemon.store.writer import Tx, connect
 
     db, actor = prepare_db(root, n + backlog)
     conn = connect(db)
@@ -116,7 +116,7 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
         def unit(kind: str, fn: Any) -> Any:
             start = max(WAL_HEADER, wal.stat().st_size if wal.exists() else 0)
             conn.execute("BEGIN IMMEDIATE")
-            value = fn(conn)
+            value = fn(Tx(conn))
             conn.execute("COMMIT")
             raw[kind] += _pages_of(wal, start)
             return value

@@ -139,7 +139,7 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
     from wardd.daemon.dispatch import management_units as mgmt
     from wardd.daemon.store.counters import snapshot_afresh
     from wardd.daemon.store.encoding import dec
-    from wardd.daemon.store.writer import connect
+    from wardd.daemon.store.writer import Tx, connect
 
     d = Daemon(root, workers=2, retention_s=0)
     try:
@@ -171,27 +171,27 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
     try:
         for start in range(0, n, per_tx):
             conn.execute("BEGIN IMMEDIATE")
+            tx = Tx(conn)  # as the writer's batch would be
             for i in range(start, min(n, start + per_tx)):
                 op = f"g{i}"
-                mgmt.submit(actor.id, actor.prog, op, "echo", args, bounds)(conn)
+                mgmt.submit(actor.id, actor.prog, op, "echo", args, bounds)(tx)
                 p = {
                     "op": op,
                     "expected_attempt": 1,
                     "placement_generation": row["placement_generation"],
                     "expected_epoch": row["epoch"],
                 }
-                ref = attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(
-                    conn
-                )
+                ref = attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(tx)
                 if not isinstance(ref, attempt_units.AttemptRef):
                     raise RuntimeError(f"invoke_claim refused: {ref!r}")
-                attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter")(conn)
-                mgmt.consume(actor.id, op)(conn)
+                attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter")(tx)
+                mgmt.consume(actor.id, op)(tx)
             conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")
+        tx = Tx(conn)
         for a, count in zip(actors, pending, strict=True):
             for i in range(count):
-                mgmt.submit(a.id, a.prog, f"lat{i}", "echo", ARGS, bounds)(conn)
+                mgmt.submit(a.id, a.prog, f"lat{i}", "echo", ARGS, bounds)(tx)
         snapshot_afresh(conn)  # the counts' snapshot the writer would have left (schema 7)
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -264,7 +264,7 @@ def bench_registration() -> None:
     from wardd.daemon.dispatch import management_units as mgmt
     from wardd.daemon.store.reads import Reads
     from wardd.daemon.store.schema import migrate
-    from wardd.daemon.store.writer import connect, connect_reader
+    from wardd.daemon.store.writer import Tx, connect, connect_reader
 
     with tempfile.TemporaryDirectory(prefix="wardd-micro-") as tmp:
         db = Path(tmp) / "w.db"
@@ -276,7 +276,7 @@ def bench_registration() -> None:
         ]
         for n in ids:
             w.execute("BEGIN")
-            mgmt.register_neuron(n)(w)
+            mgmt.register_neuron(n)(Tx(w))
             w.execute("COMMIT")
         reads = Reads(connect_reader(db), 1 << 20)
         known = set(ids)

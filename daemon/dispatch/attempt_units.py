@@ -1,11 +1,12 @@
 """The writer units of attempts: load, decide (:mod:`.core`), apply (:mod:`.store`).
 
-A unit is ``fn(conn) -> value`` run by the writer inside its own SAVEPOINT
-(see :mod:`.store.writer`). Each unit here loads the records its decision
-reads, asks the pure core (:mod:`.core.attempts`) to decide, and applies
-the decision's changes; the reply is the decision's. A refusal that writes
-nothing is raised by the core; one that keeps its writes (``token_void``
-voids the attempt durably) is returned as the reply.
+A unit is ``fn(tx) -> value`` run by the writer inside its own SAVEPOINT
+(see :mod:`.store.writer`; ``tx`` is its :class:`~.store.writer.Tx`). Each
+unit here loads the records its decision reads, asks the pure core
+(:mod:`.core.attempts`) to decide, and applies the decision's changes; the
+reply is the decision's. A refusal that writes nothing is raised by the
+core; one that keeps its writes (``token_void`` voids the attempt durably)
+is returned as the reply.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..core.call import Answered
 from ..core.records import AttemptRef, BootContext
 from ..store import load
 from ..store.apply import apply
-from ..store.writer import Unit
+from ..store.writer import Tx, Unit
 
 __all__ = [
     "Answered",
@@ -47,17 +48,17 @@ __all__ = [
 
 
 def prepare(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
-    def unit(conn: sqlite3.Connection) -> Any:
-        view = load.op_view(conn, neuron, params["op"], next_attempt=True)
-        return apply(conn, core.prepare(ctx, view, params), view.op)
+    def unit(tx: Tx) -> Any:
+        view = load.op_view(tx.conn, neuron, params["op"], next_attempt=True)
+        return apply(tx, core.prepare(ctx, view, params), view.op)
 
     return unit
 
 
 def manual_take(ctx: BootContext, neuron: str, params: Mapping[str, Any]) -> Unit:
-    def unit(conn: sqlite3.Connection) -> Any:
-        view = load.op_view(conn, neuron, params["op"], next_attempt=True)
-        return apply(conn, core.manual_take(ctx, view, params), view.op)
+    def unit(tx: Tx) -> Any:
+        view = load.op_view(tx.conn, neuron, params["op"], next_attempt=True)
+        return apply(tx, core.manual_take(ctx, view, params), view.op)
 
     return unit
 
@@ -75,12 +76,12 @@ def claim(
     runs inside the unit once the claim is written, so whatever it
     registers exists before the claim is visible to a read."""
 
-    def unit(conn: sqlite3.Connection) -> Any:
-        view = load.op_view_by_id(conn, ref.op_id)
+    def unit(tx: Tx) -> Any:
+        view = load.op_view_by_id(tx.conn, ref.op_id)
         decision = core.claim(
             view, ref, worker=worker, boot=boot, claim_info=claim_info, stopping=stopping()
         )
-        return _claimed(conn, decision, view.op, on_claim)
+        return _claimed(tx, decision, view.op, on_claim)
 
     return unit
 
@@ -100,12 +101,12 @@ def invoke_claim(
     (nothing written), or ``token_void`` (``shutdown``). ``claim_info`` was
     computed on the worker thread before the unit."""
 
-    def unit(conn: sqlite3.Connection) -> Any:
-        view = load.op_view(conn, neuron, params["op"], next_attempt=True)
+    def unit(tx: Tx) -> Any:
+        view = load.op_view(tx.conn, neuron, params["op"], next_attempt=True)
         decision = core.invoke_claim(
             ctx, view, params, worker=worker, claim_info=claim_info, stopping=stopping()
         )
-        return _claimed(conn, decision, view.op, on_claim)
+        return _claimed(tx, decision, view.op, on_claim)
 
     return unit
 
@@ -142,32 +143,32 @@ def call_claim(
     :class:`Answered` (nothing written), a :class:`Reroute` (nothing
     written), or ``token_void`` (``shutdown``)."""
 
-    def unit(conn: sqlite3.Connection) -> Any:
-        pview, existing = _call_views(conn, neuron, params)
+    def unit(tx: Tx) -> Any:
+        pview, existing = _call_views(tx.conn, neuron, params)
         new = existing.op is None
         decision = call_core.claim(
             ctx,
             pview,
             existing,
             params,
-            next_op_id=load.next_id(conn, "operations") if new else 0,
-            next_attempt_id=load.next_id(conn, "attempts") if new else existing.next_attempt_id,
+            next_op_id=load.next_id(tx.conn, "operations") if new else 0,
+            next_attempt_id=load.next_id(tx.conn, "attempts") if new else existing.next_attempt_id,
             worker=worker,
             claim_info=claim_info,
             stopping=stopping(),
         )
-        return _claimed(conn, decision, existing.op, on_claim)
+        return _claimed(tx, decision, existing.op, on_claim)
 
     return unit
 
 
 def _claimed(
-    conn: sqlite3.Connection,
+    tx: Tx,
     decision: Any,
     loaded: Any,
     on_claim: Callable[[AttemptRef], None],
 ) -> Any:
-    reply = apply(conn, decision, loaded)
+    reply = apply(tx, decision, loaded)
     if isinstance(reply, AttemptRef):
         on_claim(reply)
     return reply
@@ -198,12 +199,12 @@ def outcome(
     §3.2.3): accepted whatever changed meanwhile."""
     assert source == "adapter"
 
-    def unit(conn: sqlite3.Connection) -> Any:
-        view = load.op_attempts(conn, ref.op_id)
+    def unit(tx: Tx) -> Any:
+        view = load.op_attempts(tx.conn, ref.op_id)
         decision = core.outcome(
             view, ref.attempt_id, AttemptState(status), value, error, aborted=aborted
         )
-        return apply(conn, decision, view.op)
+        return apply(tx, decision, view.op)
 
     return unit
 
@@ -211,13 +212,13 @@ def outcome(
 def void_many(attempt_ids: list[int], reason: str) -> Unit:
     """Void each attempt still prepared; the reply is how many were."""
 
-    def unit(conn: sqlite3.Connection) -> int:
+    def unit(tx: Tx) -> int:
         count = 0
         for attempt_id in attempt_ids:
-            op_id = load.op_id_of_attempt(conn, attempt_id)
+            op_id = load.op_id_of_attempt(tx.conn, attempt_id)
             if op_id is not None:  # one decision per op: each sees the last one's writes
-                view = load.op_attempts(conn, op_id)
-                count += apply(conn, core.void(view, attempt_id, reason), view.op)
+                view = load.op_attempts(tx.conn, op_id)
+                count += apply(tx, core.void(view, attempt_id, reason), view.op)
         return count
 
     return unit
@@ -226,7 +227,7 @@ def void_many(attempt_ids: list[int], reason: str) -> Unit:
 def void(attempt_id: int, reason: str) -> Unit:
     many = void_many([attempt_id], reason)
 
-    def unit(conn: sqlite3.Connection) -> bool:
-        return bool(many(conn))
+    def unit(tx: Tx) -> bool:
+        return bool(many(tx))
 
     return unit

@@ -6,7 +6,6 @@ Each piece is given only the components it watches or stops; the daemon
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..dispatch.workers import Job, WorkerPool
 from ..observe.sd_notify import Notifier
 from ..store.boots import mark_clean_stop
 from ..store.encoding import now
-from ..store.writer import Writer
+from ..store.writer import Tx, Writer
 from .bridge import wait_future
 from .recovery import Recovery
 from .signals import STOP_SIGNALS, signal_name
@@ -97,7 +96,7 @@ async def watchdog(
         await trio.sleep(interval)
 
 
-def _noop(conn: sqlite3.Connection) -> None:
+def _noop(tx: Tx) -> None:
     """The watchdog's probe unit: it writes nothing."""
 
 

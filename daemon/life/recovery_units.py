@@ -1,13 +1,13 @@
 """Recovery's writer units: the start-time marks, the orphans' record, a receipt's answer.
 
-Each is a function of the write connection, run by the writer thread; the
+Each is a unit, a function of its `Tx` (the write connection and the batch's
+moves and notes), run by the writer thread; the
 core (:mod:`~wardd.daemon.core.attempts`) decides, the store applies
 (contract §3.4, §3.6; docs/recovery.md).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..store.apply import apply
 from ..store.encoding import now, wire_safe
 from ..store.marks import Mark, open_attempts, write_marks
 from ..store.reads import Candidate
+from ..store.writer import Tx
 
 __all__ = ["apply_receipt", "mark_unknown", "record_orphans"]
 
@@ -42,9 +43,9 @@ def mark_unknown(
     and the marks are written set-wise (``store/marks.py``).
     """
 
-    def unit(conn: sqlite3.Connection) -> list[int]:
+    def unit(tx: Tx) -> list[int]:
         decided = []
-        for o in open_attempts(conn, boot):
+        for o in open_attempts(tx.conn, boot):
             if only is not None and o.id not in only:
                 continue
             op_to = core.unknown_mark(
@@ -59,7 +60,7 @@ def mark_unknown(
             if marks is not None:
                 where = {"neuron": o.neuron, "op": o.op, "attempt": o.attempt, "act": o.act}
                 marks.append((where, evidence))
-        write_marks(conn, decided)
+        write_marks(tx, decided)
         return [m.open.id for m in decided]
 
     return unit
@@ -78,12 +79,12 @@ def record_orphans(
     marked."""
     mark = mark_unknown(boot, marks, attempt_ids, only=attempt_ids)
 
-    def unit(conn: sqlite3.Connection) -> list[int]:
-        marked: list[int] = mark(conn)
+    def unit(tx: Tx) -> list[int]:
+        marked: list[int] = mark(tx)
         for attempt_id in sorted(set(attempt_ids) - set(marked)):
-            op_id = load.op_id_of_attempt(conn, attempt_id)
+            op_id = load.op_id_of_attempt(tx.conn, attempt_id)
             if op_id is not None:
-                apply(conn, core.orphan_killed(load.op_attempts(conn, op_id), attempt_id))
+                apply(tx, core.orphan_killed(load.op_attempts(tx.conn, op_id), attempt_id))
         return marked
 
     return unit
@@ -97,11 +98,11 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: boo
     value, why = wire_safe(receipt.value)
     applies = binding and (receipt.answer == "executed" or in_process)
 
-    def unit(conn: sqlite3.Connection) -> core.ReceiptEffect:
-        op_id = load.op_id_of_attempt(conn, c.attempt_id)
+    def unit(tx: Tx) -> core.ReceiptEffect:
+        op_id = load.op_id_of_attempt(tx.conn, c.attempt_id)
         if op_id is None:
             return core.ReceiptEffect()
-        view = load.op_attempts(conn, op_id)
+        view = load.op_attempts(tx.conn, op_id)
         decision = core.receipt(
             view,
             c.attempt_id,
@@ -112,7 +113,7 @@ def apply_receipt(c: Candidate, receipt: Receipt, in_process: bool, binding: boo
             applies=applies,
             at=now(),
         )
-        effect: core.ReceiptEffect = apply(conn, decision)
+        effect: core.ReceiptEffect = apply(tx, decision)
         return effect
 
     return unit

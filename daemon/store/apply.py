@@ -9,7 +9,6 @@ to their op's previous record (``follows``); times are stamped here.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,21 +19,10 @@ from ..core.records import Op
 from .counters import note
 from .encoding import enc, enc_value, now
 from .schema import COLUMNS, LAST_SEQ
+from .writer import Move, Tx
 
-__all__ = ["MOVES", "apply"]
+__all__ = ["apply"]
 
-
-class _Moves(threading.local):
-    """The attempt moves applied on this thread since the writer began its
-    batch: ``(act, new state)`` pairs, or None when nobody collects them.
-    The writer sets ``log``, drops what a rolled-back unit added, and hands
-    the rest on once the batch is committed (the daemon counts them:
-    ``wardd_attempts_total``)."""
-
-    log: list[tuple[str, str]] | None = None
-
-
-MOVES = _Moves()
 
 NEXT_SEQ = "1 + " + LAST_SEQ
 
@@ -129,8 +117,9 @@ class _Pending:
     triggers see only its final state (contract §3.3: the projection
     follows the records)."""
 
-    def __init__(self, at: str) -> None:
+    def __init__(self, at: str, moves: list[Move]) -> None:
         self.at = at
+        self.moves = moves  # the batch's (Tx.moves): each attempt move applied
         self.ops: dict[int, dict[str, Any]] = {}
         self.last_seq: dict[int, int | None] = {}
         self.attempts: dict[int, dict[str, Any]] = {}  # new ones, by attempt id
@@ -143,19 +132,21 @@ class _Pending:
             _set(conn, "SetOp", "operations", _OP_COLUMNS, op_id, fields, unstored=_OP_UNSTORED)
 
 
-def apply(conn: sqlite3.Connection, decision: ch.Decision, loaded: Op | None = None) -> Any:
-    """Write ``decision.changes`` in order; return ``decision.reply``.
+def apply(tx: Tx, decision: ch.Decision, loaded: Op | None = None) -> Any:
+    """Write ``decision.changes`` in order on ``tx.conn``, adding its attempt
+    moves and its notes to ``tx``'s; return ``decision.reply``.
 
     ``loaded``: the op the decision was made on, loaded in this same unit
     (so its ``last_seq`` is the stored one): its next record is linked to
     it without reading it again."""
-    pending = _Pending(now())
+    conn = tx.conn
+    pending = _Pending(now(), tx.moves)
     if loaded is not None:
         pending.last_seq[loaded.id] = loaded.last_seq
     for c in decision.changes:
         _APPLY[type(c)](conn, c, pending)
     pending.flush(conn)
-    note(decision.changes)  # status's counts, added once the batch commits
+    note(tx.notes, decision.changes)  # status's counts, added once the batch commits
     return decision.reply
 
 
@@ -233,9 +224,8 @@ def _set_attempt(conn: sqlite3.Connection, c: ch.SetAttempt, p: _Pending) -> Non
     fields: dict[str, Any] = {}
     if c.state is not None:
         fields["state"] = c.state.value
-        moves = MOVES.log
-        if moves is not None and c.act is not None:
-            moves.append((c.act, c.state.value))
+        if c.act is not None:
+            p.moves.append((c.act, c.state.value))
     if c.reason is not None:
         fields["reason"] = c.reason
     if c.evidence is not None:

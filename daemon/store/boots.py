@@ -10,8 +10,9 @@ clean mark knows that one crashed or was killed.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from typing import Any
+
+from .writer import Tx, Unit
 
 __all__ = ["mark_clean_stop", "record_boot"]
 
@@ -28,10 +29,10 @@ def record_boot(
     return None if last is None else {"boot": last[0], "clean": bool(last[1])}
 
 
-def mark_clean_stop(boot: str, at: str) -> Callable[[sqlite3.Connection], None]:
+def mark_clean_stop(boot: str, at: str) -> Unit:
     """The writer unit that marks this boot's row stopped cleanly at ``at``."""
 
-    def unit(conn: sqlite3.Connection) -> None:
-        conn.execute("UPDATE boots SET stopped_at = ?, clean = 1 WHERE boot_id = ?", (at, boot))
+    def unit(tx: Tx) -> None:
+        tx.conn.execute("UPDATE boots SET stopped_at = ?, clean = 1 WHERE boot_id = ?", (at, boot))
 
     return unit

@@ -35,8 +35,8 @@ How the figures stay exact:
   ``was``), the start's set-wise marks note the ops they move and, in one
   note, the attempts they make unknown (:func:`note_marked`), and a
   pruning unit notes what it pruned (:func:`note_pruned`).
-  Notes go to the batch's list (:data:`NOTES`), which the writer cuts back
-  when a unit rolls back.
+  Each goes to the list of notes it is handed, the batch's
+  (:class:`.writer.Tx`), which the writer cuts back when a unit rolls back.
 - **Added once committed** (:meth:`Counters.add`), by the writer, before
   any caller hears of the commit: a reply is never ahead of the figures. A
   batch whose commit fails adds nothing.
@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -57,10 +56,10 @@ from ..core import changes as ch
 from .schema import LAST_SEQ
 
 __all__ = [
-    "NOTES",
     "PERSIST_EVERY_S",
     "Counters",
     "Figures",
+    "Note",
     "count_afresh",
     "note",
     "note_marked",
@@ -82,53 +81,37 @@ Note = tuple[int, Any, Any]
 _UNKNOWN_STATE: Final = "unknown"
 
 
-class _Notes(threading.local):
-    """The notes of the writer's batch in progress on this thread, or None
-    when nobody collects them (a unit run outside the writer)."""
-
-    log: list[Note] | None = None
-
-
-NOTES = _Notes()
-
-
-def note(changes: Iterable[ch.Change]) -> None:
-    """The counts ``changes`` (one decision's, just written) move."""
-    log = NOTES.log
-    if log is None:
-        return
+def note(notes: list[Note], changes: Iterable[ch.Change]) -> None:
+    """Add to ``notes`` the counts ``changes`` (one decision's, just written) move."""
     for c in changes:
         if isinstance(c, ch.SetOp):
             now = c.fields.get("state")
             if now is not None:
-                log.append((_OP, str(c.was), str(now)))
+                notes.append((_OP, str(c.was), str(now)))
         elif isinstance(c, ch.SetAttempt):
             if c.state is not None and (c.state == _UNKNOWN_STATE) != (c.was == _UNKNOWN_STATE):
-                log.append((_UNKNOWN, 1 if c.state == _UNKNOWN_STATE else -1, None))
+                notes.append((_UNKNOWN, 1 if c.state == _UNKNOWN_STATE else -1, None))
         elif isinstance(c, ch.NewOp):
-            log.append((_OP, None, "pending"))
+            notes.append((_OP, None, "pending"))
         elif isinstance(c, ch.NewAttempt) and c.state == _UNKNOWN_STATE:
-            log.append((_UNKNOWN, 1, None))
+            notes.append((_UNKNOWN, 1, None))
 
 
-def note_marked(ops: Iterable[tuple[str, str]], entered_unknown: int) -> None:
+def note_marked(notes: list[Note], ops: Iterable[tuple[str, str]], entered_unknown: int) -> None:
     """A set-wise unit (``store/marks.py``) moved each op of ``ops`` from
-    ``was`` to ``now`` and made ``entered_unknown`` attempts unknown: the
-    counts :func:`note` would take from the same changes one by one."""
-    log = NOTES.log
-    if log is None:
-        return
-    log.extend((_OP, was, now) for was, now in ops)
+    ``was`` to ``now`` and made ``entered_unknown`` attempts unknown: add to
+    ``notes`` the counts :func:`note` would take from the same changes one
+    by one."""
+    notes.extend((_OP, was, now) for was, now in ops)
     if entered_unknown:
-        log.append((_UNKNOWN, entered_unknown, None))
+        notes.append((_UNKNOWN, entered_unknown, None))
 
 
-def note_pruned(ops: int, at: str) -> None:
+def note_pruned(notes: list[Note], ops: int, at: str) -> None:
     """A pruning unit turned ``ops`` ops into tombstones at ``at`` (their
     counts by state do not move: a pruned op counts under its final state)."""
-    log = NOTES.log
-    if log is not None and ops:
-        log.append((_PRUNED, ops, at))
+    if ops:
+        notes.append((_PRUNED, ops, at))
 
 
 @attrs.frozen

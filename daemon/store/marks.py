@@ -17,7 +17,7 @@ than the SQL itself. Here the same marks are made from the rows themselves:
   (``executemany``): every attempt's state and evidence, then every
   ``marked_unknown`` record (numbered and linked as :func:`.apply.apply`
   numbers and links them), then every op's ``last_seq`` and state; it notes
-  the counts (:mod:`.counters`) and logs the moves (:data:`.apply.MOVES`).
+  the counts (:mod:`.counters`) and the moves in the unit's :class:`.writer.Tx`.
 
 The database left is the one ``mark_unknown`` and ``apply`` leave applied to
 each attempt in turn (the same rows, records, triggers fired, counts and
@@ -35,11 +35,12 @@ from typing import Any, NamedTuple
 
 from wardd.protocol import AttemptState, OpState
 
-from .apply import MOVES, NEXT_SEQ
+from .apply import NEXT_SEQ
 from .counters import note_marked
 from .encoding import enc, now
 from .load import _ATTEMPT_STATE, _OP_STATE
 from .schema import attempts_in
+from .writer import Tx
 
 __all__ = ["Mark", "Open", "open_attempts", "write_marks"]
 
@@ -99,11 +100,12 @@ _SET_OP_SEQ = "UPDATE operations SET last_seq = ? WHERE id = ?"
 _SET_OP_STATE = "UPDATE operations SET last_seq = ?, state = ? WHERE id = ?"
 
 
-def write_marks(conn: sqlite3.Connection, marks: Sequence[Mark]) -> None:
+def write_marks(tx: Tx, marks: Sequence[Mark]) -> None:
     """Write ``marks`` (each on an op of its own) as ``apply`` would write
     their decisions one after the other (module docstring)."""
     if not marks:
         return
+    conn = tx.conn
     if len({m.open.op_id for m in marks}) != len(marks):
         # each record follows its op's last: a second mark on one op would not
         raise AssertionError("one mark per op")
@@ -127,6 +129,6 @@ def write_marks(conn: sqlite3.Connection, marks: Sequence[Mark]) -> None:
     conn.executemany(_INSERT_EVENT, events)
     conn.executemany(_SET_OP_SEQ, same)
     conn.executemany(_SET_OP_STATE, moved)
-    note_marked(notes, len(marks))  # each was prepared or running (unknown_mark refuses others)
-    if MOVES.log is not None:
-        MOVES.log.extend((m.open.act, AttemptState.UNKNOWN.value) for m in marks)
+    # each was prepared or running (unknown_mark refuses others)
+    note_marked(tx.notes, notes, len(marks))
+    tx.moves.extend((m.open.act, AttemptState.UNKNOWN.value) for m in marks)

@@ -52,7 +52,7 @@ from wardd.protocol import WarddError
 from ..core.ops import args_digest
 from .counters import note_pruned
 from .encoding import now
-from .writer import Unit, connect_reader
+from .writer import Tx, Unit, connect_reader
 
 __all__ = [
     "PACES",
@@ -192,7 +192,8 @@ def prune_batch(
     ``yield_after_s`` of work is spent), or when no prunable op is left
     (one writer unit)."""
 
-    def unit(conn: sqlite3.Connection) -> BatchResult:
+    def unit(tx: Tx) -> BatchResult:
+        conn = tx.conn
         t0 = time.perf_counter()
         at = now()
         at_ms = to_ms(at)
@@ -217,7 +218,7 @@ def prune_batch(
                 " WHERE id = 1",
                 (pruned, at),
             )
-            note_pruned(pruned, at)  # status.db's figures, once committed
+            note_pruned(tx.notes, pruned, at)  # status.db's figures, once committed
         return BatchResult(pruned, examined, cursor, freed, time.perf_counter() - t0)
 
     return unit
@@ -325,9 +326,9 @@ def vacuum_step(pages: int = VACUUM_PAGES) -> Unit:
     """Give up to ``pages`` free pages back to the file system (at most
     :data:`VACUUM_BUDGET_S` of work); returns (pages freed, free pages left)."""
 
-    def unit(conn: sqlite3.Connection) -> tuple[int, int]:
-        freed = give_back_pages(conn, pages)
-        (left,) = conn.execute("PRAGMA freelist_count").fetchone()
+    def unit(tx: Tx) -> tuple[int, int]:
+        freed = give_back_pages(tx.conn, pages)
+        (left,) = tx.conn.execute("PRAGMA freelist_count").fetchone()
         return freed, int(left)
 
     return unit

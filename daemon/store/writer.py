@@ -1,8 +1,12 @@
 """The writer thread: the only connection that writes, with group commit.
 
-Every write of the daemon is a *unit*: a function ``unit(conn) -> value``
+Every write of the daemon is a *unit*: a function ``unit(tx) -> value``
 run inside its own SAVEPOINT of a batch transaction (a batch of one unit
-needs none: its transaction is the unit's). The writer drains its
+needs none: its transaction is the unit's). ``tx`` is a :class:`Tx`: the
+write connection and the batch's two lists a unit adds to as it writes,
+the attempt moves (for the metrics) and the notes (for ``status``'s counts,
+:mod:`.counters`); the writer cuts both back when a unit rolls back. A
+unit's state travels in that argument, never beside it. The writer drains its
 queue, runs every queued unit in one ``BEGIN IMMEDIATE … COMMIT`` (group
 commit: one fsync for the batch), and only after the COMMIT
 resolves each unit's future (contract §3.2.3: every write replies only after
@@ -38,19 +42,38 @@ import structlog
 from wardd.protocol import Internal, WarddError
 
 from ..life.bridge import wait_future
-from .apply import MOVES
-from .counters import NOTES, Counters
+from .counters import Counters, Note
 
-__all__ = ["Unit", "Writer", "connect", "connect_reader"]
+__all__ = ["Move", "Tx", "Unit", "Writer", "connect", "connect_reader"]
 
 log = structlog.get_logger("wardd.writer")
 T = TypeVar("T")
-# a write: run on the writer's connection inside its batch (the one
-# definition: the units' builders and the pruner name it from here)
-Unit = Callable[[sqlite3.Connection], Any]
+# an attempt move a unit applied: (act, new state)
+Move = tuple[str, str]
+
+
+@attrs.frozen
+class Tx:
+    """What a unit is given: ``conn``, the write connection (inside the
+    unit's savepoint), and the lists of its batch that the unit's writes add
+    to, ``moves`` (each attempt move, counted once the batch commits:
+    ``wardd_attempts_total``) and ``notes`` (what the counts of ``status``
+    move by, :func:`.counters.note`). The writer makes one per batch and
+    cuts both lists back when a unit rolls back; a unit run outside the
+    writer (a test, a benchmark's loader) is given a fresh one, ``Tx(conn)``,
+    and its lists are dropped."""
+
+    conn: sqlite3.Connection
+    moves: list[Move] = attrs.field(factory=list)
+    notes: list[Note] = attrs.field(factory=list)
+
+
+# a write: run by the writer inside its batch (the one definition: the
+# units' builders and the pruner name it from here)
+Unit = Callable[[Tx], Any]
 # after each committed batch: (seconds from BEGIN to COMMIT done, units, the
-# attempt moves it committed as (act, state) pairs); on the writer's thread
-BatchObserver = Callable[[float, int, list[tuple[str, str]]], None]
+# attempt moves it committed); on the writer's thread
+BatchObserver = Callable[[float, int, list[Move]], None]
 MAX_BATCH = 512
 WAL_SIZE_LIMIT = 4 << 20
 
@@ -217,15 +240,11 @@ class Writer:
                 return
 
     def _run_batch(self, batch: list[_Job]) -> None:
-        MOVES.log = []
-        NOTES.log = []
         try:
             self._try_batch(batch)
         except BaseException as exc:
             log.critical("writer_failed", error=repr(exc), exc_info=True)
             self._fail_batch(batch, exc, fatal=True)
-        finally:
-            MOVES.log = NOTES.log = None
 
     def _rollback_unit(self, whole: bool) -> bool:
         """Undo one unit (``whole``: the unit is the batch's only one, and its
@@ -247,8 +266,8 @@ class Writer:
     def _try_batch(self, batch: list[_Job]) -> None:
         conn = self._conn
         results: list[tuple[bool, Any]] = []
-        moves = MOVES.log if MOVES.log is not None else []
-        notes = NOTES.log if NOTES.log is not None else []
+        tx = Tx(conn)  # the batch's: every unit of it adds to its lists
+        moves, notes = tx.moves, tx.notes
         t0 = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -266,7 +285,7 @@ class Writer:
                 conn.execute("SAVEPOINT unit")
             mark, nmark = len(moves), len(notes)
             try:
-                value = job.unit(conn)
+                value = job.unit(tx)
             except WarddError as err:
                 del moves[mark:]  # the unit's moves and counts are undone with it
                 del notes[nmark:]
@@ -304,7 +323,7 @@ class Writer:
         batch: list[_Job],
         results: list[tuple[bool, Any]],
         seconds: float,
-        moves: list[tuple[str, str]],
+        moves: list[Move],
     ) -> None:
         """The batch is committed: count it, then answer each unit's caller."""
         n = len(batch)

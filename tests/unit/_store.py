@@ -21,7 +21,7 @@ import attrs
 from wardd.daemon.core import changes as ch
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.schema import migrate
-from wardd.daemon.store.writer import connect, connect_reader
+from wardd.daemon.store.writer import Tx, connect, connect_reader
 from wardd.protocol import AttemptState, OpState
 
 __all__ = [
@@ -54,7 +54,7 @@ class Store:
         """``changes`` written by the applier in one transaction, as a unit of the writer."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            apply(self.conn, ch.Decision(changes))
+            apply(Tx(self.conn), ch.Decision(changes))
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise

@@ -209,16 +209,16 @@ class TestWriter:
         w.start()
         try:
 
-            def ok(conn):
-                conn.execute("INSERT INTO t VALUES (1)")
+            def ok(tx):
+                tx.conn.execute("INSERT INTO t VALUES (1)")
                 return "ok"
 
-            def refuse(conn):
-                conn.execute("INSERT INTO t VALUES (2)")
+            def refuse(tx):
+                tx.conn.execute("INSERT INTO t VALUES (2)")
                 raise BadRequest("no")
 
-            def keep_and_refuse(conn):
-                conn.execute("INSERT INTO t VALUES (3)")
+            def keep_and_refuse(tx):
+                tx.conn.execute("INSERT INTO t VALUES (3)")
                 return TokenVoid("kept", {"reason": "revoked"})
 
             futs = [w.submit(ok), w.submit(refuse), w.submit(keep_and_refuse)]
@@ -241,20 +241,20 @@ class TestWriter:
         w.start()
         try:
 
-            def refuse(conn):
-                conn.execute("INSERT INTO t VALUES (1)")
+            def refuse(tx):
+                tx.conn.execute("INSERT INTO t VALUES (1)")
                 raise BadRequest("no")
 
-            def crash(conn):
-                conn.execute("INSERT INTO t VALUES (2)")
+            def crash(tx):
+                tx.conn.execute("INSERT INTO t VALUES (2)")
                 raise RuntimeError("a bug")
 
-            def keep_and_refuse(conn):
-                conn.execute("INSERT INTO t VALUES (3)")
+            def keep_and_refuse(tx):
+                tx.conn.execute("INSERT INTO t VALUES (3)")
                 return TokenVoid("kept", {"reason": "revoked"})
 
-            def ok(conn):
-                conn.execute("INSERT INTO t VALUES (4)")
+            def ok(tx):
+                tx.conn.execute("INSERT INTO t VALUES (4)")
                 return "ok"
 
             # w.call waits for each, so every batch holds one unit
@@ -275,13 +275,15 @@ class TestWriter:
         w = Writer(_db(tmp_path), on_fatal=lambda why: None)
         gate = threading.Event()
 
-        def blocker(conn):
+        def blocker(tx):
             gate.wait(10)
 
         w.start()
         try:
             first = w.submit(blocker)
-            futs = [w.submit(lambda c: c.execute("INSERT INTO t VALUES (1)")) for _ in range(50)]
+            futs = [
+                w.submit(lambda tx: tx.conn.execute("INSERT INTO t VALUES (1)")) for _ in range(50)
+            ]
             gate.set()
             first.result(10)
             for f in futs:
@@ -300,11 +302,11 @@ class TestWriter:
         try:
             # a deferred foreign-key violation passes the unit and fails at COMMIT
             with pytest.raises(Internal) as ei:
-                w.call(lambda c: c.execute("INSERT INTO c VALUES (42)"), critical=True)
+                w.call(lambda tx: tx.conn.execute("INSERT INTO c VALUES (42)"), critical=True)
             assert ei.value.data == {"reason": "commit_failed"}
             assert len(fatal) == 1
             with pytest.raises(Internal) as later:
-                w.call(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+                w.call(lambda tx: tx.conn.execute("INSERT INTO t VALUES (1)"))
             assert later.value.data == {"reason": "fail_stop"}
         finally:
             w.stop()
@@ -319,9 +321,9 @@ class TestWriter:
         w.start()
         try:
             with pytest.raises(Internal):
-                w.call(lambda c: c.execute("INSERT INTO c VALUES (42)"))
+                w.call(lambda tx: tx.conn.execute("INSERT INTO c VALUES (42)"))
             assert fatal == []
-            w.call(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+            w.call(lambda tx: tx.conn.execute("INSERT INTO t VALUES (1)"))
         finally:
             w.stop()
 
@@ -335,7 +337,9 @@ async def test_trio_callers_are_answered_after_commit(tmp_path):
 
             async def one(i):
                 results.append(
-                    await w.run(lambda c: (c.execute("INSERT INTO t VALUES (?)", (i,)), i)[1])
+                    await w.run(
+                        lambda tx: (tx.conn.execute("INSERT INTO t VALUES (?)", (i,)), i)[1]
+                    )
                 )
 
             for i in range(20):

@@ -57,7 +57,7 @@ from wardd.daemon.core.records import (
 )
 from wardd.daemon.core.root import advance_epoch, bind_placement, set_grant, set_prog_state
 from wardd.daemon.core.states import ATTEMPT_MOVES
-from wardd.daemon.store.counters import NOTES, Counters, note
+from wardd.daemon.store.counters import Counters, Note, note
 from wardd.protocol import (
     TOKEN_VOID_REASONS,
     AttemptState,
@@ -342,12 +342,9 @@ class CoreMachine(RuleBasedStateMachine):
 
     def count(self, decision: ch.Decision) -> None:
         """The decision's notes, added as the writer adds a committed batch's."""
-        NOTES.log = []
-        try:
-            note(decision.changes)
-            self.counters.add(NOTES.log)
-        finally:
-            NOTES.log = None
+        notes: list[Note] = []
+        note(notes, decision.changes)
+        self.counters.add(notes)
 
     # -- ops -------------------------------------------------------------------------------
 

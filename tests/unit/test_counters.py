@@ -14,7 +14,7 @@ from tests.unit._store import Store, neuron_and_prog
 from wardd.daemon.core import changes as ch
 from wardd.daemon.store.apply import apply
 from wardd.daemon.store.counters import Counters, count_afresh, note_pruned
-from wardd.daemon.store.writer import Unit, Writer, connect
+from wardd.daemon.store.writer import Tx, Unit, Writer, connect
 from wardd.protocol import AttemptState, Conflict, OpState
 
 
@@ -43,11 +43,11 @@ def new_op(op_id: int, *, then: ch.Change | None = None, fail: bool = False) -> 
     """A unit that writes a new op (and ``then``), and raises a refusal at its
     end if ``fail``: its writes and its counts must both be undone."""
 
-    def unit(conn: sqlite3.Connection) -> None:
+    def unit(tx: Tx) -> None:
         new = ch.NewOp(op_id, 1, f"op-{op_id}", 1, "echo", b"")
-        apply(conn, ch.Decision((new, ch.AppendEvent("submitted", 1, op_id=op_id))))
+        apply(tx, ch.Decision((new, ch.AppendEvent("submitted", 1, op_id=op_id))))
         if then is not None:
-            apply(conn, ch.Decision((then,)))
+            apply(tx, ch.Decision((then,)))
         if fail:
             raise Conflict("refused after its writes")
 
@@ -65,9 +65,9 @@ def move(op_id: int, was: OpState, to: OpState) -> Unit:
     """A unit that moves an op from ``was`` to ``to`` with its record (as
     the core's every move of an op does)."""
 
-    def unit(conn: sqlite3.Connection) -> None:
+    def unit(tx: Tx) -> None:
         changes = (ch.AppendEvent("moved", 1, op_id=op_id), ch.SetOp(op_id, {"state": to}, was=was))
-        apply(conn, ch.Decision(changes))
+        apply(tx, ch.Decision(changes))
 
     return unit
 
@@ -193,8 +193,8 @@ class TestSnapshot:
         writer.call(new_op(2))
         assert snapshot_seq(path) == at
 
-        def prunes(conn: sqlite3.Connection) -> None:
-            note_pruned(1, "t")
+        def prunes(tx: Tx) -> None:
+            note_pruned(tx.notes, 1, "t")
 
         writer.call(prunes)
         assert snapshot_seq(path) > at

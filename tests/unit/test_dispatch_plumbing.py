@@ -388,7 +388,7 @@ class TestRouter:
         neuron = signer.neuron.id
         auth = Authenticator(NETWORK, FakeReads({neuron}).neuron_exists)
 
-        def unit(conn: Any) -> bool:  # what a worker would see: can it take the guard shared?
+        def unit(tx: Any) -> bool:  # what a worker would see: can it take the guard shared?
             with guards.cond:
                 shared = guards.try_shared_locked(neuron)
             if shared:

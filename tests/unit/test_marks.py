@@ -27,9 +27,9 @@ from wardd.daemon.life import recovery_units as recovery
 from wardd.daemon.store import apply as apply_mod
 from wardd.daemon.store import load
 from wardd.daemon.store import marks as marks_mod
-from wardd.daemon.store.apply import MOVES, apply
-from wardd.daemon.store.counters import NOTES, Counters, count_afresh, snapshot_afresh
-from wardd.daemon.store.writer import connect
+from wardd.daemon.store.apply import apply
+from wardd.daemon.store.counters import Counters, count_afresh, snapshot_afresh
+from wardd.daemon.store.writer import Tx, connect
 from wardd.protocol import AttemptState, Internal, OpState
 
 A, S = AttemptState, OpState
@@ -48,13 +48,14 @@ def crashed(store: Store) -> Path:
     the tests copy the file)."""
     conn = store.conn
     conn.execute("BEGIN IMMEDIATE")
+    tx = Tx(conn)
     for n in (1, 2, 3):
-        apply(conn, ch.Decision(neuron_and_prog(n, f"neuron-{n}", "p", 1000)))
+        apply(tx, ch.Decision(neuron_and_prog(n, f"neuron-{n}", "p", 1000)))
     for op_id in range(1, 43):
         kind = KINDS[op_id % len(KINDS)]
         boot = BOOT if kind == "current" else OTHER_BOOT if op_id % 5 == 0 else OLD_BOOT
         kind = "running" if kind == "current" else kind
-        apply(conn, ch.Decision(dispatched_op(op_id, op_id % 3 + 1, kind, boot)))
+        apply(tx, ch.Decision(dispatched_op(op_id, op_id % 3 + 1, kind, boot)))
         if op_id == 20:
             # the counts' snapshot, as the writer persists one now and then: the ops
             # written before it get their `counted_state` at their next write (a mark)
@@ -75,7 +76,7 @@ def not_latest(crashed: Path) -> Path:
         (OLD_BOOT,),
     ).fetchone()
     apply(
-        conn,
+        Tx(conn),
         ch.Decision(
             (
                 ch.NewAttempt(
@@ -113,10 +114,11 @@ def _orphans(conn: sqlite3.Connection) -> set[int]:
     return {r[0] for r in conn.execute("SELECT id FROM attempts WHERE id % 3 = 0")}
 
 
-def _by_core(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _by_core(tx: Tx) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The reference: each open attempt of an earlier boot (found here by a
     plain query) loaded as the core's records, decided by ``mark_unknown``
     and applied by ``apply``, one after the other."""
+    conn = tx.conn
     orphans = _orphans(conn)
     marks = []
     for attempt_id, op_id, claimed in conn.execute(
@@ -130,7 +132,7 @@ def _by_core(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], dict[str, A
         decision, evidence = core.mark_unknown(
             view.op, found, claimed=bool(claimed), orphan_killed=attempt_id in orphans
         )
-        apply(conn, decision, view.op)
+        apply(tx, decision, view.op)
         (neuron,) = conn.execute(
             "SELECT neuron FROM neurons WHERE id = ?", (view.op.neuron_id,)
         ).fetchone()
@@ -139,10 +141,10 @@ def _by_core(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], dict[str, A
     return marks
 
 
-def _set_wise(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _set_wise(tx: Tx) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The start's unit, as recovery runs it."""
     marks: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    recovery.mark_unknown(BOOT, marks, _orphans(conn))(conn)
+    recovery.mark_unknown(BOOT, marks, _orphans(tx.conn))(tx)
     return marks
 
 
@@ -160,32 +162,29 @@ def both_ways(crashed: Path, fixed_time: None) -> Iterator[Callable[..., Any]]:
             shutil.copyfile(crashed, path)
             conn = connect(path)
             conns.append(conn)
-            MOVES.log, NOTES.log = [], []
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                marks = mark(conn)
-                conn.execute("COMMIT")
-                assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-                counters = Counters()
-                counters.add(NOTES.log)
-                # what the next start reads back (snapshot + catch-up) is a fresh count
-                seeded = Counters()
-                seeded.seed(conn)
-                assert seeded.figures.wire() == count_afresh(conn).wire()
-                (counted,) = conn.execute(
-                    "SELECT count(*) FROM operations WHERE counted_state IS NOT NULL"
-                ).fetchone()
-                out.append(
-                    {
-                        "tables": _tables(conn),
-                        "figures": counters.figures,
-                        "counted": counted,
-                        "moves": list(MOVES.log),
-                        "marks": marks,
-                    }
-                )
-            finally:
-                MOVES.log = NOTES.log = None
+            tx = Tx(conn)  # the lists a writer's batch would hand on
+            conn.execute("BEGIN IMMEDIATE")
+            marks = mark(tx)
+            conn.execute("COMMIT")
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            counters = Counters()
+            counters.add(tx.notes)
+            # what the next start reads back (snapshot + catch-up) is a fresh count
+            seeded = Counters()
+            seeded.seed(conn)
+            assert seeded.figures.wire() == count_afresh(conn).wire()
+            (counted,) = conn.execute(
+                "SELECT count(*) FROM operations WHERE counted_state IS NOT NULL"
+            ).fetchone()
+            out.append(
+                {
+                    "tables": _tables(conn),
+                    "figures": counters.figures,
+                    "counted": counted,
+                    "moves": list(tx.moves),
+                    "marks": marks,
+                }
+            )
         return out
 
     try:
@@ -227,7 +226,7 @@ class TestSameDatabase:
             before = _tables(conn)
             conn.execute("BEGIN IMMEDIATE")
             with pytest.raises(Internal, match="only an op's latest attempt moves"):
-                _set_wise(conn)
+                _set_wise(Tx(conn))
             conn.execute("ROLLBACK")
             assert _tables(conn) == before
         finally:
@@ -242,7 +241,7 @@ class TestSameDatabase:
             (o, *_rest) = marks_mod.open_attempts(conn, BOOT)
             mark = marks_mod.Mark(o, S.UNKNOWN, {"claimed": False, "boot": OLD_BOOT})
             with pytest.raises(AssertionError, match="one mark per op"):
-                marks_mod.write_marks(conn, [mark, mark])
+                marks_mod.write_marks(Tx(conn), [mark, mark])
             conn.execute("ROLLBACK")
         finally:
             conn.close()
@@ -318,11 +317,11 @@ class TestOrphansRecordedFirst:
             open_ids = [o.id for o in marks_mod.open_attempts(conn, BOOT)]
             orphans = set(open_ids[:4])
             first: list[tuple[dict[str, Any], dict[str, Any]]] = []
-            marked = recovery.record_orphans(BOOT, orphans, first)(conn)
+            marked = recovery.record_orphans(BOOT, orphans, first)(Tx(conn))
             assert sorted(marked) == sorted(orphans) and len(first) == 4
             assert all(e["orphan_killed"] is True for _w, e in first)
             rest: list[tuple[dict[str, Any], dict[str, Any]]] = []
-            later = recovery.mark_unknown(BOOT, rest)(conn)
+            later = recovery.mark_unknown(BOOT, rest)(Tx(conn))
             conn.execute("COMMIT")
             assert set(later) == set(open_ids) - orphans and len(open_ids) == 30
             assert not any("orphan_killed" in e for _w, e in rest)
@@ -344,14 +343,14 @@ class TestOrphansRecordedFirst:
         conn = connect(crashed)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            recovery.mark_unknown(OLD_BOOT + "x", [])(conn)  # an earlier start's marks
+            recovery.mark_unknown(OLD_BOOT + "x", [])(Tx(conn))  # an earlier start's marks
             (attempt_id, op_id) = conn.execute(
                 "SELECT id, op_id FROM attempts WHERE state = 'unknown' ORDER BY id LIMIT 1"
             ).fetchone()
             before = load.op_attempts(conn, op_id)
             for _ in range(2):
                 marks: list[tuple[dict[str, Any], dict[str, Any]]] = []
-                assert recovery.record_orphans(BOOT, {attempt_id}, marks)(conn) == []
+                assert recovery.record_orphans(BOOT, {attempt_id}, marks)(Tx(conn)) == []
                 assert marks == []
             conn.execute("COMMIT")
             after = load.op_attempts(conn, op_id)

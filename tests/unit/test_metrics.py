@@ -139,8 +139,8 @@ def running(store: Store) -> sqlite3.Connection:
 def _move(op_id: int, act: str):
     decision = Decision((SetAttempt(op_id, 1, state=AttemptState.SUCCEEDED, act=act),))
 
-    def unit(conn):
-        return apply(conn, decision)
+    def unit(tx):
+        return apply(tx, decision)
 
     return unit
 
@@ -148,8 +148,8 @@ def _move(op_id: int, act: str):
 def _refused(op_id: int, act: str):
     move = _move(op_id, act)
 
-    def unit(conn):
-        move(conn)
+    def unit(tx):
+        move(tx)
         raise BadRequest("refused after its move")
 
     return unit

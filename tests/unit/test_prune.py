@@ -28,7 +28,7 @@ from wardd.daemon.store.prune import (
     pause_s,
     prune_batch,
 )
-from wardd.daemon.store.writer import Unit, Writer, connect
+from wardd.daemon.store.writer import Tx, Unit, Writer, connect
 
 BEFORE = "2030-01-01T00:00:00.000Z"  # every op below ended before this
 HOUR = 3600.0
@@ -45,7 +45,7 @@ def db(store: Store) -> sqlite3.Connection:
 
 def run(conn: sqlite3.Connection, unit: Unit) -> BatchResult:
     conn.execute("BEGIN IMMEDIATE")
-    res: BatchResult = unit(conn)
+    res: BatchResult = unit(Tx(conn))
     conn.execute("COMMIT")
     return res
 
@@ -232,7 +232,7 @@ class TestSpaceBack:
         db.execute("COMMIT")
         assert free_pages(db) == free - 5
         db.execute("BEGIN IMMEDIATE")
-        assert prune.vacuum_step(free)(db) == (free - 5, 0)
+        assert prune.vacuum_step(free)(Tx(db)) == (free - 5, 0)
         db.execute("COMMIT")
 
     def test_give_back_stops_at_its_time_bound(self, db):

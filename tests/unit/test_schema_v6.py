@@ -26,7 +26,7 @@ from wardd.daemon.store.schema import (
     attempts_in,
     migrate,
 )
-from wardd.daemon.store.writer import connect
+from wardd.daemon.store.writer import Tx, connect
 from wardd.protocol import AttemptState
 
 VERSIONS = [1, 2, 3, 4, 5, 6]
@@ -170,7 +170,7 @@ class TestOpenAttempts:
         neuron = (DATA / "schema-v5.neuron").read_text().strip()
         conn.execute("BEGIN IMMEDIATE")
         view = load.op_view(conn, neuron, "running")
-        apply(conn, ops.cancel(view), view.op)
+        apply(Tx(conn), ops.cancel(view), view.op)
         conn.execute("COMMIT")
         (attempt_id,) = conn.execute(
             "SELECT a.id FROM attempts a JOIN operations o ON o.id = a.op_id"
@@ -240,7 +240,7 @@ class TestDescriptors:
                 ch.SetOp(view.op.id, {"attempts": 2}),
             )
         )
-        apply(conn, decision, view.op)
+        apply(Tx(conn), decision, view.op)
         conn.execute("COMMIT")
         row = conn.execute(
             "SELECT a.descriptor, d.descriptor FROM attempts a"

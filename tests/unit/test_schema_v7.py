@@ -18,7 +18,7 @@ from wardd.daemon.store.apply import apply
 from wardd.daemon.store.counters import Counters, count_afresh
 from wardd.daemon.store.reads import Reads
 from wardd.daemon.store.schema import OP_LIFE, SCHEMA_VERSION, SQLiteTooOld, migrate
-from wardd.daemon.store.writer import connect
+from wardd.daemon.store.writer import Tx, connect
 from wardd.protocol import OpState
 
 VERSIONS = [1, 2, 3, 4, 5, 6]
@@ -110,7 +110,7 @@ class TestCountedState:
         def move(was: OpState, to: OpState) -> None:
             changes = (ch.AppendEvent("moved", 1, op_id=op_id), ch.SetOp(op_id, {"state": to}))
             conn.execute("BEGIN IMMEDIATE")
-            apply(conn, ch.Decision(changes))
+            apply(Tx(conn), ch.Decision(changes))
             conn.execute("COMMIT")
 
         def counted() -> object:

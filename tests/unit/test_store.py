@@ -11,7 +11,7 @@ import pytest
 from tests.unit._store import Store
 from wardd.daemon.store.boots import mark_clean_stop, record_boot
 from wardd.daemon.store.reads import Reads
-from wardd.daemon.store.writer import connect, connect_reader
+from wardd.daemon.store.writer import Tx, connect, connect_reader
 
 MAX_FRAME = 1 << 20
 WRITES = [
@@ -83,7 +83,7 @@ class TestBoots:
 
         assert start("b1") is None
         assert start("b2") == {"boot": "b1", "clean": False}  # b1 never stopped cleanly
-        mark_clean_stop("b2", "2026-01-01T00:00:00Z")(wconn)
+        mark_clean_stop("b2", "2026-01-01T00:00:00Z")(Tx(wconn))
         assert start("b3") == {"boot": "b2", "clean": True}
         rows = wconn.execute("SELECT boot_id, stopped_at, clean FROM boots ORDER BY id").fetchall()
         assert rows == [

@@ -34,7 +34,7 @@ from wardd.daemon.store.reads import (
     Reads,
 )
 from wardd.daemon.store.schema import COLUMNS
-from wardd.daemon.store.writer import Writer
+from wardd.daemon.store.writer import Tx, Writer
 from wardd.protocol import AttemptState, Internal, OpState, ProgState
 
 
@@ -160,7 +160,7 @@ def write_records(conn: sqlite3.Connection) -> None:
         ch.SetOp(11, {"attempts": 2, "state": OpState.UNKNOWN, "result_epoch": 3}),
     )
     conn.execute("BEGIN")
-    apply(conn, ch.Decision(changes))
+    apply(Tx(conn), ch.Decision(changes))
     conn.execute("COMMIT")
 
 
@@ -236,7 +236,7 @@ class TestRecordsRoundTrip:
             ch.SetAttempt(11, 1, state=AttemptState.RUNNING),
             ch.SetOp(11, {"attempts": 1, "state": OpState.RUNNING}),
         )
-        apply(conn, ch.Decision(running))
+        apply(Tx(conn), ch.Decision(running))
         conn.execute("COMMIT")
         (o,) = marks.open_attempts(conn, "b-now")
         assert (o.neuron, o.op_id, o.id, o.attempt, o.state, o.claimed) == (
@@ -273,7 +273,7 @@ class TestRecordsRoundTrip:
         # a tombstone only for an op that ended (the schema's trigger): end it first
         conn.execute("BEGIN")
         apply(
-            conn,
+            Tx(conn),
             ch.Decision(
                 (
                     ch.SetAttempt(11, 2, state=AttemptState.FAILED),
@@ -321,9 +321,7 @@ class TestApplyRefusesAnUnknownField:
         w.start()
         try:
             with pytest.raises(Internal, match=f"'colour' of a {kind}"):
-                w.call(
-                    lambda conn: apply(conn, ch.Decision((ch.SetOp(11, {"attempts": 3}), change)))
-                )
+                w.call(lambda tx: apply(tx, ch.Decision((ch.SetOp(11, {"attempts": 3}), change))))
         finally:
             w.stop()
         assert [c.execute(f"SELECT * FROM {t}").fetchall() for t in COLUMNS] == before
@@ -331,7 +329,7 @@ class TestApplyRefusesAnUnknownField:
     def test_consumed_is_known_and_stored_as_the_op_state(self, conn: sqlite3.Connection) -> None:
         write_records(conn)
         conn.execute("BEGIN")
-        apply(conn, ch.Decision((ch.SetOp(11, {"consumed": True, "state": OpState.CONSUMED}),)))
+        apply(Tx(conn), ch.Decision((ch.SetOp(11, {"consumed": True, "state": OpState.CONSUMED}),)))
         conn.execute("COMMIT")
         op = load.op_view(conn, NEURON, "op-1").op
         assert op is not None and (op.consumed, op.state) == (True, OpState.CONSUMED)
@@ -384,7 +382,7 @@ class TestWireForms:
         write_records(c)
         c.execute("BEGIN")
         more = [ch.AppendEvent("noted", 1, op_id=11, data={"i": i}) for i in range(5)]
-        apply(c, ch.Decision(tuple(more)))
+        apply(Tx(c), ch.Decision(tuple(more)))
         c.execute("COMMIT")
         reads = Reads(store.reader(), PAGE_HEADROOM + 60)
         seen: list[int] = []
@@ -408,7 +406,7 @@ class TestWireForms:
         assert reads.receipt_candidates(["echo"], ("unknown",)) == []  # manual: not guarded
         c = store.conn
         c.execute("BEGIN")
-        apply(c, ch.Decision((ch.SetAttempt(11, 1, state=AttemptState.UNKNOWN),)))
+        apply(Tx(c), ch.Decision((ch.SetAttempt(11, 1, state=AttemptState.UNKNOWN),)))
         c.execute("COMMIT")
         assert reads.receipt_candidates(["echo"], ("unknown",)) == [
             Candidate(21, NEURON, "op-1", 1, "echo", True, {"pid": 42})
