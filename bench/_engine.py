@@ -46,8 +46,10 @@ def run(
     db: Path, actor: Actor, start: int, n: int, *, count_frames: bool = False
 ) -> dict[str, Any]:
     from wardd.daemon.dispatch import attempt_units
+    from wardd.daemon.dispatch.calls import CallEnd
     from wardd.daemon.store.encoding import dec
     from wardd.daemon.store.writer import Tx, connect
+    from wardd.protocol import AttemptState
 
     conn = connect(db)
     conn.row_factory = sqlite3.Row
@@ -91,7 +93,7 @@ def run(
             ref = unit(attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None))
             if isinstance(ref, Exception) or isinstance(ref, str):
                 raise RuntimeError(f"invoke_claim refused: {ref!r}")
-            unit(attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter"))
+            unit(attempt_units.outcome(ref, CallEnd(AttemptState.SUCCEEDED, ref.args)))
         elapsed = time.perf_counter() - t0
         out: dict[str, Any] = {
             "rate": n / elapsed,

@@ -90,8 +90,10 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
     from _engine import prepare_db
 
     from wardd.daemon.dispatch import attempt_units
+    from wardd.daemon.dispatch.calls import CallEnd
     from wardd.daemon.store.encoding import dec
     from wardd.daemon.store.writer import Tx, connect
+    from wardd.protocol import AttemptState
 
     db, actor = prepare_db(root, n + backlog)
     conn = connect(db)
@@ -133,7 +135,7 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
             )
             if not isinstance(ref, attempt_units.AttemptRef):
                 raise RuntimeError(f"invoke_claim refused: {ref!r}")
-            unit("outcome", attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter"))
+            unit("outcome", attempt_units.outcome(ref, CallEnd(AttemptState.SUCCEEDED, ref.args)))
         names = _names(conn)
         conn.execute("PRAGMA wal_autocheckpoint=1000")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

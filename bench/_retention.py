@@ -137,9 +137,11 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
     submitted ops ``lat{i}`` of neuron ``k``; returns (database, actors)."""
     from wardd.daemon.dispatch import attempt_units
     from wardd.daemon.dispatch import management_units as mgmt
+    from wardd.daemon.dispatch.calls import CallEnd
     from wardd.daemon.store.counters import snapshot_afresh
     from wardd.daemon.store.encoding import dec
     from wardd.daemon.store.writer import Tx, connect
+    from wardd.protocol import AttemptState
 
     d = Daemon(root, workers=2, retention_s=0)
     try:
@@ -184,7 +186,7 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
                 ref = attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(tx)
                 if not isinstance(ref, attempt_units.AttemptRef):
                     raise RuntimeError(f"invoke_claim refused: {ref!r}")
-                attempt_units.outcome(ref, "succeeded", ref.args, None, "adapter")(tx)
+                attempt_units.outcome(ref, CallEnd(AttemptState.SUCCEEDED, ref.args))(tx)
                 mgmt.consume(actor.id, op)(tx)
             conn.execute("COMMIT")
         conn.execute("BEGIN IMMEDIATE")

@@ -15,8 +15,6 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from wardd.protocol import AttemptState
-
 from ..core import attempts as core
 from ..core import call as call_core
 from ..core.attempts import Reroute, shutdown_void
@@ -25,6 +23,7 @@ from ..core.records import AttemptRef, BootContext
 from ..store import load
 from ..store.apply import apply
 from ..store.writer import Tx, Unit
+from .calls import CallEnd, ClaimEntry
 
 __all__ = [
     "Answered",
@@ -70,18 +69,19 @@ def claim(
     boot: str,
     claim_info: Any,
     stopping: Callable[[], bool] = lambda: False,
-    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
+    entry: ClaimEntry | None = None,
 ) -> Unit:
-    """The claim of a token's attempt (contract §3.2.2). ``on_claim(ref)``
-    runs inside the unit once the claim is written, so whatever it
-    registers exists before the claim is visible to a read."""
+    """The claim of a token's attempt (contract §3.2.2). ``entry`` (None:
+    no call table, outside a worker) is entered inside the unit once the
+    claim is written, so the call exists before the claim is visible to a
+    read."""
 
     def unit(tx: Tx) -> Any:
         view = load.op_view_by_id(tx.conn, ref.op_id)
         decision = core.claim(
             view, ref, worker=worker, boot=boot, claim_info=claim_info, stopping=stopping()
         )
-        return _claimed(tx, decision, view.op, on_claim)
+        return _claimed(tx, decision, view.op, entry)
 
     return unit
 
@@ -94,7 +94,7 @@ def invoke_claim(
     worker: str,
     claim_info: Any,
     stopping: Callable[[], bool] = lambda: False,
-    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
+    entry: ClaimEntry | None = None,
 ) -> Unit:
     """contract §3.2.5: ``invoke``'s attempt and claim in one unit, under the
     guard. The reply: the claimed :class:`AttemptRef`, a :class:`Reroute`
@@ -106,7 +106,7 @@ def invoke_claim(
         decision = core.invoke_claim(
             ctx, view, params, worker=worker, claim_info=claim_info, stopping=stopping()
         )
-        return _claimed(tx, decision, view.op, on_claim)
+        return _claimed(tx, decision, view.op, entry)
 
     return unit
 
@@ -136,7 +136,7 @@ def call_claim(
     worker: str,
     claim_info: Any,
     stopping: Callable[[], bool] = lambda: False,
-    on_claim: Callable[[AttemptRef], None] = lambda ref: None,
+    entry: ClaimEntry | None = None,
 ) -> Unit:
     """contract §3.2.6: ``call``'s op (when new), attempt and claim in one
     unit, under the guard. The reply: the claimed :class:`AttemptRef`, an
@@ -157,20 +157,15 @@ def call_claim(
             claim_info=claim_info,
             stopping=stopping(),
         )
-        return _claimed(tx, decision, existing.op, on_claim)
+        return _claimed(tx, decision, existing.op, entry)
 
     return unit
 
 
-def _claimed(
-    tx: Tx,
-    decision: Any,
-    loaded: Any,
-    on_claim: Callable[[AttemptRef], None],
-) -> Any:
+def _claimed(tx: Tx, decision: Any, loaded: Any, entry: ClaimEntry | None) -> Any:
     reply = apply(tx, decision, loaded)
-    if isinstance(reply, AttemptRef):
-        on_claim(reply)
+    if entry is not None and isinstance(reply, AttemptRef):
+        entry.enter(reply)
     return reply
 
 
@@ -186,23 +181,14 @@ def abort_target(conn: sqlite3.Connection, neuron: str, op: str, attempt: int) -
     return core.abort_target(load.op_view(conn, neuron, op), attempt)
 
 
-def outcome(
-    ref: AttemptRef,
-    status: str,
-    value: Any,
-    error: str | None,
-    source: str = "adapter",
-    *,
-    aborted: bool | None = None,
-) -> Unit:
-    """Accept an adapter's outcome pinned to its op and attempt (contract
-    §3.2.3): accepted whatever changed meanwhile."""
-    assert source == "adapter"
+def outcome(ref: AttemptRef, end: CallEnd) -> Unit:
+    """Accept the outcome of an adapter's call, ``end``, pinned to its op and
+    attempt (contract §3.2.3): accepted whatever changed meanwhile."""
 
     def unit(tx: Tx) -> Any:
         view = load.op_attempts(tx.conn, ref.op_id)
         decision = core.outcome(
-            view, ref.attempt_id, AttemptState(status), value, error, aborted=aborted
+            view, ref.attempt_id, end.status, end.value, end.error, aborted=end.aborted
         )
         return apply(tx, decision, view.op)
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
-from wardd.protocol import WarddError
+from wardd.protocol import AttemptState, WarddError
 
 from ..core.records import AttemptRef
 
@@ -42,6 +42,7 @@ __all__ = [
     "CallEvent",
     "CallPhase",
     "Calls",
+    "ClaimEntry",
     "IllegalCallMove",
     "move_call",
 ]
@@ -100,13 +101,52 @@ def takes_abort(phase: CallPhase) -> bool:
 
 @attrs.frozen
 class CallEnd:
-    """How an aborted call ended, once its outcome is durable (contract §3.8):
-    its ``status``, and ``aborted``: True when the abort ended it, False when
-    it ended unknown on its own before the kill reached it, None when it
-    did not end unknown."""
+    """How an adapter call ended: one value, made where the call ends
+    (:func:`~.workers.call_act`, or the worker when the call never started
+    or failed after the claim), carried to the outcome's writer unit and,
+    once the outcome is durable, to the aborts that wait for it (contract
+    §3.2.3, §3.8).
 
-    status: str
+    ``status`` is the outcome's; ``value`` the act's result (succeeded);
+    ``error`` its text (failed, unknown, or why a result was replaced).
+    ``killed``: an abort ended the call (the adapter raised ``CallAborted``,
+    or the call never started because an abort came first). ``aborted`` is
+    the outcome's evidence, set by :meth:`after_abort`: None when no abort
+    was taken for the call or it did not end unknown; True when the abort
+    ended it; False when it ended unknown on its own first."""
+
+    status: AttemptState
+    value: Any = None
+    error: str | None = None
+    killed: bool = False
     aborted: bool | None = None
+
+    def after_abort(self) -> CallEnd:
+        """This end, for a call an abort was taken for: an unknown end says
+        which ended it (a call that succeeded or failed on its own keeps
+        that outcome, and the abort answers ``not_running``)."""
+        if self.status != AttemptState.UNKNOWN:
+            return self
+        error = self.error
+        if self.killed:
+            error = f"aborted by the operator ({error or 'no detail'})"
+        return attrs.evolve(self, error=error, aborted=self.killed)
+
+
+@attrs.frozen
+class ClaimEntry:
+    """The call a claim enters in the call table, handed to the claim's
+    writer unit as a value: the table and the ``owner`` (the dispatch's
+    reply) the call is entered under. The unit enters it on the writer
+    thread once the claim is written (:meth:`enter`), so the call exists
+    before a read can show its attempt ``running``."""
+
+    calls: Calls
+    owner: object
+
+    def enter(self, ref: AttemptRef) -> None:
+        """The claim of ``ref`` is written (inside its unit)."""
+        self.calls.claimed(ref, self.owner)
 
 
 Waiter = Callable[[CallEnd | None, WarddError | None], None]

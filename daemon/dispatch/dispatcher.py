@@ -24,7 +24,7 @@ from wardd.protocol import Internal, WarddError
 from ..core.records import AttemptRef
 from ..life.bridge import ThreadReply
 from ..observe.tracing import NO_TRACER, Tracer
-from .calls import CallEnd, Calls
+from .calls import Calls
 from .dispatches import Dispatch, Recorded
 from .voids import Voids
 from .workers import WorkerPool
@@ -119,7 +119,8 @@ class Settler:
         """The answer of a recorded outcome once its write is done (never an
         outcome that is not stored): the call leaves the call table (its
         aborts are answered), the counts, the ``outcome`` event, the hook."""
-        ref, status, error = rec.ref, rec.status, rec.error
+        ref, end = rec.ref, rec.end
+        status, error = end.status.value, end.error
         calls = self._calls
         if rec.future.exception() is not None:
             lost = Internal(
@@ -127,14 +128,14 @@ class Settler:
             )
             calls.settle(ref.attempt_id, lost)
             raise lost
-        calls.settle(ref.attempt_id, None, CallEnd(status, rec.aborted))
+        calls.settle(ref.attempt_id, None, end)
         with self._counts_lock:
             self._counts[rec.worker][status] += 1
         where = {"neuron": ref.neuron, "op": ref.op, "attempt": ref.attempt, "worker": rec.worker}
         if status == "unknown":  # an operator must act on it: reconcile (docs/recovery.md)
             log.warning("outcome", **where, status=status, error=error)
             evidence: dict[str, Any] = {"claimed": True, "error": error}
-            if rec.aborted:
+            if end.aborted:
                 evidence["aborted"] = True
             self._notify(
                 "attempt_unknown",
@@ -150,7 +151,7 @@ class Settler:
             log.info("outcome", **where, status=status)
         result: dict[str, Any] = {"op": ref.op, "attempt": ref.attempt, "status": status}
         if status == "succeeded":
-            result["result"] = rec.value
+            result["result"] = end.value
         else:
             result["error"] = error
         return result

@@ -26,6 +26,7 @@ from ..core.records import AttemptRef, BootContext
 from ..observe.tracing import TraceIn
 from ..store.writer import Unit
 from . import attempt_units
+from .calls import CallEnd, ClaimEntry
 
 __all__ = [
     "Answered",
@@ -82,15 +83,15 @@ def claim_unit(
     worker: str,
     claim_info: Any,
     stopping: Callable[[], bool],
-    on_claim: Callable[[AttemptRef], None],
+    entry: ClaimEntry,
 ) -> Unit:
     """The claim's writer unit for ``d`` on ``worker``: the only place it is built.
 
     ``claim_info`` is the claim record of ``d.act``, computed on the worker
     thread just before (the adapter's ``claim_info()`` is a stat and a read
     of a file for ``file.append``: never on the writer's thread).
-    ``on_claim(ref)`` runs inside the unit once the claim is written. The
-    unit answers the claimed `AttemptRef`, a refusal, a
+    ``entry`` is the call the unit enters in the call table once the claim
+    is written. The unit answers the claimed `AttemptRef`, a refusal, a
     :class:`~.core.attempts.Reroute` to another worker (invoke and call),
     or an :class:`Answered` (a call that runs nothing)."""
     how = d.how
@@ -101,7 +102,7 @@ def claim_unit(
             boot=ctx.boot,
             claim_info=claim_info,
             stopping=stopping,
-            on_claim=on_claim,
+            entry=entry,
         )
     build = attempt_units.call_claim if isinstance(how, Call) else attempt_units.invoke_claim
     return build(
@@ -111,7 +112,7 @@ def claim_unit(
         worker=worker,
         claim_info=claim_info,
         stopping=stopping,
-        on_claim=on_claim,
+        entry=entry,
     )
 
 
@@ -122,8 +123,5 @@ class Recorded:
 
     ref: AttemptRef
     worker: str
-    status: str
-    value: Any
-    error: str | None
-    aborted: bool | None
+    end: CallEnd
     future: concurrent.futures.Future[Any]

@@ -12,10 +12,14 @@ served meanwhile (dispatches of different neurons never wait for each
 other's guard).
 
 A worker takes a frozen :class:`~wardd.daemon.dispatch.dispatches.Dispatch` and the reply it
-completes. The writer thread writes none of the pool's state: outside SQL
-it makes the call table's ``claimed`` move, inside the claim unit
-(:mod:`~wardd.daemon.dispatch.calls`), and the settler's settle once an outcome is durable
-(:meth:`~wardd.daemon.dispatch.dispatcher.Settler.settle`, told through ``on_recorded``).
+completes, and hands the writer values too: the claim unit gets the call it
+enters in the call table as a frozen :class:`~wardd.daemon.dispatch.calls.ClaimEntry`, and the
+outcome unit gets the call's end as a frozen :class:`~wardd.daemon.dispatch.calls.CallEnd`,
+made where the adapter's call ends (:func:`call_act`). The writer thread
+writes none of the pool's state: outside SQL it makes the call table's
+``claimed`` move, inside the claim unit, and the settler's settle once an
+outcome is durable (:meth:`~wardd.daemon.dispatch.dispatcher.Settler.settle`, told through
+``on_recorded``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import attrs
 import structlog
 
 from wardd.adapters import ActRequest, Adapter, CallAborted, DefiniteFailure, idempotency_key
-from wardd.protocol import Internal, WarddError
+from wardd.protocol import AttemptState, Internal, WarddError
 
 from ..life.bridge import ThreadReply
 from ..observe.tracing import CLAIM_KEY, NO_SPAN, NO_TRACER, DispatchSpan, Tracer
@@ -38,7 +42,7 @@ from ..store.encoding import wire_safe
 from ..store.writer import Writer
 from . import attempt_units
 from .attempt_units import AttemptRef, BootContext, Reroute
-from .calls import CallEnd, Calls
+from .calls import CallEnd, Calls, ClaimEntry
 from .claims import claim_record
 from .dispatches import Answered, Dispatch, Recorded, claim_unit
 from .guard import GuardTable
@@ -47,6 +51,7 @@ from .voids import shutdown_refusal
 __all__ = ["Job", "WorkerPool", "WorkerState", "call_act", "worker_ids"]
 
 log = structlog.get_logger("wardd.worker")
+A = AttemptState
 ERROR_TEXT_MAX = 2000
 
 #: A queued dispatch and the reply it completes.
@@ -242,12 +247,9 @@ class WorkerPool:
             state.busy = ref
             if self.calls.begin(ref.attempt_id):
                 adapter = self._adapters[ref.act]
-                status, value, error, by_abort = call_act(
-                    adapter, ref, self._ctx.boot, self._on_act, span
-                )
+                end = call_act(adapter, ref, self._ctx.boot, self._on_act, span)
             else:
-                status, value, error = "unknown", None, "the call was not started"
-                by_abort = True
+                end = CallEnd(A.UNKNOWN, error="the call was not started", killed=True)
         except BaseException as exc:
             if ref is None:
                 ref = self.calls.owned_by(reply)  # its claim unit ran: it may be durable
@@ -255,48 +257,41 @@ class WorkerPool:
                 span.ended(None, "internal")
                 raise  # before the claim: nothing was started (the loop answers)
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
-            status, value, error, by_abort = "unknown", None, _fault(exc), False
+            end = CallEnd(A.UNKNOWN, error=_fault(exc))
         finally:
             release()
             state.busy = None
-        self._ended(state, reply, ref, (status, value, error, by_abort), span)
+        self._ended(state, reply, ref, end, span)
 
     def _ended(
         self,
         state: WorkerState,
         reply: ThreadReply,
         ref: AttemptRef,
-        end: tuple[str, Any, str | None, bool],
+        end: CallEnd,
         span: DispatchSpan,
     ) -> None:
         """The call ended (the guard is released): record its outcome (and
         end its span with it once it is submitted)."""
-        status, value, error, by_abort = end
-        aborted: bool | None = None
-        if self.calls.end(ref.attempt_id) and status == "unknown":
-            # contract §3.8: an abort was taken and the call ended unknown. The
-            # effect may have happened; never guessed. Its evidence says which
-            # ended it: the abort (aborted: true), or the call itself before
-            # the kill reached it (aborted: false). A call that ended on its
-            # own succeeded or failed keeps that outcome: the abort then
-            # answers not_running
-            aborted = by_abort
-            if aborted:
-                error = f"aborted by the operator ({error or 'no detail'})"
+        if self.calls.end(ref.attempt_id):
+            # contract §3.8: an abort was taken. A call that ended unknown may
+            # have had its effect (never guessed); its evidence says which
+            # ended it, the abort or the call itself before the kill reached it
+            end = end.after_abort()
         try:
-            recorded = self._accept(state, reply, ref, status, value, error, aborted)
+            recorded = self._accept(state, reply, ref, end)
         except BaseException as exc:  # noqa: BLE001 - the outcome must still be recorded
             # _accept raises only before its outcome is submitted
             log.error("worker_fault", op=ref.op, attempt=ref.attempt, error=repr(exc))
-            status = "unknown"
+            end = attrs.evolve(end, status=A.UNKNOWN, value=None, error=_fault(exc))
             try:
-                recorded = self._accept(state, reply, ref, status, None, _fault(exc), aborted)
+                recorded = self._accept(state, reply, ref, end)
             except BaseException as again:
                 span.ended(None, "fail_stop")
                 self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
                 raise
         # an outcome left unrecorded (the stop's grace passed) is unknown at the next start
-        span.ended(status if recorded else None, None if recorded else "shutdown")
+        span.ended(end.status.value if recorded else None, None if recorded else "shutdown")
 
     def _claim(
         self,
@@ -312,17 +307,13 @@ class WorkerPool:
             info = claim_record(self._adapters.get(d.act))
             if span.traceparent is not None:  # the span's ids, kept with the attempt
                 info[CLAIM_KEY] = span.traceparent
-
-            def on_claim(ref: AttemptRef) -> None:  # in the unit: before a read can see it
-                self.calls.claimed(ref, reply)
-
             unit = claim_unit(
                 d,
                 self._ctx,
                 worker=state.id,
                 claim_info=info,
                 stopping=self._claim_stopping,
-                on_claim=on_claim,
+                entry=ClaimEntry(self.calls, reply),  # entered in the unit: before a read
             )
             got = self._writer.call(unit)
             if isinstance(got, Reroute):  # the placement now names another worker
@@ -353,14 +344,7 @@ class WorkerPool:
             reply(None, shutdown_refusal(True))  # an invoke or a call: no attempt was written
 
     def _accept(
-        self,
-        state: WorkerState,
-        reply: ThreadReply,
-        ref: AttemptRef,
-        status: str,
-        value: Any,
-        error: str | None,
-        aborted: bool | None,
+        self, state: WorkerState, reply: ThreadReply, ref: AttemptRef, end: CallEnd
     ) -> bool:
         """Submit the outcome and move on: the reply is made once the outcome
         is durable (contract §3.2.3, ``on_recorded``), so the
@@ -373,14 +357,13 @@ class WorkerPool:
                 neuron=ref.neuron,
                 op=ref.op,
                 attempt=ref.attempt,
-                status=status,
+                status=end.status.value,
             )
             lost = Internal("the daemon stopped before the outcome")
             self.calls.settle(ref.attempt_id, lost)
             return False
-        unit = attempt_units.outcome(ref, status, value, error, "adapter", aborted=aborted)
-        fut = self._writer.submit(unit, critical=True)
-        rec = Recorded(ref, state.id, status, value, error, aborted, fut)
+        fut = self._writer.submit(attempt_units.outcome(ref, end), critical=True)
+        rec = Recorded(ref, state.id, end, fut)
         settled = self._on_recorded
         fut.add_done_callback(lambda _f: settled(rec, reply))
         return True
@@ -464,9 +447,10 @@ def call_act(
     boot: str,
     on_act: Callable[[str, float], None],
     span: DispatchSpan = NO_SPAN,
-) -> tuple[str, Any, str | None, bool]:
-    """Call the adapter: (status, value, error, whether an abort ended it).
-    The act gets the dispatch span's trace context (None when tracing is off)."""
+) -> CallEnd:
+    """Call the adapter: how the call ended (no abort is known here:
+    ``aborted`` is unset). The act gets the dispatch span's trace context
+    (None when tracing is off)."""
     request = ActRequest(
         neuron=ref.neuron,
         op=ref.op,
@@ -481,16 +465,16 @@ def call_act(
     try:
         value = adapter.call(request)
     except DefiniteFailure as exc:
-        return "failed", None, _text(exc) or "the act failed without an effect", False
+        return CallEnd(A.FAILED, error=_text(exc) or "the act failed without an effect")
     except BaseException as exc:  # noqa: BLE001 - any other end is an unknown outcome
-        by_abort = isinstance(exc, CallAborted)
-        return "unknown", None, _text(exc) or type(exc).__name__, by_abort
+        killed = isinstance(exc, CallAborted)
+        return CallEnd(A.UNKNOWN, error=_text(exc) or type(exc).__name__, killed=killed)
     finally:
         on_act(ref.act, time.perf_counter() - t0)
     # it returned: the effect happened; a value we could not send back is
     # replaced by a placeholder and the reason is kept as the error text
     value, why = wire_safe(value)
-    return "succeeded", value, why, False
+    return CallEnd(A.SUCCEEDED, value, why)
 
 
 def _text(exc: BaseException) -> str:

@@ -12,11 +12,13 @@ from wardd.daemon.dispatch.calls import (
     CallEvent,
     CallPhase,
     Calls,
+    ClaimEntry,
     IllegalCallMove,
     move_call,
 )
+from wardd.protocol import AttemptState
 
-P, E = CallPhase, CallEvent
+P, E, A = CallPhase, CallEvent, AttemptState
 
 
 def ref(attempt_id: int = 7) -> AttemptRef:
@@ -78,7 +80,7 @@ class TestCalls:
         assert calls.owned_by(owner) == ref()
         assert calls.begin(7) is True
         assert calls.end(7) is False
-        calls.settle(7, None, CallEnd("succeeded"))
+        calls.settle(7, None, CallEnd(A.SUCCEEDED, {"ok": 1}))
         assert len(calls) == 0 and calls.owned_by(owner) is None
 
     def test_an_abort_before_the_call_keeps_it_from_starting(self):
@@ -89,8 +91,9 @@ class TestCalls:
         assert calls.abort(7, lambda end, err: told.append((end, err))) is None  # nothing to kill
         assert calls.begin(7) is False
         assert calls.end(7) is True
-        calls.settle(7, None, CallEnd("unknown", True))
-        assert told == [(CallEnd("unknown", True), None)]
+        end = CallEnd(A.UNKNOWN, error="the call was not started", killed=True).after_abort()
+        calls.settle(7, None, end)
+        assert told == [(end, None)]
 
     def test_an_abort_during_the_call_asks_for_a_kill_each_time(self):
         """While calling, each abort returns the call (its process group is killed)."""
@@ -118,3 +121,35 @@ class TestCalls:
         calls = Calls()
         assert calls.begin(9) is True
         assert calls.end(9) is False
+
+
+class TestCallEnd:
+    """A call's end as one value: what an abort taken for the call makes of it."""
+
+    def test_an_unknown_end_the_kill_caused_says_aborted_true(self):
+        """contract §3.8: the abort ended the call; its error says so."""
+        end = CallEnd(A.UNKNOWN, error="killed", killed=True).after_abort()
+        assert (end.status, end.aborted) == (A.UNKNOWN, True)
+        assert end.error == "aborted by the operator (killed)"
+
+    def test_an_unknown_end_of_its_own_says_aborted_false(self):
+        """The call ended unknown before the kill reached it: aborted false, its own error."""
+        end = CallEnd(A.UNKNOWN, error="exit 3").after_abort()
+        assert (end.status, end.error, end.aborted) == (A.UNKNOWN, "exit 3", False)
+
+    def test_a_call_that_succeeded_or_failed_keeps_its_outcome(self):
+        """The adapter had returned: the abort changes nothing of the outcome."""
+        for end in (CallEnd(A.SUCCEEDED, {"v": 1}), CallEnd(A.FAILED, error="no effect")):
+            assert end.after_abort() == end and end.aborted is None
+
+    def test_no_error_text_still_names_the_abort(self):
+        end = CallEnd(A.UNKNOWN, killed=True).after_abort()
+        assert end.error == "aborted by the operator (no detail)"
+
+
+class TestClaimEntry:
+    def test_entering_registers_the_call_under_its_owner(self):
+        """The claim unit's value enters the call, owned by the dispatch's reply."""
+        calls, owner = Calls(), object()
+        ClaimEntry(calls, owner).enter(ref())
+        assert calls.owned_by(owner) == ref() and len(calls) == 1

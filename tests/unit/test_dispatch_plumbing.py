@@ -279,7 +279,8 @@ class TestWorkerPool:
             abort_reply = ThreadReply()
             assert world.pool.abort(attempt_id, abort_reply)
             end = await world.dispatcher.wait(abort_reply)
-        assert end == CallEnd("unknown", True)
+        assert isinstance(end, CallEnd)
+        assert (end.status, end.killed, end.aborted) == ("unknown", True, True)
         assert world.hold.killed == [f"{NEURON}/held/1"]  # the idempotency key
         (got,) = answers
         assert got["status"] == "unknown" and got["error"].startswith("aborted by the operator")
