@@ -72,15 +72,21 @@ integration: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
-# An earlier commit against this tree, paired in one run (bench/paired.py): the
-# daemon CPU per sequential invoke. BEFORE=<commit> is installed under build/before.
+# Two commits paired in one run (bench/paired.py): the daemon CPU per sequential
+# invoke. BEFORE=<commit> against AFTER (default HEAD), each installed the same
+# way (not editable) under build/before and build/after, so neither side is favoured.
 bench-paired: $(STAMP)
-	@test -n "$(BEFORE)" || { echo "usage: make bench-paired BEFORE=<commit>"; exit 2; }
-	rm -rf build/before && mkdir -p build/before
-	git archive "$(BEFORE)" | tar -x -C build/before
-	$(PYTHON) -m venv build/before/.venv
-	build/before/.venv/bin/python -m pip install -q --disable-pip-version-check build/before
-	$(BIN)/python bench/paired.py --before build/before/.venv/bin/python $(PAIRED_ARGS)
+	@test -n "$(BEFORE)" || { echo "usage: make bench-paired BEFORE=<commit> [AFTER=<commit>]"; exit 2; }
+	for side in before after; do \
+	  rev=$$( [ $$side = before ] && echo "$(BEFORE)" || echo "$${AFTER:-HEAD}" ); \
+	  rm -rf build/$$side && mkdir -p build/$$side && \
+	  git archive "$$rev" | tar -x -C build/$$side && \
+	  $(PYTHON) -m venv build/$$side/.venv && \
+	  build/$$side/.venv/bin/python -m pip install -q --disable-pip-version-check build/$$side \
+	  || exit 1; \
+	done
+	$(BIN)/python bench/paired.py --before build/before/.venv/bin/python \
+	  --after build/after/.venv/bin/python $(PAIRED_ARGS)
 
 # Branch coverage of the whole suite, spawned daemons included (docs/reliability.md):
 # fails below COVERAGE_MIN, set just under the figure measured when it was last raised.
