@@ -554,22 +554,27 @@ def bench_concurrent(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
             f"      ÷ raw {RAW_CYCLE_COMMITS}-commit loop (one connection) sampled right before"
             f" the cycles: {r}\n         (the paired samples: {p4})"
         )
-        if any("dbos_ratio" in o for o in out):
-            r = R.stat(
-                f"conc.w{w}.dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×"
-            )
-            ds = R.stat(
-                f"conc.w{w}.paired_dbos_steps", [o["dbos_steps"] for o in out if "dbos_steps" in o]
-            )
-            print(
-                f"      ÷ DBOS durable steps/s (one workflow) measured right after each"
-                f" repetition: {r}\n         (the paired DBOS repetitions: {ds})"
-            )
+        _paired_dbos_steps(R, f"conc.w{w}", out, " (one workflow)")
         if best is None or cs.median > R.stats[f"conc.w{best}.cycle"].median:
             best = w
     R.value("conc.best_workers", best)
     if dbos_reps:
         R.value("dbos.paired_conc", dbos_reps)
+
+
+def _paired_dbos_steps(R: Results, prefix: str, out: list[dict[str, Any]], what: str = "") -> None:
+    """The concurrent repetitions' rate ÷ DBOS durable steps/s, each paired
+    with the DBOS repetition run right after it (``<prefix>.dbos_ratio`` and
+    ``<prefix>.paired_dbos_steps``): the one print of it, for the invoke
+    cycles and for the calls."""
+    if not any("dbos_ratio" in o for o in out):
+        return
+    r = R.stat(f"{prefix}.dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×")
+    ds = R.stat(f"{prefix}.paired_dbos_steps", [o["dbos_steps"] for o in out if "dbos_steps" in o])
+    print(
+        f"      ÷ DBOS durable steps/s{what} measured right after each repetition: {r}\n"
+        f"         (the paired DBOS repetitions: {ds})"
+    )
 
 
 def bench_call(R: Results, tmp: Path, cfg: dict[str, Any]) -> None:
@@ -658,17 +663,7 @@ def _call_concurrent(R: Results, tmp: Path, cfg: dict[str, Any], box: PeerBox) -
             f" {C.Stat([o['cpu_share'] for o in out], ' cores')}; writer mean_batch {mb};"
             f" status p99 {fmt_ms(percentile(slat, 99))}"
         )
-        if any("dbos_ratio" in o for o in out):
-            r = R.stat(
-                f"call.w{w}.dbos_ratio", [o["dbos_ratio"] for o in out if "dbos_ratio" in o], "×"
-            )
-            ds = R.stat(
-                f"call.w{w}.paired_dbos_steps", [o["dbos_steps"] for o in out if "dbos_steps" in o]
-            )
-            print(
-                f"      ÷ DBOS durable steps/s measured right after each repetition: {r}\n"
-                f"         (the paired DBOS repetitions: {ds})"
-            )
+        _paired_dbos_steps(R, f"call.w{w}", out)
         if best is None or s.median > R.stats[f"call.w{best}.conc"].median:
             best = w
     R.value("call.best_workers", best)

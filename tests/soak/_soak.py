@@ -549,16 +549,7 @@ class Cluster:
 
     @staticmethod
     def by_receipt(db: Any, act: str, status: str) -> int:
-        return sum(
-            1
-            for o in db.ops.values()
-            if o.act == act
-            for a in o.attempts
-            if a.outcome == (status, "receipt")
-        )
-
-    @staticmethod
-    def pay_by_receipt(db: Any, status: str, act: str = "pay") -> int:
+        """How many of ``act``'s attempts a receipt resolved to ``status``."""
         return sum(1 for _, a in _pay_attempts(db, act) if a.outcome == (status, "receipt"))
 
     def figures(self) -> dict[str, Any]:
@@ -595,8 +586,8 @@ class Cluster:
             "http": {
                 "attempts": sum(len(o.attempts) for o in db.ops.values() if o.act == "pay"),
                 "effects": sum(effects[k] for k in self.pay_keys(db)),
-                "receipt_executed": self.pay_by_receipt(db, "succeeded"),
-                "receipt_not_executed": self.pay_by_receipt(db, "not_executed"),
+                "receipt_executed": self.by_receipt(db, "pay", "succeeded"),
+                "receipt_not_executed": self.by_receipt(db, "pay", "not_executed"),
             },
             "mcp": {
                 "attempts": sum(len(o.attempts) for o in db.ops.values() if o.act == "tool"),
@@ -609,8 +600,8 @@ class Cluster:
             "replay": {
                 "attempts": len(_pay_attempts(db, "charge")),
                 "effects": sum(effects[k] for k in self.pay_keys(db, "charge")),
-                "receipt_executed": self.pay_by_receipt(db, "succeeded", "charge"),
-                "receipt_not_executed": self.pay_by_receipt(db, "not_executed", "charge"),
+                "receipt_executed": self.by_receipt(db, "charge", "succeeded"),
+                "receipt_not_executed": self.by_receipt(db, "charge", "not_executed"),
                 "left_unknown": sum(
                     1 for _, a in _pay_attempts(db, "charge") if a.state == "unknown"
                 ),
