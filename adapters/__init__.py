@@ -2,8 +2,11 @@
 
 Built in: ``echo`` (always present), ``file.append``, ``cli``, ``python``, ``http`` and ``mcp``
 (contract §6).
-Third-party adapters register in the ``wardd.adapters`` entry-point group and
-are built by `build_adapter` (see `wardd.adapters._registry`).
+Third-party adapters register in the ``wardd.adapters`` entry-point group.
+An act's table is validated once into its settings (`act_settings`), and its
+adapter built once from them (``settings.build(boot)``; `build_adapter` does
+both): see `wardd.adapters._registry`. Every adapter answers the whole
+`Adapter` protocol; `BaseAdapter` holds the optional members' defaults.
 
 How an adapter's ``call`` ends decides its attempt's outcome (contract §3.2.4): a
 returned value is succeeded, `DefiniteFailure` is failed (no effect), any
@@ -18,8 +21,10 @@ from ._base import (
     DEFAULT_MAX_ARG_BYTES,
     RECEIPT_ANSWERS,
     ActRequest,
+    ActSettings,
     Adapter,
     AdapterConfigError,
+    BaseAdapter,
     CallAborted,
     DefiniteFailure,
     OutcomeUnknown,
@@ -31,7 +36,14 @@ from ._base import (
     idempotency_key,
 )
 from ._echo import EchoAdapter, echo_adapter
-from ._registry import _BUILT_IN, ENTRY_POINT_GROUP, EntryPointAdapter, build_adapter, built_in
+from ._registry import (
+    _BUILT_IN,
+    ENTRY_POINT_GROUP,
+    EntryPointAdapter,
+    act_settings,
+    build_adapter,
+    built_in,
+)
 
 if TYPE_CHECKING:
     from ._cli import CliAdapter
@@ -43,7 +55,7 @@ if TYPE_CHECKING:
 
 # the built-in adapters' classes, imported on first use: class name -> adapter
 # name, from ``_registry``'s one table of them
-_LAZY = {cls: name for name, (_module, cls) in _BUILT_IN.items()}
+_LAZY = {cls: name for name, (_module, cls, _settings) in _BUILT_IN.items()}
 
 
 def __getattr__(name: str) -> Any:
@@ -61,8 +73,10 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "RECEIPT_ANSWERS",
     "ActRequest",
+    "ActSettings",
     "Adapter",
     "AdapterConfigError",
+    "BaseAdapter",
     "CallAborted",
     "CliAdapter",
     "DefiniteFailure",
@@ -77,6 +91,7 @@ __all__ = [
     "ReceiptAnswer",
     "SecretFile",
     "SentCall",
+    "act_settings",
     "as_receipt",
     "build_adapter",
     "echo_adapter",

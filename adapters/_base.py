@@ -14,6 +14,7 @@ happened, and never puts a configured secret into an exception message.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -24,8 +25,10 @@ __all__ = [
     "DEFAULT_MAX_ARG_BYTES",
     "RECEIPT_ANSWERS",
     "ActRequest",
+    "ActSettings",
     "Adapter",
     "AdapterConfigError",
+    "BaseAdapter",
     "CallAborted",
     "DefiniteFailure",
     "OutcomeUnknown",
@@ -168,62 +171,187 @@ def as_receipt(answer: object) -> Receipt:
 
 @runtime_checkable
 class Adapter(Protocol):
-    """What the daemon needs from an act's adapter.
+    """What the daemon needs from an act's adapter: every member below, read
+    directly. A built-in adapter inherits the optional ones' defaults from
+    `BaseAdapter`; an entry point's object is fitted to this protocol once, when
+    it is loaded (`EntryPointAdapter`: a member it lacks takes the default).
 
-    Optional members, looked up with ``getattr`` by the daemon:
-
+    - ``tag``: the act's tag; ``max_arg_bytes``: the act's argument bound.
     - ``kind``: the adapter's name as configured (``"file.append"``,
       ``"cli"``, an entry point's name). The daemon stores it with every
       claim, so that a receipt is only ever asked about a claim its own kind
       of adapter made (contract §3.4).
-    - ``receipt(idempotency_key, claim_info=None) -> Receipt``: answers
-      whether the attempt with that key had its effect; never raises (a
-      failure to tell is ``Receipt("unknown")``). Use `has_receipt` to ask
-      whether an adapter offers one. ``claim_info`` is None for an attempt
+    - ``call(request)``: runs the act once (the module docstring says how its
+      end is read).
+    - ``in_process`` (default False): every effect of a call happens inside
+      the call, so that a receipt's ``not_executed`` may be applied.
+    - ``receipt_supported`` (default False) and ``receipt(idempotency_key,
+      claim_info=None, sent=None, *, traceparent=None) -> Receipt``: whether
+      the attempt with that key had its effect; never raises (a failure to
+      tell is ``Receipt("unknown")``). ``claim_info`` is None for an attempt
       that was never claimed (it never reached the adapter) and for a claim
       whose ``claim_info()`` recorded None; ``{}`` (or an older wardd's
       record) for a claim that holds no record of this adapter's — the
-      daemon then takes the answer as a hint only.
-    - ``receipt_resends: bool`` (built-in adapters; an entry point's is not
-      forwarded): the receipt sends the call's request again (``http``
-      with ``receipt = "replay"``), so the daemon also hands it
-      what it holds of the call: ``receipt(idempotency_key, claim_info,
-      sent)``, ``sent`` a `SentCall` (None for an attempt never claimed).
-    - ``claim_info() -> dict | None``: facts stored with the dispatch claim,
-      computed on the worker thread just before the claim is committed (so
-      before the call), and handed back to ``receipt`` (``file.append``: the
-      file's path, device, inode, size and a digest of its content).
-    - ``receipt_traced: bool``: True when ``receipt`` also takes a keyword
-      ``traceparent``: the dispatch span the call was given (docs/operations.md,
-      "Traces"), passed when the claim kept one (``http`` sends it on its
-      receipt's request).
-    - ``kill_all() -> None``: SIGKILL every process group the adapter still
-      runs (``cli``); called by the daemon at shutdown after its grace.
-    - ``abortable: bool`` and ``abort(idempotency_key) -> None``: the call
+      daemon then takes the answer as a hint only. ``traceparent`` is the
+      dispatch span the call was given, when the claim kept one
+      (docs/operations.md, "Traces"; ``http`` sends it on its receipt's
+      request).
+    - ``receipt_resends`` (default False): the receipt sends the call's
+      request again (``http`` with ``receipt = "replay"``), so the daemon also
+      hands it what it holds of the call: ``sent``, a `SentCall` (None for an
+      attempt never claimed, and for every other adapter).
+    - ``claim_info() -> dict | None`` (default None): facts stored with the
+      dispatch claim, computed on the worker thread just before the claim is
+      committed (so before the call), and handed back to ``receipt``
+      (``file.append``: the file's path, device, inode, size and a digest of
+      its content).
+    - ``abortable`` (default False) and ``abort(idempotency_key)``: the call
       with that key can be stopped from outside (``cli``: its process group
       is killed), so that the operator's ``abort`` can end a hung call. An
-      adapter without them answers ``abort`` with ``not_abortable``. The
-      call that the abort ended raises `CallAborted`; any other unknown end
-      is the call's own (the abort then answers ``aborted: false``).
+      adapter that is not abortable answers ``abort`` with ``not_abortable``.
+      The call that the abort ended raises `CallAborted`; any other unknown
+      end is the call's own (the abort then answers ``aborted: false``).
+    - ``kill_all()`` (default: nothing): end everything the adapter still
+      runs (``cli``: SIGKILL its process groups); called by the daemon at
+      shutdown after its grace.
+    - ``check_at_start() -> str | None`` (default None): a look at the act
+      run after the daemon is ready (``mcp``: its tool is listed); a reason
+      is logged, nothing else changes.
     """
 
-    tag: str
-    in_process: bool
-    max_arg_bytes: int
+    @property
+    def tag(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def max_arg_bytes(self) -> int: ...
+    @property
+    def in_process(self) -> bool: ...
+    @property
+    def abortable(self) -> bool: ...
+    @property
+    def receipt_supported(self) -> bool: ...
+    @property
+    def receipt_resends(self) -> bool: ...
 
     def call(self, request: ActRequest) -> Any:
         """Run the act once for ``request``; see the module docstring for how its end is read."""
         ...
 
+    def receipt(
+        self,
+        idempotency_key: str,
+        claim_info: Mapping[str, Any] | None = None,
+        sent: SentCall | None = None,
+        *,
+        traceparent: str | None = None,
+    ) -> Receipt:
+        """Whether the attempt with ``idempotency_key`` had its effect; never raises."""
+        ...
 
-def has_receipt(adapter: object) -> bool:
-    """Whether ``adapter`` offers an executor receipt.
+    def claim_info(self) -> dict[str, Any] | None:
+        """Facts stored with the claim, for the receipt."""
+        ...
 
-    An adapter may say so with a ``receipt_supported`` attribute (the
-    built-in ``cli`` adapter has a ``receipt`` method but answers only when
-    ``receipt_argv`` is configured); otherwise a callable ``receipt`` counts.
-    """
-    supported = getattr(adapter, "receipt_supported", None)
-    if isinstance(supported, bool):
-        return supported
-    return callable(getattr(adapter, "receipt", None))
+    def abort(self, idempotency_key: str) -> None:
+        """Stop the call with ``idempotency_key`` (only asked when ``abortable``)."""
+        ...
+
+    def kill_all(self) -> None:
+        """End everything the adapter still runs (the daemon's stop)."""
+        ...
+
+    def check_at_start(self) -> str | None:
+        """Why the act looks unusable now (None: nothing to say)."""
+        ...
+
+
+class ActSettings(Protocol):
+    """An act's table validated once into a typed, frozen value (each adapter
+    has its own: `CliSettings`, `HttpSettings`, …): what ``wardd
+    check-config`` checks, and what the start builds the act's adapter from,
+    once. A secret file is read when its table is validated, to check it,
+    and again only at a call (or a server's start) that needs it."""
+
+    @property
+    def tag(self) -> str: ...
+    @property
+    def max_arg_bytes(self) -> int: ...
+
+    def build(self, boot: str | None = None) -> Adapter:
+        """The act's adapter; ``boot`` is the running daemon's, for an adapter
+        whose processes outlive a call (``mcp``'s stdio servers)."""
+        ...
+
+
+class BaseAdapter:
+    """The defaults of `Adapter`'s optional members, which every adapter of
+    wardd's (the built-in ones, `EntryPointAdapter`) inherits: not in-process,
+    not abortable, no receipt, nothing to record with a claim, nothing to kill,
+    nothing to check.
+
+    A built-in adapter is its act's settings and what it runs:
+    ``class CliAdapter(BaseAdapter, CliSettings)``. This class comes first
+    among the bases, so that an adapter has identity (what it runs), whatever
+    its settings compare as; a member the adapter sets is declared on the
+    adapter itself, never on its settings."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    @property
+    def in_process(self) -> bool:
+        """Default: a call may act outside the daemon after it ends."""
+        return False
+
+    @property
+    def abortable(self) -> bool:
+        """Default: a call cannot be stopped from outside."""
+        return False
+
+    @property
+    def receipt_supported(self) -> bool:
+        """Default: no receipt."""
+        return False
+
+    @property
+    def receipt_resends(self) -> bool:
+        """Default: a receipt never sends the call again."""
+        return False
+
+    def receipt(
+        self,
+        idempotency_key: str,
+        claim_info: Mapping[str, Any] | None = None,
+        sent: SentCall | None = None,
+        *,
+        traceparent: str | None = None,
+    ) -> Receipt:
+        """Default: ``unknown`` (the adapter cannot tell)."""
+        return Receipt("unknown", detail="the adapter has no receipt")
+
+    def claim_info(self) -> dict[str, Any] | None:
+        """Default: nothing to record with the claim."""
+        return None
+
+    def abort(self, idempotency_key: str) -> None:
+        """Default: nothing to stop (the daemon asks only an ``abortable`` adapter)."""
+
+    def kill_all(self) -> None:
+        """Default: nothing runs past a call."""
+
+    def check_at_start(self) -> str | None:
+        """Default: nothing to check."""
+        return None
+
+
+def has_receipt(adapter: Adapter) -> bool:
+    """Whether ``adapter`` offers an executor receipt (its ``receipt_supported``:
+    the built-in ``cli`` adapter has a ``receipt`` method but answers only when
+    ``receipt_argv`` is configured)."""
+    return adapter.receipt_supported

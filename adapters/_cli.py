@@ -71,19 +71,22 @@ import pwd
 import re
 import signal
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import attrs
 
 from . import _config, _process, _redact
 from ._base import (
     ActRequest,
+    Adapter,
     AdapterConfigError,
+    BaseAdapter,
     CallAborted,
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
     ReceiptAnswer,
+    SentCall,
 )
 from ._config import SecretFile
 
@@ -161,9 +164,9 @@ def _base_environment() -> dict[str, str]:
     return env
 
 
-@attrs.define(eq=False)
-class CliAdapter:
-    """Runs ``argv`` once per call, args on stdin; out of process, optional receipt."""
+@attrs.frozen
+class CliSettings:
+    """A ``cli`` act's table, validated (the module docstring names its keys)."""
 
     tag: str
     argv: tuple[str, ...]
@@ -173,15 +176,10 @@ class CliAdapter:
     timeout_s: float | None = None
     env: tuple[tuple[str, EnvValue], ...] = ()
     receipt_argv: tuple[str, ...] | None = None
-    kind: str = attrs.field(default="cli", init=False)
-    in_process: bool = attrs.field(default=False, init=False)
-    abortable: bool = attrs.field(default=True, init=False)
-    _groups: _process.ProcessGroups = attrs.field(factory=_process.ProcessGroups, init=False)
-    _base_env: dict[str, str] = attrs.field(factory=_base_environment, init=False)
 
     @classmethod
-    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> CliAdapter:
-        """Build from the act's table; raises `AdapterConfigError`."""
+    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> Self:
+        """Validate the act's table; raises `AdapterConfigError`."""
         _config.refuse_unknown_keys(table, _KEYS)
         if "argv" not in table:
             raise AdapterConfigError("argv", "missing (a non-empty list of strings is required)")
@@ -200,14 +198,24 @@ class CliAdapter:
             else _config.argv(receipt_argv, "receipt_argv"),
         )
 
+    def build(self, boot: str | None = None) -> Adapter:
+        """The act's adapter, from these settings."""
+        return _config.adapter_from(CliAdapter, self)
+
+
+@attrs.define(eq=False)
+class CliAdapter(BaseAdapter, CliSettings):
+    """Runs ``argv`` once per call, args on stdin; out of process, optional receipt."""
+
+    kind: str = attrs.field(default="cli", init=False)
+    abortable: bool = attrs.field(default=True, init=False)
+    _groups: _process.ProcessGroups = attrs.field(factory=_process.ProcessGroups, init=False)
+    _base_env: dict[str, str] = attrs.field(factory=_base_environment, init=False)
+
     @property
     def receipt_supported(self) -> bool:
         """A receipt is offered only when ``receipt_argv`` is configured."""
         return self.receipt_argv is not None
-
-    def claim_info(self) -> dict[str, Any] | None:
-        """Nothing to record with the claim."""
-        return None
 
     def kill_all(self) -> None:
         """SIGKILL every process group this adapter runs; refuse new calls from now on."""
@@ -276,7 +284,14 @@ class CliAdapter:
             raise OutcomeUnknown(f"{self.tag}: exit status {code}{said}")
         return {"stdout": stdout, "stderr_tail": stderr_tail, "truncated": truncated}
 
-    def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
+    def receipt(
+        self,
+        idempotency_key: str,
+        claim_info: Mapping[str, Any] | None = None,
+        sent: SentCall | None = None,
+        *,
+        traceparent: str | None = None,
+    ) -> Receipt:
         """Ask ``receipt_argv + [idempotency_key]``; never raises (failure is ``unknown``)."""
         if self.receipt_argv is None:
             return Receipt("unknown", detail="no receipt_argv configured")

@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import attrs
 
 from ._base import DEFAULT_MAX_ARG_BYTES, AdapterConfigError
+
+T = TypeVar("T")
 
 #: The largest secret file read (a token, a key): more is a mistake.
 SECRET_FILE_MAX_BYTES = 65536
@@ -45,6 +47,17 @@ class SecretFile:
         if b"\0" in data:
             raise ValueError("holds a NUL byte")
         return data
+
+
+def adapter_from(cls: type[T], settings: Any, **more: Any) -> T:
+    """An adapter of class ``cls`` (a subclass of ``settings``' class: an
+    adapter is its act's validated settings and what it runs) holding
+    ``settings``' fields, and ``more`` (``mcp``'s ``boot``): an act's adapter,
+    built once from its table validated once."""
+    fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(cast(Any, cls))
+    names = {f.alias or f.name: f.name for f in fields if f.init}
+    kept = {arg: getattr(settings, name) for arg, name in names.items() if arg not in more}
+    return cls(**kept, **more)
 
 
 def refuse_unknown_keys(table: Mapping[str, Any], allowed: Iterable[str]) -> None:

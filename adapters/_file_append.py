@@ -119,7 +119,7 @@ import re
 import stat
 import threading
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import attrs
 
@@ -128,10 +128,13 @@ from wardd.protocol import ID_PATTERN, NEURON_ID_PATTERN
 from . import _config
 from ._base import (
     ActRequest,
+    Adapter,
     AdapterConfigError,
+    BaseAdapter,
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
+    SentCall,
 )
 from ._hold import hold as _hold
 
@@ -155,27 +158,37 @@ def _lock_for(st: os.stat_result) -> threading.Lock:
         return _file_locks.setdefault((st.st_dev, st.st_ino), threading.Lock())
 
 
-@attrs.define(eq=False)
-class FileAppendAdapter:
-    """Appends one line per call to ``path``; in-process, with a receipt."""
+@attrs.frozen
+class FileAppendSettings:
+    """A ``file.append`` act's table, validated."""
 
     tag: str
     path: str
     max_arg_bytes: int
     hold: str | None = None  # the test hook's directory (module docstring)
-    kind: str = attrs.field(default="file.append", init=False)
-    in_process: bool = attrs.field(default=True, init=False)
-    receipt_supported: bool = attrs.field(default=True, init=False)
 
     @classmethod
-    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> FileAppendAdapter:
-        """Build from the act's table; raises `AdapterConfigError`."""
+    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> Self:
+        """Validate the act's table; raises `AdapterConfigError`."""
         _config.refuse_unknown_keys(table, _KEYS)
         if "path" not in table:
             raise AdapterConfigError("path", "missing (an absolute path is required)")
         path = _config.absolute_path(table["path"], "path")
         bound = _config.max_arg_bytes(table, max_frame=max_frame)
         return cls(tag, path, bound, hold=os.environ.get(HOLD_ENV) or None)
+
+    def build(self, boot: str | None = None) -> Adapter:
+        """The act's adapter, from these settings."""
+        return _config.adapter_from(FileAppendAdapter, self)
+
+
+@attrs.define(eq=False)
+class FileAppendAdapter(BaseAdapter, FileAppendSettings):
+    """Appends one line per call to ``path``; in-process, with a receipt."""
+
+    kind: str = attrs.field(default="file.append", init=False)
+    in_process: bool = attrs.field(default=True, init=False)
+    receipt_supported: bool = attrs.field(default=True, init=False)
 
     def claim_info(self) -> dict[str, Any]:
         """The file as it is just before the call, stored with the claim (module docstring)."""
@@ -216,7 +229,14 @@ class FileAppendAdapter:
         if self.hold is not None:
             _hold(self.hold, "written")
 
-    def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
+    def receipt(
+        self,
+        idempotency_key: str,
+        claim_info: Mapping[str, Any] | None = None,
+        sent: SentCall | None = None,
+        *,
+        traceparent: str | None = None,
+    ) -> Receipt:
         """Look the key up as the claim's record allows (contract §6); never raises.
 
         ``claim_info`` is ``None`` for an attempt that was never claimed, else

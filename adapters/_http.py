@@ -100,7 +100,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import attrs
 from urllib3.response import BaseHTTPResponse
@@ -108,7 +108,9 @@ from urllib3.response import BaseHTTPResponse
 from . import _config, _redact
 from ._base import (
     ActRequest,
+    Adapter,
     AdapterConfigError,
+    BaseAdapter,
     CallAborted,
     DefiniteFailure,
     OutcomeUnknown,
@@ -518,9 +520,9 @@ class _Response:
         }
 
 
-@attrs.define(eq=False)
-class HttpAdapter:
-    """Sends one HTTP request per call; in-process, abortable, with an optional receipt."""
+@attrs.frozen
+class HttpSettings:
+    """An ``http`` act's table, validated (its secret files read once, to check them)."""
 
     tag: str
     target: Target
@@ -534,18 +536,10 @@ class HttpAdapter:
     no_effect_statuses: frozenset[int] = frozenset(DEFAULT_NO_EFFECT_STATUSES)
     receipt_url: str | None = None
     replay_window_s: float | None = None  # set: receipt = "replay" (`_http_replay`)
-    kind: str = attrs.field(default="http", init=False)
-    in_process: bool = attrs.field(default=True, init=False)
-    abortable: bool = attrs.field(default=True, init=False)
-    receipt_traced: bool = attrs.field(default=True, init=False)  # receipt(traceparent=...)
-    _flights: Flights = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self._flights = Flights(self.tag)
 
     @classmethod
-    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> HttpAdapter:
-        """Build from the act's table (reading its secret files); raises `AdapterConfigError`."""
+    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> Self:
+        """Validate the act's table (reading its secret files); raises `AdapterConfigError`."""
         _config.refuse_unknown_keys(table, _KEYS)
         if "url" not in table:
             raise AdapterConfigError("url", "missing (the http:// or https:// URL to send to)")
@@ -585,6 +579,22 @@ class HttpAdapter:
             receipt_url=receipt,
             replay_window_s=window,
         )
+
+    def build(self, boot: str | None = None) -> Adapter:
+        """The act's adapter, from these settings (no secret file is read again)."""
+        return _config.adapter_from(HttpAdapter, self)
+
+
+@attrs.define(eq=False)
+class HttpAdapter(BaseAdapter, HttpSettings):
+    """Sends one HTTP request per call; in-process, abortable, with an optional receipt."""
+
+    kind: str = attrs.field(default="http", init=False)
+    in_process: bool = attrs.field(default=True, init=False)
+    abortable: bool = attrs.field(default=True, init=False)
+    _flights: Flights = attrs.field(
+        init=False, default=attrs.Factory(lambda self: Flights(self.tag), takes_self=True)
+    )
 
     @property
     def receipt_supported(self) -> bool:

@@ -71,7 +71,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, Self
 
 import attrs
 import cbor2
@@ -79,11 +79,14 @@ import cbor2
 from . import _config, _redact
 from ._base import (
     ActRequest,
+    Adapter,
     AdapterConfigError,
+    BaseAdapter,
     CallAborted,
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
+    SentCall,
 )
 from ._cli import EnvValue, _base_environment, _parse_env, read_env_secret
 from ._config import SecretFile
@@ -230,9 +233,9 @@ def _url(value: object) -> str:
 # -- the adapter ---------------------------------------------------------------------------
 
 
-@attrs.define(eq=False)
-class McpAdapter:
-    """Calls one tool of an MCP server per call; in-process, abortable, optional receipt."""
+@attrs.frozen
+class McpSettings:
+    """An ``mcp`` act's table, validated (nothing is started)."""
 
     tag: str
     tool: str
@@ -245,21 +248,10 @@ class McpAdapter:
     timeout_s: float = DEFAULT_TIMEOUT_S
     receipt_tool: str | None = None
     tool_errors: str = "unknown"
-    boot: str | None = None  # the daemon's: its stdio servers carry it (WARDD_BOOT)
-    uses_boot: ClassVar[bool] = True
-    kind: str = attrs.field(default="mcp", init=False)
-    in_process: bool = attrs.field(default=True, init=False)
-    abortable: bool = attrs.field(default=True, init=False)
-    _link: Link = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self._link = Link(self.tag, Endpoint(self.command, self.url, self._environment), self.boot)
 
     @classmethod
-    def from_table(
-        cls, tag: str, table: Mapping[str, Any], *, max_frame: int, boot: str | None = None
-    ) -> McpAdapter:
-        """Build from the act's table (nothing is started); raises `AdapterConfigError`."""
+    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> Self:
+        """Validate the act's table (nothing is started); raises `AdapterConfigError`."""
         _config.refuse_unknown_keys(table, _KEYS)
         if ("command" in table) == ("url" in table):
             raise AdapterConfigError(
@@ -294,8 +286,31 @@ class McpAdapter:
             if receipt is None
             else _config.text(receipt, "receipt_tool", what="a tool name string"),
             tool_errors=str(tool_errors),
-            boot=boot,
         )
+
+    def build(self, boot: str | None = None) -> Adapter:
+        """The act's adapter, from these settings; ``boot`` is the running
+        daemon's (None for tests), which its stdio servers carry."""
+        return _config.adapter_from(McpAdapter, self, boot=boot)
+
+
+@attrs.define(eq=False)
+class McpAdapter(BaseAdapter, McpSettings):
+    """Calls one tool of an MCP server per call; in-process, abortable, optional receipt."""
+
+    boot: str | None = None  # the daemon's: its stdio servers carry it (WARDD_BOOT)
+    kind: str = attrs.field(default="mcp", init=False)
+    in_process: bool = attrs.field(default=True, init=False)
+    abortable: bool = attrs.field(default=True, init=False)
+    _link: Link = attrs.field(
+        init=False,
+        default=attrs.Factory(
+            lambda self: Link(
+                self.tag, Endpoint(self.command, self.url, self._environment), self.boot
+            ),
+            takes_self=True,
+        ),
+    )
 
     @property
     def receipt_supported(self) -> bool:
@@ -373,7 +388,14 @@ class McpAdapter:
             raise type(exc)(_redact.redact_text(str(exc), secrets)) from None
         return redact_value(value, secrets)
 
-    def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
+    def receipt(
+        self,
+        idempotency_key: str,
+        claim_info: Mapping[str, Any] | None = None,
+        sent: SentCall | None = None,
+        *,
+        traceparent: str | None = None,
+    ) -> Receipt:
         """Ask ``receipt_tool`` about the key; never raises (module docstring)."""
         if self.receipt_tool is None:
             return Receipt("unknown", detail="no receipt_tool configured")

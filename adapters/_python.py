@@ -66,7 +66,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import structlog
@@ -77,10 +77,13 @@ from wardd.protocol import RECEIPT_ANSWERS
 from . import _config
 from ._base import (
     ActRequest,
+    Adapter,
     AdapterConfigError,
+    BaseAdapter,
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
+    SentCall,
     as_receipt,
 )
 
@@ -95,9 +98,9 @@ _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _SPEC = re.compile(rf"({_DOTTED}):({_DOTTED})")
 
 
-@attrs.define(eq=False)
-class PythonAdapter:
-    """Calls ``function(request)`` in-process; ``receipt_function(key)`` answers for a key."""
+@attrs.frozen
+class PythonSettings:
+    """A ``python`` act's table, validated: its functions imported."""
 
     tag: str
     spec: str  # the configured "module:function", recorded with each claim
@@ -105,12 +108,10 @@ class PythonAdapter:
     receipt_function: Callable[[str], Any] | None
     max_arg_bytes: int
     receipt_timeout_s: float = RECEIPT_TIMEOUT_S
-    kind: str = attrs.field(default="python", init=False)
-    in_process: bool = attrs.field(default=True, init=False)
 
     @classmethod
-    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> PythonAdapter:
-        """Build from the act's table, importing both functions; raises `AdapterConfigError`."""
+    def from_table(cls, tag: str, table: Mapping[str, Any], *, max_frame: int) -> Self:
+        """Validate the act's table, importing both functions; raises `AdapterConfigError`."""
         _config.refuse_unknown_keys(table, _KEYS)
         bound = _config.max_arg_bytes(table, max_frame=max_frame)
         _put_before_sys_path(_python_path(table.get("python_path", [])))
@@ -123,6 +124,18 @@ class PythonAdapter:
             receipt_spec = _config.text(table["receipt"], "receipt", what="a string")
             receipt = load_function(receipt_spec, "receipt")
         return cls(tag, spec, function, receipt, bound)
+
+    def build(self, boot: str | None = None) -> Adapter:
+        """The act's adapter, from these settings."""
+        return _config.adapter_from(PythonAdapter, self)
+
+
+@attrs.define(eq=False)
+class PythonAdapter(BaseAdapter, PythonSettings):
+    """Calls ``function(request)`` in-process; ``receipt_function(key)`` answers for a key."""
+
+    kind: str = attrs.field(default="python", init=False)
+    in_process: bool = attrs.field(default=True, init=False)
 
     @property
     def receipt_supported(self) -> bool:
@@ -146,7 +159,14 @@ class PythonAdapter:
             raise OutcomeUnknown(f"the function returned {why}")
         return value
 
-    def receipt(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
+    def receipt(
+        self,
+        idempotency_key: str,
+        claim_info: Mapping[str, Any] | None = None,
+        sent: SentCall | None = None,
+        *,
+        traceparent: str | None = None,
+    ) -> Receipt:
         """The receipt function's answer about ``idempotency_key``; never raises."""
         if claim_info is None:  # never claimed: the function was never called
             return Receipt("not_executed")

@@ -41,7 +41,7 @@ from typing import Any
 
 import attrs
 
-from wardd.adapters import AdapterConfigError, build_adapter
+from wardd.adapters import ActSettings, AdapterConfigError, act_settings
 from wardd.adapters._config import seconds_problem
 from wardd.protocol import DEFAULT_MAX_FRAME, MAX_MAX_FRAME, MIN_MAX_FRAME, is_id
 from wardd.protocol import default_socket_path as _default_socket_path
@@ -229,10 +229,12 @@ class ConfigError(Exception):
 
 @attrs.frozen
 class ActConfig:
-    """One ``[acts."<tag>"]`` table, validated by building its adapter once."""
+    """One ``[acts."<tag>"]`` table, as written and validated once into its
+    adapter's settings (the start builds the adapter from them, once)."""
 
     tag: str
     table: Mapping[str, Any]
+    settings: ActSettings
 
 
 @attrs.frozen
@@ -500,7 +502,7 @@ def _importable(module: str) -> bool:
 
 
 def _acts(data: Mapping[str, Any], source: str, max_frame: int) -> tuple[ActConfig, ...]:
-    """The configured acts, each checked by building its adapter."""
+    """The configured acts, each table validated into its adapter's settings."""
     acts_raw = data.get("acts", {})
     if not isinstance(acts_raw, dict):
         raise ConfigError(source, "acts", "must be a table of act tables")
@@ -514,13 +516,13 @@ def _acts(data: Mapping[str, Any], source: str, max_frame: int) -> tuple[ActConf
         if not isinstance(table, dict):
             raise ConfigError(source, where, "must be a table")
         try:
-            build_adapter(tag, table, max_frame=max_frame)
+            settings = act_settings(tag, table, max_frame=max_frame)
         except AdapterConfigError as exc:
             raise ConfigError(
                 source, f"{where}.{_dotted(exc.key)}" if exc.key else where, exc.reason
             ) from None
         _check_programs(source, where, table)
-        acts.append(ActConfig(tag=tag, table=dict(table)))
+        acts.append(ActConfig(tag=tag, table=dict(table), settings=settings))
     return tuple(acts)
 
 

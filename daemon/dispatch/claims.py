@@ -30,24 +30,16 @@ from typing import Any
 
 import attrs
 
+from wardd.adapters import Adapter
+
 from ..observe.tracing import stored_traceparent
 
-__all__ = ["ReceiptQuestion", "adapter_kind", "claim_record", "receipt_question"]
+__all__ = ["ReceiptQuestion", "claim_record", "receipt_question"]
 
 
-def adapter_kind(adapter: object) -> str:
-    """The adapter's configured name (``kind``), or its class's name for one without it."""
-    kind = getattr(adapter, "kind", None)
-    if isinstance(kind, str) and kind:
-        return kind
-    cls = type(adapter)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def claim_record(adapter: object) -> dict[str, Any]:
+def claim_record(adapter: Adapter) -> dict[str, Any]:
     """What a claim of ``adapter`` stores: its kind and its ``claim_info()`` (may raise)."""
-    fn = getattr(adapter, "claim_info", None)
-    return {"adapter": adapter_kind(adapter), "record": fn() if callable(fn) else None}
+    return {"adapter": adapter.kind, "record": adapter.claim_info()}
 
 
 @attrs.frozen
@@ -58,15 +50,15 @@ class ReceiptQuestion:
     binding: bool  # False: the answer is a hint only, the attempt stays unknown
     why: str | None = None  # for a hint: why the answer cannot be applied
     # the dispatch span the claim kept (docs/operations.md, "Traces"), for an
-    # adapter whose receipt passes it on (``receipt_traced``)
+    # adapter whose receipt passes it on (``http``)
     traceparent: str | None = None
 
 
-def receipt_question(adapter: object, claimed: bool, stored: object) -> ReceiptQuestion:
+def receipt_question(adapter: Adapter, claimed: bool, stored: object) -> ReceiptQuestion:
     """The receipt question for an attempt (``stored``: its claim's decoded ``claim_info``)."""
     if not claimed:
         return ReceiptQuestion(None, True)
-    kind = adapter_kind(adapter)
+    kind = adapter.kind
     if _is_claim_record(stored):
         assert isinstance(stored, Mapping)
         if stored["adapter"] == kind:

@@ -253,7 +253,8 @@ async def _abort(s: Aborts, conn: Connection, neuron: str, p: dict[str, Any]) ->
     op, attempt = p["op"], p["attempt"]
     with s.reads.snapshot() as rconn:
         attempt_id, act = attempt_units.abort_target(rconn, neuron, op, attempt)
-    if not getattr(s.adapters.get(act), "abortable", False):
+    adapter = s.adapters.get(act)
+    if adapter is None or not adapter.abortable:
         raise NotAbortable(f"act {act!r} runs in an adapter that cannot be stopped from outside")
     reply = ThreadReply()
     if not s.pool.abort(attempt_id, reply):

@@ -304,7 +304,7 @@ class WorkerPool:
         """Commit the claim of ``d``; its attempt, or None when it was
         answered here (a refusal, a call that runs nothing, a reroute)."""
         try:
-            info = claim_record(self._adapters.get(d.act))
+            info = claim_record(self._adapters[d.act])
             if span.traceparent is not None:  # the span's ids, kept with the attempt
                 info[CLAIM_KEY] = span.traceparent
             unit = claim_unit(
@@ -409,10 +409,9 @@ def _wait(state: WorkerState, guards: GuardTable, set_aside: bool) -> None:
 
 def _kill(adapter: Adapter | None, ref: AttemptRef) -> None:
     """Kill the call's process group (an abort during the call)."""
-    kill = getattr(adapter, "abort", None)
-    if callable(kill):
+    if adapter is not None:
         try:
-            kill(idempotency_key(ref.neuron, ref.op, ref.attempt))
+            adapter.abort(idempotency_key(ref.neuron, ref.op, ref.attempt))
         except Exception as exc:  # noqa: BLE001 - the outcome is unknown either way
             log.error("abort_failed", act=ref.act, error=repr(exc))
 

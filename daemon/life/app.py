@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 import trio
 
-from wardd.adapters import Adapter, build_adapter, echo_adapter
+from wardd.adapters import Adapter, echo_adapter
 from wardd.protocol import PROTOCOL_VERSION, canonical_digest
 
 from ..config import Config
@@ -439,11 +439,12 @@ def observers(
 
 
 def build_adapters(config: Config, boot: str | None = None) -> dict[str, Adapter]:
-    """Each configured act's adapter, and ``echo``'s (always present); ``boot``
-    goes to the adapters whose processes outlive a call (``mcp``'s servers)."""
+    """Each configured act's adapter, built once from the settings its table was
+    validated into, and ``echo``'s (always present); ``boot`` goes to the
+    adapters whose processes outlive a call (``mcp``'s servers)."""
     adapters: dict[str, Adapter] = {"echo": echo_adapter()}
     for act in config.acts:
-        adapters[act.tag] = build_adapter(act.tag, act.table, max_frame=config.max_frame, boot=boot)
+        adapters[act.tag] = act.settings.build(boot)
     return adapters
 
 

@@ -159,9 +159,7 @@ async def shut_down(
             busy=[{"op": s.busy.op, "attempt": s.busy.attempt} for s in pool.states if s.busy],
         )
     for adapter in adapters.values():
-        kill = getattr(adapter, "kill_all", None)
-        if callable(kill):
-            kill()
+        adapter.kill_all()
 
 
 async def _join_workers(pool: WorkerPool, grace_s: float, grace_cut: trio.Event) -> bool:
@@ -219,16 +217,13 @@ def busy_calls(pool: WorkerPool) -> list[dict[str, Any]]:
 
 
 async def check_acts(adapters: Mapping[str, Adapter]) -> None:
-    """After ``READY=1``, in the background: each adapter that offers a
-    start-time check (``check_at_start() -> str | None``, the ``mcp``
-    adapter's look-up of its tool) runs it on a thread; a reason is logged
-    at warning (``act_check_failed``), nothing else changes."""
+    """After ``READY=1``, in the background: each adapter's start-time check
+    (``check_at_start() -> str | None``: the ``mcp`` adapter's look-up of its
+    tool; the others have nothing to check) runs on a thread; a reason is
+    logged at warning (``act_check_failed``), nothing else changes."""
     for tag, adapter in adapters.items():
-        check = getattr(adapter, "check_at_start", None)
-        if not callable(check):
-            continue
         try:
-            reason = await trio.to_thread.run_sync(check, abandon_on_cancel=True)
+            reason = await trio.to_thread.run_sync(adapter.check_at_start, abandon_on_cancel=True)
         except Exception as exc:  # noqa: BLE001 - a check never stops the daemon
             reason = f"the check raised {type(exc).__name__}"
         if reason is not None:

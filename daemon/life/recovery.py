@@ -140,7 +140,7 @@ class Recovery:
         return self._reads.receipt_candidates(acts, states, neuron)
 
     def _in_process(self, c: Candidate) -> bool:
-        return bool(getattr(self._adapters[c.act], "in_process", False))
+        return self._adapters[c.act].in_process
 
     async def at_start(self, nursery: trio.Nursery) -> None:
         """Mark what earlier boots left open, then run the in-process receipts
@@ -224,7 +224,7 @@ class Recovery:
             if self._stopping:
                 return False
             question = receipt_question(adapter, c.claimed, c.claim_info)
-            resend = self._reads.resend(c.attempt_id) if _resends(adapter) else None
+            resend = self._reads.resend(c.attempt_id) if adapter.receipt_resends else None
             refusal = None if resend is None else _resend_refusal(resend)
             if refusal is not None:  # sent again, the request could act now: never
                 receipt = Receipt("unknown", detail=refusal)
@@ -235,10 +235,9 @@ class Recovery:
                 )
             if self._stopping:  # a receipt the shutdown killed says only "unknown"
                 return False
-            in_process = bool(getattr(adapter, "in_process", False))
             try:
                 effect: core.ReceiptEffect = await self._writer.run(
-                    apply_receipt(c, receipt, in_process, question.binding)
+                    apply_receipt(c, receipt, adapter.in_process, question.binding)
                 )
             except WarddError as err:
                 log.error("receipt_not_recorded", op=c.op, attempt=c.attempt, error=err.message)
@@ -370,11 +369,6 @@ class Recovery:
             )
 
 
-def _resends(adapter: Adapter) -> bool:
-    """The adapter's receipt sends the call again (``receipt_resends``)."""
-    return getattr(adapter, "receipt_resends", False) is True
-
-
 def _resend_refusal(r: Resend) -> str | None:
     """Why the call must not be sent again now (its op could not run it), or None."""
     why = core.resend_refusal(r.cancelled, r.grant, r.exhausted, r.prog_state, r.act)
@@ -404,18 +398,8 @@ def _ask(
     traceparent: str | None,
 ) -> Receipt:
     try:
-        fn = adapter.receipt  # type: ignore[attr-defined]
         # the dispatch span the claim kept, for a receipt that passes it on
-        traced = traceparent is not None and getattr(adapter, "receipt_traced", False) is True
-        kw = {"traceparent": traceparent} if traced else {}
-        if _resends(adapter):
-            got = fn(c.key, claim_info, sent, **kw)
-        elif kw:
-            got = fn(c.key, claim_info, **kw)
-        elif hasattr(adapter, "claim_info"):
-            got = fn(c.key, claim_info)
-        else:
-            got = fn(c.key)
+        got = adapter.receipt(c.key, claim_info, sent, traceparent=traceparent)
     except Exception as exc:  # noqa: BLE001 - a failing receipt is an unknown answer
         log.warning(
             "receipt_failed", neuron=c.neuron, op=c.op, attempt=c.attempt, error=type(exc).__name__

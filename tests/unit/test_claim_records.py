@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wardd.adapters import build_adapter, echo_adapter
-from wardd.daemon.dispatch.claims import adapter_kind, claim_record, receipt_question
+from wardd.adapters import Adapter, build_adapter, echo_adapter
+from wardd.daemon.dispatch.claims import claim_record, receipt_question
 
 MAX_FRAME = 1 << 20
 
 
-def file_append(path: Path) -> object:
+def file_append(path: Path) -> Adapter:
     return build_adapter(
         "notes", {"adapter": "file.append", "path": str(path)}, max_frame=MAX_FRAME
     )
 
 
-def cli() -> object:
+def cli() -> Adapter:
     return build_adapter("notes", {"adapter": "cli", "argv": ["/bin/true"]}, max_frame=MAX_FRAME)
 
 
@@ -28,14 +28,6 @@ class TestClaimRecord:
         assert fa["record"] == {"path": str(tmp_path / "n.log"), "file": None}
         assert claim_record(cli()) == {"adapter": "cli", "record": None}
         assert claim_record(echo_adapter()) == {"adapter": "echo", "record": None}
-
-    def test_an_adapter_without_a_kind_is_named_by_its_class(self) -> None:
-        """A third-party object with no ``kind`` still gets a stable name."""
-
-        class Bare:
-            pass
-
-        assert adapter_kind(Bare()).endswith("Bare")
 
 
 class TestReceiptQuestion:

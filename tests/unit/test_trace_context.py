@@ -139,10 +139,10 @@ class TestNoTracer:
         """The receipt question carries the claim's traceparent, for a claim of
         the adapter that serves the act now; a hint-only one carries none."""
         from wardd.adapters import echo_adapter
-        from wardd.daemon.dispatch.claims import adapter_kind, receipt_question
+        from wardd.daemon.dispatch.claims import receipt_question
 
         adapter = echo_adapter()
-        stored = {"adapter": adapter_kind(adapter), "record": None, "trace": GOOD}
+        stored = {"adapter": adapter.kind, "record": None, "trace": GOOD}
         assert receipt_question(adapter, True, stored).traceparent == GOOD
         other = {**stored, "adapter": "another"}
         assert receipt_question(adapter, True, other).traceparent is None
