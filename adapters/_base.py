@@ -288,7 +288,8 @@ class BaseAdapter:
     """The defaults of `Adapter`'s optional members, which every adapter of
     wardd's (the built-in ones, `EntryPointAdapter`) inherits: not in-process,
     not abortable, no receipt, nothing to record with a claim, nothing to kill,
-    nothing to check.
+    nothing to check. An adapter's receipt is its `answer(idempotency_key,
+    claim_info)`, unless it overrides ``receipt`` itself.
 
     A built-in adapter is its act's settings and what it runs:
     ``class CliAdapter(BaseAdapter, CliSettings)``. This class comes first
@@ -332,7 +333,13 @@ class BaseAdapter:
         *,
         traceparent: str | None = None,
     ) -> Receipt:
-        """Default: ``unknown`` (the adapter cannot tell)."""
+        """The `answer` about the key and the claim's record. An adapter whose
+        receipt needs the call's request or span too (``http``) overrides
+        this method instead."""
+        return self.answer(idempotency_key, claim_info)
+
+    def answer(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
+        """Default: ``unknown`` (the adapter has no receipt)."""
         return Receipt("unknown", detail="the adapter has no receipt")
 
     def claim_info(self) -> dict[str, Any] | None:

@@ -86,7 +86,6 @@ from ._base import (
     OutcomeUnknown,
     Receipt,
     ReceiptAnswer,
-    SentCall,
 )
 from ._config import SecretFile
 
@@ -284,14 +283,7 @@ class CliAdapter(BaseAdapter, CliSettings):
             raise OutcomeUnknown(f"{self.tag}: exit status {code}{said}")
         return {"stdout": stdout, "stderr_tail": stderr_tail, "truncated": truncated}
 
-    def receipt(
-        self,
-        idempotency_key: str,
-        claim_info: Mapping[str, Any] | None = None,
-        sent: SentCall | None = None,
-        *,
-        traceparent: str | None = None,
-    ) -> Receipt:
+    def answer(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """Ask ``receipt_argv + [idempotency_key]``; never raises (failure is ``unknown``)."""
         if self.receipt_argv is None:
             return Receipt("unknown", detail="no receipt_argv configured")

@@ -134,7 +134,6 @@ from ._base import (
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
-    SentCall,
 )
 from ._hold import hold as _hold
 
@@ -229,14 +228,7 @@ class FileAppendAdapter(BaseAdapter, FileAppendSettings):
         if self.hold is not None:
             _hold(self.hold, "written")
 
-    def receipt(
-        self,
-        idempotency_key: str,
-        claim_info: Mapping[str, Any] | None = None,
-        sent: SentCall | None = None,
-        *,
-        traceparent: str | None = None,
-    ) -> Receipt:
+    def answer(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """Look the key up as the claim's record allows (contract §6); never raises.
 
         ``claim_info`` is ``None`` for an attempt that was never claimed, else

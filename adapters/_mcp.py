@@ -86,7 +86,6 @@ from ._base import (
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
-    SentCall,
 )
 from ._cli import EnvValue, _base_environment, _parse_env, read_env_secret
 from ._config import SecretFile
@@ -388,14 +387,7 @@ class McpAdapter(BaseAdapter, McpSettings):
             raise type(exc)(_redact.redact_text(str(exc), secrets)) from None
         return redact_value(value, secrets)
 
-    def receipt(
-        self,
-        idempotency_key: str,
-        claim_info: Mapping[str, Any] | None = None,
-        sent: SentCall | None = None,
-        *,
-        traceparent: str | None = None,
-    ) -> Receipt:
+    def answer(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """Ask ``receipt_tool`` about the key; never raises (module docstring)."""
         if self.receipt_tool is None:
             return Receipt("unknown", detail="no receipt_tool configured")

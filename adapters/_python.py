@@ -83,7 +83,6 @@ from ._base import (
     DefiniteFailure,
     OutcomeUnknown,
     Receipt,
-    SentCall,
     as_receipt,
 )
 
@@ -159,14 +158,7 @@ class PythonAdapter(BaseAdapter, PythonSettings):
             raise OutcomeUnknown(f"the function returned {why}")
         return value
 
-    def receipt(
-        self,
-        idempotency_key: str,
-        claim_info: Mapping[str, Any] | None = None,
-        sent: SentCall | None = None,
-        *,
-        traceparent: str | None = None,
-    ) -> Receipt:
+    def answer(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """The receipt function's answer about ``idempotency_key``; never raises."""
         if claim_info is None:  # never claimed: the function was never called
             return Receipt("not_executed")

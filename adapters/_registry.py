@@ -40,7 +40,6 @@ from ._base import (
     AdapterConfigError,
     BaseAdapter,
     Receipt,
-    SentCall,
     as_receipt,
 )
 
@@ -224,14 +223,7 @@ class EntryPointAdapter(BaseAdapter, EntryPointSettings):
         """The wrapped object's ``call``; its exceptions pass through unchanged."""
         return self.inner.call(request)
 
-    def receipt(
-        self,
-        idempotency_key: str,
-        claim_info: Mapping[str, Any] | None = None,
-        sent: SentCall | None = None,
-        *,
-        traceparent: str | None = None,
-    ) -> Receipt:
+    def answer(self, idempotency_key: str, claim_info: Mapping[str, Any] | None = None) -> Receipt:
         """The wrapped receipt, its answer normalised; never raises."""
         fn = self.fitted.receipt
         if fn is None:
