@@ -45,6 +45,7 @@ def prepare_db(root: Path, n: int) -> tuple[Path, Actor]:
 def run(
     db: Path, actor: Actor, start: int, n: int, *, count_frames: bool = False
 ) -> dict[str, Any]:
+    from wardd.daemon.core.records import BootContext
     from wardd.daemon.dispatch import attempt_units
     from wardd.daemon.dispatch.calls import CallEnd
     from wardd.daemon.store.encoding import dec
@@ -60,7 +61,7 @@ def run(
             (actor.id,),
         ).fetchone()
         desc = dec(row["placement"])
-        ctx = attempt_units.BootContext(
+        ctx = BootContext(
             boot=desc["executor"]["boot"],
             network="bench",
             advertised={row["placement_digest"]: desc},

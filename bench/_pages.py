@@ -89,6 +89,7 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
     ``backlog`` more ops pending (as in the sequential section)."""
     from _engine import prepare_db
 
+    from wardd.daemon.core.records import AttemptRef, BootContext
     from wardd.daemon.dispatch import attempt_units
     from wardd.daemon.dispatch.calls import CallEnd
     from wardd.daemon.store.encoding import dec
@@ -106,7 +107,7 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
             (actor.id,),
         ).fetchone()
         desc = dec(row[0])
-        ctx = attempt_units.BootContext(
+        ctx = BootContext(
             boot=desc["executor"]["boot"],
             network="bench",
             advertised={row[1]: desc},
@@ -133,7 +134,7 @@ def by_unit(root: Path, n: int = 200, backlog: int = 300) -> dict[str, dict[str,
             ref = unit(
                 "claim", attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)
             )
-            if not isinstance(ref, attempt_units.AttemptRef):
+            if not isinstance(ref, AttemptRef):
                 raise RuntimeError(f"invoke_claim refused: {ref!r}")
             unit("outcome", attempt_units.outcome(ref, CallEnd(AttemptState.SUCCEEDED, ref.args)))
         names = _names(conn)

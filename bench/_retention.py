@@ -135,6 +135,7 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
     """A database in ``root`` with ``n`` finished (consumed) ops of the
     first of ``len(pending)`` bound neurons (``args`` each), and ``pending[k]``
     submitted ops ``lat{i}`` of neuron ``k``; returns (database, actors)."""
+    from wardd.daemon.core.records import AttemptRef, BootContext
     from wardd.daemon.dispatch import attempt_units
     from wardd.daemon.dispatch import management_units as mgmt
     from wardd.daemon.dispatch.calls import CallEnd
@@ -162,7 +163,7 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
         (actor.id,),
     ).fetchone()
     desc = dec(row["placement"])
-    ctx = attempt_units.BootContext(
+    ctx = BootContext(
         boot=desc["executor"]["boot"],
         network="bench",
         advertised={row["placement_digest"]: desc},
@@ -184,7 +185,7 @@ def build(root: Path, n: int, pending: list[int], args: bytes = ARGS) -> tuple[P
                     "expected_epoch": row["epoch"],
                 }
                 ref = attempt_units.invoke_claim(ctx, actor.id, p, worker="w0", claim_info=None)(tx)
-                if not isinstance(ref, attempt_units.AttemptRef):
+                if not isinstance(ref, AttemptRef):
                     raise RuntimeError(f"invoke_claim refused: {ref!r}")
                 attempt_units.outcome(ref, CallEnd(AttemptState.SUCCEEDED, ref.args))(tx)
                 mgmt.consume(actor.id, op)(tx)

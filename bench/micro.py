@@ -455,7 +455,7 @@ def bench_log() -> None:
     print("\n== log: structlog as the daemon configures it (level info, lines to /dev/null)")
     import structlog
 
-    from wardd.daemon.cli import configure_logging
+    from wardd.daemon.observe.logs import configure_logging
 
     configure_logging("info")
     proxy = structlog.get_logger("wardd.bench")  # what the modules hold

@@ -37,14 +37,14 @@ from typing import Any
 import structlog
 import trio
 
-from wardd.daemon.observe.logs import StderrLogger, configure_logging
+from wardd.daemon.observe.logs import configure_logging
 
 EXIT_CONFIG = 78
 EXIT_LOCKED = 75
 EXIT_DATA = 65
 EXIT_START = 1
 
-__all__ = ["StderrLogger", "configure_logging", "main", "run"]
+__all__ = ["main", "run"]
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -17,7 +17,6 @@ from typing import Any
 
 from ..core import attempts as core
 from ..core import call as call_core
-from ..core.attempts import Reroute, shutdown_void
 from ..core.call import Answered
 from ..core.records import AttemptRef, BootContext
 from ..store import load
@@ -26,11 +25,6 @@ from ..store.writer import Tx, Unit
 from .calls import CallEnd, ClaimEntry
 
 __all__ = [
-    "Answered",
-    "AttemptRef",
-    "BootContext",
-    "Reroute",
-    "Unit",
     "abort_target",
     "call_claim",
     "call_precheck",
@@ -40,7 +34,6 @@ __all__ = [
     "manual_take",
     "outcome",
     "prepare",
-    "shutdown_void",
     "void",
     "void_many",
 ]

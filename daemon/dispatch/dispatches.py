@@ -21,7 +21,6 @@ from typing import Any
 
 import attrs
 
-from ..core.call import Answered
 from ..core.records import AttemptRef, BootContext
 from ..observe.tracing import TraceIn
 from ..store.writer import Unit
@@ -29,7 +28,6 @@ from . import attempt_units
 from .calls import CallEnd, ClaimEntry
 
 __all__ = [
-    "Answered",
     "Call",
     "Dispatch",
     "Execute",

@@ -43,10 +43,12 @@ from wardd.protocol import (
     canonical_digest,
 )
 
+from ..core.call import Answered
 from ..life.bridge import ThreadReply
 from ..observe.metrics import CONTENT_TYPE
 from ..store.encoding import wire_safe
 from ..store.reads import Reads
+from ..store.writer import Unit
 from ..wire.params import (
     NO_PARAMS,
     PAGE,
@@ -66,7 +68,7 @@ from ..wire.server import Connection
 from . import attempt_units
 from . import management_units as mgmt
 from .descriptors import check_descriptor
-from .dispatches import Answered, Call, Dispatch, Execute, Invoke
+from .dispatches import Call, Dispatch, Execute, Invoke
 from .services import Aborts, Attempts, Introspection, Receipts, Uses, Writes
 
 __all__ = ["METHODS", "Guard", "Method"]
@@ -75,7 +77,7 @@ log = structlog.get_logger("wardd")
 N = TypeVar("N", str, None)  # the neuron a handler gets: the signer, or None (unsigned)
 # a handler's first argument is its group's value (``Method.uses``)
 Handler = Callable[[Any, Connection, N, dict[str, Any]], Awaitable[Any]]
-UnitBuilder = Callable[[Writes, str, dict[str, Any]], attempt_units.Unit]
+UnitBuilder = Callable[[Writes, str, dict[str, Any]], Unit]
 
 
 class Guard(enum.Enum):
@@ -266,7 +268,7 @@ async def _abort(s: Aborts, conn: Connection, neuron: str, p: dict[str, Any]) ->
     return {"op": op, "attempt": attempt, "status": "unknown", "aborted": end.aborted is True}
 
 
-def _bind_placement(s: Writes, neuron: str, p: dict[str, Any]) -> attempt_units.Unit:
+def _bind_placement(s: Writes, neuron: str, p: dict[str, Any]) -> Unit:
     admitted = check_descriptor(p["descriptor"], s.descriptors)
     return mgmt.bind_placement(
         neuron, p["expected_generation"], admitted, canonical_digest(admitted)

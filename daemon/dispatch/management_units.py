@@ -15,8 +15,7 @@ from wardd.protocol import AttemptState, ProgState
 from ..core import budget, ops, root
 from ..store import load
 from ..store.apply import apply
-from ..store.writer import Tx
-from .attempt_units import Unit
+from ..store.writer import Tx, Unit
 
 __all__ = [
     "advance_epoch",

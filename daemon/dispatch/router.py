@@ -40,11 +40,11 @@ from wardd.protocol import (
     verify,
 )
 
+from ..core.call import Answered
 from ..store.writer import Unit, Writer
 from ..wire.params import check_params
 from ..wire.server import Connection
 from .dispatcher import Dispatcher
-from .dispatches import Answered
 from .guard import GuardTable
 from .handlers import METHODS, Guard, Method
 from .services import Services

@@ -44,7 +44,7 @@ import trio
 from wardd.protocol import Internal, TokenInvalid, TokenVoid, WarddError
 
 from ..core.attempts import pruned_token
-from .attempt_units import AttemptRef
+from ..core.records import AttemptRef
 
 __all__ = [
     "TOKEN_MOVES",

@@ -15,6 +15,7 @@ import structlog
 
 from wardd.protocol import Internal, WarddError
 
+from ..core.attempts import shutdown_void
 from ..store.writer import Writer
 from . import attempt_units
 
@@ -28,7 +29,7 @@ def shutdown_refusal(voided: bool) -> WarddError:
     once its attempt's void is durable (or when it had none): ``token_void``
     (``shutdown``); ``internal`` if the void could not be written."""
     if voided:
-        return attempt_units.shutdown_void()
+        return shutdown_void()
     return Internal("the attempt could not be voided")
 
 

@@ -36,15 +36,17 @@ import structlog
 from wardd.adapters import ActRequest, Adapter, CallAborted, DefiniteFailure, idempotency_key
 from wardd.protocol import AttemptState, Internal, WarddError
 
+from ..core.attempts import Reroute
+from ..core.call import Answered
+from ..core.records import AttemptRef, BootContext
 from ..life.bridge import ThreadReply
 from ..observe.tracing import CLAIM_KEY, NO_SPAN, NO_TRACER, DispatchSpan, Tracer
 from ..store.encoding import wire_safe
 from ..store.writer import Writer
 from . import attempt_units
-from .attempt_units import AttemptRef, BootContext, Reroute
 from .calls import CallEnd, Calls, ClaimEntry
 from .claims import claim_record
-from .dispatches import Answered, Dispatch, Recorded, claim_unit
+from .dispatches import Dispatch, Recorded, claim_unit
 from .guard import GuardTable
 from .voids import shutdown_refusal
 

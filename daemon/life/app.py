@@ -32,7 +32,7 @@ from wardd.adapters import Adapter, echo_adapter
 from wardd.protocol import PROTOCOL_VERSION, canonical_digest
 
 from ..config import Config
-from ..dispatch import attempt_units
+from ..core.records import BootContext
 from ..dispatch.calls import Calls
 from ..dispatch.descriptors import build_descriptors, device_id
 from ..dispatch.dispatcher import Dispatcher, Settler
@@ -450,7 +450,7 @@ def build_adapters(config: Config, boot: str | None = None) -> dict[str, Adapter
 
 def describe(
     config: Config, device: str, boot: str, act_bounds: dict[str, int]
-) -> tuple[list[dict[str, Any]], list[str], attempt_units.BootContext]:
+) -> tuple[list[dict[str, Any]], list[str], BootContext]:
     """The workers' descriptors (as ``list_workers`` shows them), their
     digests, and the boot's context the units decide in."""
     descriptors = build_descriptors(
@@ -462,7 +462,7 @@ def describe(
         act_bounds=act_bounds,
     )
     digests = [canonical_digest(d) for d in descriptors]
-    ctx = attempt_units.BootContext(
+    ctx = BootContext(
         boot=boot,
         network=config.network,
         advertised=dict(zip(digests, descriptors, strict=True)),

@@ -545,12 +545,12 @@ class Cluster:
 
     @staticmethod
     def pay_keys(db: Any, act: str = "pay") -> set[tuple[str, str, int]]:
-        return {(o.neuron, o.op, a.attempt) for o, a in _pay_attempts(db, act)}
+        return {(o.neuron, o.op, a.attempt) for o, a in _act_attempts(db, act)}
 
     @staticmethod
     def by_receipt(db: Any, act: str, status: str) -> int:
         """How many of ``act``'s attempts a receipt resolved to ``status``."""
-        return sum(1 for _, a in _pay_attempts(db, act) if a.outcome == (status, "receipt"))
+        return sum(1 for _, a in _act_attempts(db, act) if a.outcome == (status, "receipt"))
 
     def figures(self) -> dict[str, Any]:
         effects, torn = self.effects()
@@ -598,12 +598,12 @@ class Cluster:
                 "receipt_not_executed": self.by_receipt(db, "tool", "not_executed"),
             },
             "replay": {
-                "attempts": len(_pay_attempts(db, "charge")),
+                "attempts": len(_act_attempts(db, "charge")),
                 "effects": sum(effects[k] for k in self.pay_keys(db, "charge")),
                 "receipt_executed": self.by_receipt(db, "charge", "succeeded"),
                 "receipt_not_executed": self.by_receipt(db, "charge", "not_executed"),
                 "left_unknown": sum(
-                    1 for _, a in _pay_attempts(db, "charge") if a.state == "unknown"
+                    1 for _, a in _act_attempts(db, "charge") if a.state == "unknown"
                 ),
             },
             "unknown_with_receipt_hint": sum(
@@ -626,7 +626,7 @@ def _act_of(db: Any, neuron: str, op: str) -> str | None:
     return None if o is None else str(o.act)
 
 
-def _pay_attempts(db: Any, act: str = "pay") -> list[tuple[Any, Any]]:
+def _act_attempts(db: Any, act: str = "pay") -> list[tuple[Any, Any]]:
     return [(o, a) for o in db.ops.values() if o.act == act for a in o.attempts]
 
 

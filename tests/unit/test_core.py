@@ -17,7 +17,7 @@ import trio.testing
 import wardd.daemon
 from tests.unit._refs import attempt_ref
 from wardd.daemon import cli, config
-from wardd.daemon.dispatch.attempt_units import AttemptRef
+from wardd.daemon.core.records import AttemptRef
 from wardd.daemon.dispatch.guard import GuardTable
 from wardd.daemon.dispatch.tokens import DeadHandle, DispatchToken, TokenRegistry
 from wardd.daemon.life import app

@@ -23,6 +23,7 @@ import trio.testing
 
 from wardd.adapters import CallAborted, echo_adapter
 from wardd.client import Neuron
+from wardd.daemon.core.records import BootContext
 from wardd.daemon.dispatch import attempt_units
 from wardd.daemon.dispatch import management_units as mgmt
 from wardd.daemon.dispatch.calls import CallEnd, Calls
@@ -100,7 +101,7 @@ class World:
     settler: Settler
     voids: Voids
     life: Lifecycle
-    ctx: attempt_units.BootContext
+    ctx: BootContext
     hold: HoldAdapter
     generations: dict[str, int]
     notified: list[tuple[str, dict[str, Any]]]
@@ -141,7 +142,7 @@ def world(tmp_path) -> Iterator[World]:
         workers=2, network=NETWORK, version="t", device="dev", boot=BOOT, act_bounds=bounds
     )
     digests = [canonical_digest(d) for d in descriptors]
-    ctx = attempt_units.BootContext(
+    ctx = BootContext(
         boot=BOOT,
         network=NETWORK,
         advertised=dict(zip(digests, descriptors, strict=True)),
