@@ -91,7 +91,7 @@ bench-paired: $(STAMP)
 # Branch coverage of the whole suite, spawned daemons included (docs/reliability.md):
 # fails below COVERAGE_MIN, set just under the figure measured when it was last raised.
 # Measured 2026-12-03: 90.0 % (statements 91.3 %, branches 85.0 %).
-COVERAGE_MIN ?= 88
+COVERAGE_MIN ?= 91
 coverage: export COVERAGE_FILE = $(CURDIR)/.coverage
 coverage: $(STAMP)
 	rm -f .coverage .coverage.*
