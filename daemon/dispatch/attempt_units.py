@@ -12,7 +12,8 @@ is returned as the reply.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 from ..core import attempts as core
@@ -61,7 +62,7 @@ def claim(
     worker: str,
     boot: str,
     claim_info: Any,
-    stopping: Callable[[], bool] = lambda: False,
+    stopping: threading.Event | None = None,
     entry: ClaimEntry | None = None,
 ) -> Unit:
     """The claim of a token's attempt (contract §3.2.2). ``entry`` (None:
@@ -72,7 +73,7 @@ def claim(
     def unit(tx: Tx) -> Any:
         view = load.op_view_by_id(tx.conn, ref.op_id)
         decision = core.claim(
-            view, ref, worker=worker, boot=boot, claim_info=claim_info, stopping=stopping()
+            view, ref, worker=worker, boot=boot, claim_info=claim_info, stopping=_set(stopping)
         )
         return _claimed(tx, decision, view.op, entry)
 
@@ -86,7 +87,7 @@ def invoke_claim(
     *,
     worker: str,
     claim_info: Any,
-    stopping: Callable[[], bool] = lambda: False,
+    stopping: threading.Event | None = None,
     entry: ClaimEntry | None = None,
 ) -> Unit:
     """contract §3.2.5: ``invoke``'s attempt and claim in one unit, under the
@@ -97,7 +98,7 @@ def invoke_claim(
     def unit(tx: Tx) -> Any:
         view = load.op_view(tx.conn, neuron, params["op"], next_attempt=True)
         decision = core.invoke_claim(
-            ctx, view, params, worker=worker, claim_info=claim_info, stopping=stopping()
+            ctx, view, params, worker=worker, claim_info=claim_info, stopping=_set(stopping)
         )
         return _claimed(tx, decision, view.op, entry)
 
@@ -128,7 +129,7 @@ def call_claim(
     *,
     worker: str,
     claim_info: Any,
-    stopping: Callable[[], bool] = lambda: False,
+    stopping: threading.Event | None = None,
     entry: ClaimEntry | None = None,
 ) -> Unit:
     """contract §3.2.6: ``call``'s op (when new), attempt and claim in one
@@ -148,7 +149,7 @@ def call_claim(
             next_attempt_id=load.next_id(tx.conn, "attempts") if new else existing.next_attempt_id,
             worker=worker,
             claim_info=claim_info,
-            stopping=stopping(),
+            stopping=_set(stopping),
         )
         return _claimed(tx, decision, existing.op, entry)
 
@@ -210,3 +211,8 @@ def void(attempt_id: int, reason: str) -> Unit:
         return bool(many(tx))
 
     return unit
+
+
+def _set(flag: threading.Event | None) -> bool:
+    """Whether the daemon's stop has begun (no flag: a unit run outside a daemon)."""
+    return flag is not None and flag.is_set()

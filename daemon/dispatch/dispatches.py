@@ -16,7 +16,8 @@ thread under load, only takes the result).
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -80,7 +81,7 @@ def claim_unit(
     *,
     worker: str,
     claim_info: Any,
-    stopping: Callable[[], bool],
+    stopping: threading.Event,
     entry: ClaimEntry,
 ) -> Unit:
     """The claim's writer unit for ``d`` on ``worker``: the only place it is built.

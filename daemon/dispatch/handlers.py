@@ -153,7 +153,7 @@ def _read(params: Spec, fn: Callable[[Reads, dict[str, Any]], Any]) -> Method[No
 
 async def _prepare(s: Attempts, conn: Connection, neuron: str, p: dict[str, Any]) -> Any:
     ref = await s.writer.run(attempt_units.prepare(s.ctx, neuron, p))
-    if s.stopping():  # admitted before the shutdown began: never a live token
+    if s.stopping.is_set():  # admitted before the shutdown began: never a live token
         raise await s.voids.refuse(ref.attempt_id)
     if conn.closed:  # the connection went away meanwhile: its token is dropped
         await s.voids.void(ref.attempt_id, "token_dropped")

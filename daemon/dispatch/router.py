@@ -24,6 +24,7 @@ or dispatches.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -57,8 +58,14 @@ class Lifecycle:
     """Where the daemon is in its life: recovering, serving, stopping, failed."""
 
     recovered: trio.Event = attrs.field(factory=trio.Event)
-    stopping: bool = False
+    # set once when the stop begins (on the event loop); read on any thread:
+    # the claim units read it on the writer's (contract §3.6)
+    stop_begun: threading.Event = attrs.field(factory=threading.Event)
     fatal: str | None = None  # why the daemon fail-stops (contract §3.2.3)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_begun.is_set()
 
 
 class Authenticator:

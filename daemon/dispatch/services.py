@@ -9,6 +9,7 @@ holding every group (:mod:`~wardd.daemon.life.app`).
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -59,7 +60,7 @@ class Attempts:
     pool: WorkerPool  # whether a worker is this daemon's
     tokens: Tokens
     voids: Voids
-    stopping: Callable[[], bool]  # the daemon's stop has begun
+    stopping: threading.Event  # set once the daemon's stop has begun
 
 
 @attrs.frozen(eq=False)

@@ -86,7 +86,7 @@ class WorkerPool:
         calls: Calls,
         on_recorded: Callable[[Recorded, ThreadReply], None],
         on_act: Callable[[str, float], None] = lambda act, seconds: None,
-        stopping: Callable[[], bool] = lambda: False,
+        stopping: threading.Event | None = None,
         tracer: Tracer = NO_TRACER,
     ) -> None:
         self._guards = guards
@@ -95,7 +95,8 @@ class WorkerPool:
         self._writer = writer
         self._adapters = adapters
         self._ctx = ctx
-        self._claim_stopping = stopping  # read by the claim units (the daemon's stop)
+        # the daemon's stop has begun: read by the claim units, on the writer's thread
+        self._claim_stopping = stopping if stopping is not None else threading.Event()
         self.states = [WorkerState(w, threading.Condition(guards.lock)) for w in worker_ids(n)]
         self._by_id = {s.id: s for s in self.states}
         self._queues: dict[str, collections.deque[Job]] = {

@@ -149,7 +149,7 @@ class Daemon:
             calls=calls,
             on_recorded=settler.recorded,
             on_act=self.metrics.act_call,
-            stopping=lambda: self.life.stopping,
+            stopping=self.life.stop_begun,
             tracer=self.tracer,
         )
         dispatcher = Dispatcher(
@@ -168,7 +168,7 @@ class Daemon:
                 self.pool,
                 self.tokens,
                 self.voids,
-                stopping=lambda: self.life.stopping,
+                stopping=self.life.stop_begun,
             ),
             aborts=Aborts(self.reads, self.adapters, self.pool, self.dispatcher),
             receipts=Receipts(self.writer, self.recovery),
@@ -325,7 +325,7 @@ class Daemon:
             accepting.cancel()
             # contract §4 [2.3]: a stop never waits for a decode
             self.server.stop_decoding()
-            self.life.stopping = True
+            self.life.stop_begun.set()
             # a reconcile waiting for a receipt check is refused
             # (receipt_pending): the check will not finish now
             self.recovery.stop()

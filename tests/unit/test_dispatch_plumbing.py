@@ -163,7 +163,7 @@ def world(tmp_path) -> Iterator[World]:
         ctx=ctx,
         calls=calls,
         on_recorded=settler.recorded,
-        stopping=lambda: life.stopping,
+        stopping=life.stop_begun,
     )
     voids = Voids(writer)
     dispatcher = Dispatcher(pool, voids)
@@ -309,7 +309,7 @@ class TestWorkerPool:
             await wait_entered(world.hold)  # w0 is busy: the next dispatch waits in its queue
             nursery.start_soon(run, "w0", Dispatch(NEURON, "echo", Execute(ref)))
             await trio.testing.wait_all_tasks_blocked()
-            world.life.stopping = True
+            world.life.stop_begun.set()
             queued = world.pool.begin_stop()
             assert [d.how for d, _reply in queued] == [Execute(ref)]
             await void_shutdown(world.voids, queued, tokens, [])
@@ -443,7 +443,7 @@ class TestRouter:
                 None,
                 request("advance_epoch", stranger.params("advance_epoch", {"expected_epoch": 0})),
             )
-        life.stopping = True
+        life.stop_begun.set()
         for method in ("advance_epoch", "nope"):  # once stopping, before anything else
             with pytest.raises(Overloaded):
                 await r.handle(None, request(method, {"expected_epoch": "x"}))
