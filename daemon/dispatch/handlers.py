@@ -130,6 +130,20 @@ def _write(params: Spec, build: UnitBuilder, guard: Guard = Guard.NONE) -> Metho
     return _signed(params, handler, Uses.WRITES, guard)
 
 
+def _introspect(handler: Handler[None], *, inline: bool = False) -> Method[None]:
+    """An unsigned question about the daemon itself: no params, answered while
+    the daemon stops and before its recovery ends."""
+    return Method(
+        NO_PARAMS,
+        signed=False,
+        handler=handler,
+        uses=Uses.DAEMON,
+        served_while_stopping=True,
+        waits_for_recovery=False,
+        inline=inline,
+    )
+
+
 def _page(p: Mapping[str, Any]) -> tuple[Any, int]:
     """A paged read's cursor and limit (contract §4), with the one default."""
     return p.get("after"), p.get("limit", DEFAULT_PAGE_LIMIT)
@@ -398,31 +412,9 @@ METHODS: Final[Mapping[str, Method[Any]]] = {
     "check_receipts": _signed(NO_PARAMS, _check_receipts, Uses.RECEIPTS),
     "abort": _signed(({"op": ident, "attempt": uint}, {}), _abort, Uses.ABORTS),
     # unsigned: the daemon, execute and the reads (contract §4)
-    "status": Method(
-        NO_PARAMS,
-        signed=False,
-        handler=_status,
-        uses=Uses.DAEMON,
-        served_while_stopping=True,
-        waits_for_recovery=False,
-        inline=True,
-    ),
-    "metrics": Method(
-        NO_PARAMS,
-        signed=False,
-        handler=_metrics,
-        uses=Uses.DAEMON,
-        served_while_stopping=True,
-        waits_for_recovery=False,
-    ),
-    "list_workers": Method(
-        NO_PARAMS,
-        signed=False,
-        handler=_list_workers,
-        uses=Uses.DAEMON,
-        served_while_stopping=True,
-        waits_for_recovery=False,
-    ),
+    "status": _introspect(_status, inline=True),
+    "metrics": _introspect(_metrics),
+    "list_workers": _introspect(_list_workers),
     "execute": Method(  # its token is void by then (token_void, shutdown)
         ({"token": byte_string}, TRACE),
         signed=False,
