@@ -22,7 +22,10 @@ voids its attempt). Any other exception rolls the unit back and becomes
 If a COMMIT fails, every unit of the batch fails with ``internal``
 (``data.reason: commit_failed``). A batch that held a *critical* unit (an
 adapter outcome) makes the writer fail-stop: it refuses every later unit
-and calls ``on_fatal`` so the daemon exits non-zero (contract §3.2.3).
+and calls ``on_fatal`` so the daemon exits non-zero (contract §3.2.3):
+after it has answered each unit of that batch, so that a caller's answer
+(an outcome lost after the claim: "may have run") is on its way to the event
+loop before the stop that closes the connections.
 """
 
 from __future__ import annotations
@@ -167,6 +170,7 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="wardd-writer", daemon=True)
         self.stats = WriterStats()
         self.fatal: str | None = None
+        self._untold: str | None = None  # a fail-stop the daemon has not heard of yet
         self._backlog = 0
         self._lock = threading.Lock()
         self._on_batch = on_batch  # told each batch committed (the daemon's metrics)
@@ -245,6 +249,8 @@ class Writer:
         except BaseException as exc:
             log.critical("writer_failed", error=repr(exc), exc_info=True)
             self._fail_batch(batch, exc, fatal=True)
+        finally:
+            self._tell_fatal()  # once the batch's callers are answered
 
     def _rollback_unit(self, whole: bool) -> bool:
         """Undo one unit (``whole``: the unit is the batch's only one, and its
@@ -347,13 +353,21 @@ class Writer:
         """Stop taking writes and tell the daemon to stop (contract §3.2.3):
         something the daemon must record could not be recorded."""
         self._go_fatal(why)
+        self._tell_fatal()
 
     def _go_fatal(self, why: str) -> None:
+        """Refuse every later unit from now; the daemon hears of it from
+        :meth:`_tell_fatal` (after the batch in hand is answered)."""
         with self._lock:
             if self.fatal is not None:
                 return
-            self.fatal = why
-        self._on_fatal(why)
+            self.fatal = self._untold = why
+
+    def _tell_fatal(self) -> None:
+        with self._lock:
+            why, self._untold = self._untold, None
+        if why is not None:
+            self._on_fatal(why)
 
     def _fail_batch(self, batch: list[_Job], exc: BaseException, *, fatal: bool = False) -> None:
         """The batch's transaction is lost: every unit of it fails."""

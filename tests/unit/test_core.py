@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import pickle
 import sqlite3
@@ -297,14 +298,30 @@ class TestWriter:
         writer refuses every later write."""
         conn = _db_failing_at_commit(tmp_path)
         fatal: list[str] = []
-        w = Writer(conn, on_fatal=fatal.append)
+        told = threading.Event()
+        futs: list[concurrent.futures.Future[object]] = []
+
+        def on_fatal(why: str) -> None:
+            # the batch's caller is answered before the daemon hears of the
+            # stop: its "may have run" leaves before the connections close
+            fatal.append(why if futs[0].done() else "told before the caller was answered")
+            told.set()
+
+        w = Writer(conn, on_fatal=on_fatal)
         w.start()
         try:
             # a deferred foreign-key violation passes the unit and fails at COMMIT
+            gate = threading.Event()
+            w.submit(lambda tx: gate.wait(10))  # holds the writer until futs is filled
+            futs.append(
+                w.submit(lambda tx: tx.conn.execute("INSERT INTO c VALUES (42)"), critical=True)
+            )
+            gate.set()
             with pytest.raises(Internal) as ei:
-                w.call(lambda tx: tx.conn.execute("INSERT INTO c VALUES (42)"), critical=True)
+                futs[0].result(10)
             assert ei.value.data == {"reason": "commit_failed"}
-            assert len(fatal) == 1
+            assert told.wait(10)
+            assert len(fatal) == 1 and fatal[0].startswith("an outcome could not be stored")
             with pytest.raises(Internal) as later:
                 w.call(lambda tx: tx.conn.execute("INSERT INTO t VALUES (1)"))
             assert later.value.data == {"reason": "fail_stop"}
