@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import structlog
 
@@ -76,10 +76,11 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a stuck scraper never holds the process at exit
     block_on_close = False  # stop() never waits for a scraper's thread
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, address: tuple[str, int], app: Any, refusals: Refusals) -> None:
         self._slots = threading.BoundedSemaphore(MAX_SCRAPERS)
-        self.refusals = Refusals(BUSY_LOG_INTERVAL_S)
-        super().__init__(*args, **kwargs)
+        self.refusals = refusals
+        super().__init__(address, _Handler)
+        self.set_app(app)
 
     def _say_refused(self, count: int | None) -> None:
         if count is not None:
@@ -138,12 +139,7 @@ class MetricsServer:
         self._render = render
         self._lock = threading.Lock()  # one rendering at a time (its reader connection)
         server_class = _Server6 if ":" in host else _Server
-        server = make_server(
-            host, port, self._app, server_class=server_class, handler_class=_Handler
-        )
-        assert isinstance(server, _Server)
-        server.refusals = Refusals(busy_log_interval_s)  # before it serves
-        self._server = server
+        self._server = server_class((host, port), self._app, Refusals(busy_log_interval_s))
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="wardd-metrics-http", daemon=True
         )
