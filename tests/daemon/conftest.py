@@ -1,6 +1,7 @@
 """The fixtures of the wire's fuzz tests (tests/daemon/test_fuzz_*.py): one
-shared daemon per test module (``target``), and ``unchanged``, which checks
-that a batch of refused requests changed nothing."""
+shared daemon per test module (``target``), ``unchanged``, which checks
+that a batch of refused requests changed nothing, and ``stall_probe``, a
+quiet client beside the fuzz in a process of its own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.daemon._fuzz import Target
+from tests.daemon._stall_probe import StallProbe
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +36,14 @@ def unchanged(target: Target) -> Iterator[Target]:
     assert target.alive(), "the daemon is not running:\n" + target.daemon.log_text()[-4000:]
     after = target.snapshot()
     assert after == before, "a refused request changed the daemon's state"
+
+
+@pytest.fixture
+def stall_probe(target: Target) -> Iterator[StallProbe]:
+    """A running stall probe on the shared daemon (tests/daemon/_stall_probe.py);
+    the test reads its figures with ``finish``; ended here, pass or fail."""
+    probe = StallProbe.start(target.path)
+    try:
+        yield probe
+    finally:
+        probe.end()

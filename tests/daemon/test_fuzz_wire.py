@@ -28,10 +28,8 @@ tests/daemon/_fuzz.py).
 
 from __future__ import annotations
 
-import collections
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +39,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.daemon._fuzz import Closed, Target, Wire, deep, end_wire, framed
+from tests.daemon._fuzz import Closed, Target, Wire, deep, framed
+from tests.daemon._stall_probe import Span, during, figures_of, report
 from tests.daemon.harness import NETWORK
 from wardd.protocol import (
     ERRORS,
@@ -526,94 +525,78 @@ class TestFuzz:
         fuzz_streams(unchanged, DEFAULT_EXAMPLES // 2)
 
 
-# -- the soak form ----------------------------------------------------------------------------
+class TestStallProbe:
+    """The soak's stall probe, a process of its own, reports the round trips it made."""
 
+    def test_the_probe_reports_round_trips_made_while_it_ran(self, target, stall_probe):
+        """Its figures are ordered, and its worst ended between its start and
+        its stop on this process's clock (which names the batch it fell in)."""
+        figures = stall_probe.finish()
+        stopped = time.monotonic()
+        assert figures.count >= 1, figures
+        assert 0 < figures.median_s <= figures.p99_s <= figures.p999_s <= figures.worst_s
+        worst_start = figures.worst_end - figures.worst_s
+        assert stall_probe.started <= worst_start <= figures.worst_end <= stopped, figures
+        # its wall-clock end is in seconds of the wall clock, not of another clock
+        assert abs(figures.worst_end_wall - time.time()) < 600, figures
 
-class StallProbe:
-    """A quiet client beside the fuzz: ``status`` on a connection of its own,
-    one request after the other. A frame the daemon works on in its event
-    loop holds every other client for as long: the probe's worst round trip
-    bounds the longest the loop was held by any one frame sent meanwhile
-    (plus the probe's own round trip, its median). ``batch`` names what the
-    fuzz is sending, for the report."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.batch = ""
-        self.worst = 0.0
-        self.worst_in = ""
-        self.samples: collections.deque[float] = collections.deque(maxlen=100_000)  # the last
-        self.count = 0
-        self._stop = threading.Event()
-        self._wire: Wire | None = None
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._wire = Wire(self.path, timeout=120).hello()
-                while not self._stop.is_set():
-                    t0 = time.monotonic()
-                    self._wire.call("status")
-                    self._note(time.monotonic() - t0)
-                    self._stop.wait(0.005)  # pacing: the probe is not a load
-            except (OSError, Closed, AssertionError):
-                self._stop.wait(0.1)  # the daemon is being restarted: try again
-            finally:
-                if self._wire is not None:
-                    self._wire.close()
-
-    def _note(self, rtt: float) -> None:
-        self.count += 1
-        self.samples.append(rtt)
-        if rtt > self.worst:
-            self.worst, self.worst_in = rtt, self.batch
-
-    def stop(self) -> None:
-        self._stop.set()
-        wire = self._wire
-        if wire is not None:
-            end_wire(wire)
-
-    def report(self) -> str:
-        ordered = sorted(self.samples) or [0.0]
-        median = ordered[len(ordered) // 2]
-        p999 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.999))]
-        return (
-            f"stall_probes={self.count} stall_worst_ms={self.worst * 1000:.1f} "
-            f"(in {self.worst_in or '-'}) stall_p99.9_ms={p999 * 1000:.1f} "
-            f"stall_median_ms={median * 1000:.2f}"
+    def test_the_figures_are_ranks_of_every_round_trip(self):
+        samples = [ms / 1000 for ms in range(1000, 0, -1)]  # 1 ms .. 1000 ms
+        f = figures_of(samples, worst_end=5.0, worst_end_wall=6.0)
+        assert (f.count, f.median_s, f.p99_s, f.p999_s, f.worst_s) == (
+            1000,
+            0.501,
+            0.991,
+            1.0,
+            1.0,
         )
+        assert figures_of([], 0.0, 0.0).count == 0
+
+    def test_the_worst_is_named_by_the_batch_running_when_it_ended(self):
+        spans = [Span("random_items", 10.0, 20.0), Span("request_like", 21.0, 30.0)]
+        assert during(spans, 15.0) == "random_items"
+        assert during(spans, 30.0) == "request_like"
+        assert during(spans, 20.5) == "-"  # between batches (the state check)
+        line = report(figures_of([0.002, 0.004], 25.0, 0.0), spans)
+        assert line.startswith("stall_probes=2 stall_worst_ms=4.0 (in request_like, 00:00:00 UTC)")
+        assert "stall_p99_ms=4.0 stall_p99.9_ms=4.0 stall_median_ms=4.00" in line
+
+
+# -- the soak form ----------------------------------------------------------------------------
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(0)
 @pytest.mark.skipif(not SOAK_CASES, reason="soak: run by `make soak` (WARDD_SOAK_CASES)")
-def test_fuzz_soak(target, start_thread):
+def test_fuzz_soak(target, stall_probe):
     """The same batches at soak size (>= 100k cases), state checked after
-    each batch; a quiet client's worst round trip meanwhile is reported as
-    the worst event-loop stall (``StallProbe``)."""
+    each batch; a quiet client's worst round trip meanwhile, from a process
+    of its own, is reported as the worst event-loop stall
+    (tests/daemon/_stall_probe.py): reported, not asserted."""
     per = max(1, SOAK_CASES // len(BATCHES) // 10)
     start = target.cases
-    probe = StallProbe(target.path)
-    start_thread(probe.run, stop=probe.stop)
+    spans: list[Span] = []
     t0 = time.monotonic()
     over = False
     while target.cases - start < SOAK_CASES and not over:
         for name, batch in BATCHES.items():
             before = target.snapshot()
-            probe.batch = name
+            began = time.monotonic()
             batch(target, per)
-            probe.batch = ""
+            spans.append(Span(name, began, time.monotonic()))
             target.drop_wire()
             assert not target.deaths, f"the daemon died in {name}:\n" + target.deaths[-1]
             assert target.snapshot() == before, f"a refused request changed state ({name})"
             over = bool(SOAK_BUDGET_S) and time.monotonic() - t0 > SOAK_BUDGET_S
             if over:
                 break
-    probe.stop()
-    cases = target.cases - start
-    print(
-        f"\nwire fuzz soak: cases={cases} seconds={time.monotonic() - t0:.0f} "
-        f"deaths={len(target.deaths)} {probe.report()}"
-        + (f" budget_reached={SOAK_BUDGET_S:.0f}s" if over else "")
-    )
+    seconds = time.monotonic() - t0
+    stall = "stall_probe=failed"
+    try:
+        stall = report(stall_probe.finish(), spans)
+    finally:  # the fuzz's figures, even without the probe's
+        print(
+            f"\nwire fuzz soak: cases={target.cases - start} seconds={seconds:.0f} "
+            f"deaths={len(target.deaths)} {stall}"
+            + (f" budget_reached={SOAK_BUDGET_S:.0f}s" if over else "")
+        )
