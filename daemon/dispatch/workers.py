@@ -9,7 +9,8 @@ accepted through the writer, pinned to the original op and attempt.
 A worker serves its queue in order per neuron; a dispatch whose neuron's
 guard is held exclusively is set aside and the next neuron's dispatch is
 served meanwhile (dispatches of different neurons never wait for each
-other's guard).
+other's guard): which dispatch a worker takes next is
+:mod:`~wardd.daemon.dispatch.queues`'.
 
 A worker takes a frozen :class:`~wardd.daemon.dispatch.dispatches.Dispatch` and the reply it
 completes, and hands the writer values too: the claim unit gets the call it
@@ -24,7 +25,6 @@ outcome is durable (:meth:`~wardd.daemon.dispatch.dispatcher.Settler.settle`, to
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -48,6 +48,7 @@ from .calls import CallEnd, Calls, ClaimEntry
 from .claims import claim_record
 from .dispatches import Dispatch, Recorded, claim_unit
 from .guard import GuardTable
+from .queues import Job, WorkerQueues, WorkerState
 from .voids import shutdown_refusal
 
 __all__ = ["Job", "WorkerPool", "WorkerState", "call_act", "worker_ids"]
@@ -55,23 +56,6 @@ __all__ = ["Job", "WorkerPool", "WorkerState", "call_act", "worker_ids"]
 log = structlog.get_logger("wardd.worker")
 A = AttemptState
 ERROR_TEXT_MAX = 2000
-
-#: A queued dispatch and the reply it completes.
-Job = tuple[Dispatch, ThreadReply]
-
-
-@attrs.define(eq=False)
-class WorkerState:
-    """One worker: its call in progress, and how it waits for work."""
-
-    id: str
-    # what it waits on when idle: a condition of its own over the guards'
-    # lock, so that a dispatch queued on another worker, or a guard released,
-    # does not wake it (a wake costs a futex and a GIL hand-over)
-    wake: threading.Condition
-    busy: AttemptRef | None = None
-    # True while it waits for a guard (every guard release wakes it)
-    on_guard: bool = False
 
 
 class WorkerPool:
@@ -91,18 +75,13 @@ class WorkerPool:
     ) -> None:
         self._guards = guards
         self._tracer = tracer
-        self._lock = guards.lock
         self._writer = writer
         self._adapters = adapters
         self._ctx = ctx
         # the daemon's stop has begun: read by the claim units, on the writer's thread
         self._claim_stopping = stopping if stopping is not None else threading.Event()
-        self.states = [WorkerState(w, threading.Condition(guards.lock)) for w in worker_ids(n)]
-        self._by_id = {s.id: s for s in self.states}
-        self._queues: dict[str, collections.deque[Job]] = {
-            s.id: collections.deque() for s in self.states
-        }
-        self._stopping = False
+        self._queues = WorkerQueues(guards, worker_ids(n))
+        self.states: list[WorkerState] = self._queues.states
         self.calls = calls
         self._grace_over = False
         # told each adapter call's act and duration (the daemon's metrics)
@@ -124,32 +103,17 @@ class WorkerPool:
         return all(t.is_alive() for t in self._threads)
 
     def has(self, worker: str) -> bool:
-        return worker in self._queues
+        return self._queues.has(worker)
 
     def submit(self, worker: str, d: Dispatch) -> ThreadReply | None:
         """Queue ``d`` on ``worker``: the reply its worker completes (on the
         event loop's thread); None once the pool is stopping (never claimed)."""
         reply = ThreadReply()
-        return reply if self._enqueue(worker, (d, reply)) else None
-
-    def _enqueue(self, worker: str, job: Job) -> bool:
-        with self._lock:
-            if self._stopping:
-                return False
-            self._queues[worker].append(job)
-            _wake(self._by_id[worker], self._guards)
-            return True
+        return reply if self._queues.put(worker, (d, reply)) else None
 
     def begin_stop(self) -> list[Job]:
         """Claim nothing more: returns the queued, unclaimed dispatches."""
-        with self._lock:
-            self._stopping = True
-            queued = [job for q in self._queues.values() for job in q]
-            for q in self._queues.values():
-                q.clear()
-            for state in self.states:
-                _wake(state, self._guards)
-        return queued
+        return self._queues.begin_stop()
 
     def join(self, grace: float) -> bool:
         """Wait up to ``grace`` seconds for calls in progress (after
@@ -196,26 +160,9 @@ class WorkerPool:
 
     # -- the thread -------------------------------------------------------------
 
-    def _next(self, state: WorkerState) -> Job | None:
-        q = self._queues[state.id]
-        with self._lock:
-            while True:
-                if self._stopping:
-                    return None
-                set_aside: set[str] = set()
-                for job in q:
-                    neuron = job[0].neuron
-                    if neuron in set_aside:
-                        continue  # keep each neuron's order
-                    if self._guards.try_shared_locked(neuron):
-                        q.remove(job)
-                        return job
-                    set_aside.add(neuron)
-                _wait(state, self._guards, bool(set_aside))
-
     def _loop(self, state: WorkerState) -> None:
         while True:
-            job = self._next(state)
+            job = self._queues.take(state)
             if job is None:
                 return
             try:
@@ -225,7 +172,7 @@ class WorkerPool:
                 job[1](None, Internal("the worker failed"))
 
     def _dispatch(self, state: WorkerState, d: Dispatch, reply: ThreadReply) -> None:
-        """Run with the neuron's guard held shared (taken by ``_next``).
+        """Run with the neuron's guard held shared (taken by ``WorkerQueues.take``).
 
         contract §3.6: once the claim is durable, nothing that goes wrong
         leaves the attempt ``running`` for the rest of the boot: an
@@ -343,7 +290,7 @@ class WorkerPool:
     def _reroute(self, worker: str, d: Dispatch, reply: ThreadReply) -> None:
         if not self.has(worker):
             reply(None, Internal("the placement names no worker of this daemon"))
-        elif not self._enqueue(worker, (d, reply)):
+        elif not self._queues.put(worker, (d, reply)):
             reply(None, shutdown_refusal(True))  # an invoke or a call: no attempt was written
 
     def _accept(
@@ -387,27 +334,6 @@ class WorkerPool:
 def worker_ids(n: int) -> list[str]:
     """The ids of a pool of ``n`` workers, in order (``w0``, ``w1``, ...)."""
     return [f"w{i}" for i in range(n)]
-
-
-def _wake(state: WorkerState, guards: GuardTable) -> None:
-    """Wake ``state``'s worker wherever it waits (holding the guards' lock)."""
-    if state.on_guard:
-        guards.cond.notify_all()
-    else:
-        state.wake.notify()
-
-
-def _wait(state: WorkerState, guards: GuardTable, set_aside: bool) -> None:
-    """Wait (holding the guards' lock) until a dispatch is queued on
-    ``state``'s worker or, if it set one aside, until any guard is released."""
-    if not set_aside:  # idle: only a dispatch queued here wakes it
-        state.wake.wait()
-        return
-    state.on_guard = True
-    try:
-        guards.cond.wait()
-    finally:
-        state.on_guard = False
 
 
 def _kill(adapter: Adapter | None, ref: AttemptRef) -> None:
