@@ -48,6 +48,7 @@ from ..observe.metrics_http import MetricsServer
 from ..observe.notify_hook import NotifyHook
 from ..observe.sd_notify import Notifier, scrub_environment, watchdog_interval
 from ..observe.tracers import make_tracer
+from ..store.attempt_reads import AttemptReads
 from ..store.boots import record_boot
 from ..store.encoding import now
 from ..store.prune import Pruner
@@ -101,10 +102,12 @@ class Daemon:
         self.metrics, self.hook = observers(config, self.boot, self.previous_boot)
         self.writer = Writer(wconn, self._on_fatal, on_batch=self.metrics.batch)
         self.writer.counters.seed(wconn)  # status's counts (store/counters.py)
-        self.reads = Reads(connect_reader(self.db_path), config.max_frame)
+        rconn = connect_reader(self.db_path)  # the reads' and the daemon's own, on the loop
+        self.reads = Reads(rconn, config.max_frame)
+        attempts = AttemptReads(rconn)
         self.voids = Voids(self.writer)
         self.tokens = Tokens(
-            ttl_s=config.token_ttl_s, void=self.voids.void, attempt_state=self.reads.attempt_state
+            ttl_s=config.token_ttl_s, void=self.voids.void, attempt_state=attempts.attempt_state
         )
         self.device = device_id(self.db_path)
         self.descriptors, self.digests, self.ctx = describe(
@@ -115,7 +118,7 @@ class Daemon:
         self.settler, self.pool, self.dispatcher = self._dispatch()
         self.recovery = Recovery(
             self.writer,
-            self.reads,
+            attempts,
             self.adapters,
             self.boot,
             on_receipt=self.metrics.receipt,

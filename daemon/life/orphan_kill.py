@@ -17,7 +17,7 @@ import trio
 
 from wardd.adapters._hold import hold
 
-from ..store.reads import Reads
+from ..store.attempt_reads import AttemptReads
 from ..store.writer import Writer
 from .orphans import (
     any_marked,
@@ -42,7 +42,7 @@ HOLD_ENV = "WARDD_TEST_RECOVERY_HOLD"
 class OrphanKill:
     """Kills, once at start, what the claimed calls of earlier boots left running."""
 
-    def __init__(self, writer: Writer, reads: Reads, boot: str) -> None:
+    def __init__(self, writer: Writer, reads: AttemptReads, boot: str) -> None:
         self._writer = writer
         self._reads = reads
         self._boot = boot

@@ -68,7 +68,7 @@ from ..core import attempts as core
 from ..dispatch.claims import ReceiptQuestion, receipt_question
 from ..observe.logs import log_lines
 from ..observe.tracing import NO_TRACER, Tracer
-from ..store.reads import Candidate, Reads, Resend
+from ..store.attempt_reads import AttemptReads, Candidate, Resend
 from ..store.writer import Writer
 from .orphan_kill import OrphanKill
 from .recovery_units import apply_receipt, mark_unknown
@@ -86,7 +86,7 @@ class Recovery:
     def __init__(
         self,
         writer: Writer,
-        reads: Reads,
+        reads: AttemptReads,
         adapters: Mapping[str, Adapter],
         boot: str,
         *,

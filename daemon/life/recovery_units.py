@@ -17,9 +17,9 @@ from wardd.protocol import OpState
 from ..core import attempts as core
 from ..store import load
 from ..store.apply import apply
+from ..store.attempt_reads import Candidate
 from ..store.encoding import now, wire_safe
 from ..store.marks import Mark, open_attempts, write_marks
-from ..store.reads import Candidate
 from ..store.writer import Tx
 
 __all__ = ["apply_receipt", "mark_unknown", "record_orphans"]

@@ -39,6 +39,7 @@ from wardd.daemon.dispatch.voids import Voids
 from wardd.daemon.dispatch.workers import WorkerPool, worker_ids
 from wardd.daemon.life.bridge import ThreadReply
 from wardd.daemon.life.lifecycle import void_shutdown
+from wardd.daemon.store.attempt_reads import AttemptReads
 from wardd.daemon.store.boots import record_boot
 from wardd.daemon.store.reads import Reads
 from wardd.daemon.store.schema import migrate
@@ -295,7 +296,8 @@ class TestWorkerPool:
         world.submit_op("busy", act="hold")
         world.submit_op("queued")
         ref = world.writer.call(attempt_units.prepare(world.ctx, NEURON, world.params("queued")))
-        tokens = Tokens(ttl_s=60, void=world.voids.void, attempt_state=world.reads.attempt_state)
+        attempts = AttemptReads(world.reads.conn)  # on the reads' connection, as in the daemon
+        tokens = Tokens(ttl_s=60, void=world.voids.void, attempt_state=attempts.attempt_state)
         async with trio.open_nursery() as nursery:
             errors: list[Any] = []
 
@@ -315,7 +317,7 @@ class TestWorkerPool:
             await void_shutdown(world.voids, queued, tokens, [])
             await trio.testing.wait_all_tasks_blocked()
             assert errors == [{"reason": "shutdown"}]
-            assert world.reads.attempt_state(ref.attempt_id) == ("void", "shutdown")
+            assert attempts.attempt_state(ref.attempt_id) == ("void", "shutdown")
             with pytest.raises(TokenVoid):  # submitted after the stop began
                 await world.dispatcher.run("w1", world.invoke("queued"))
             world.hold.release.set()  # the call in progress ends within the grace

@@ -25,14 +25,8 @@ from wardd.daemon.core.records import (
 )
 from wardd.daemon.store import load, marks
 from wardd.daemon.store.apply import apply
-from wardd.daemon.store.reads import (
-    ATTEMPT_WIRE,
-    LISTED_ATTEMPT_WIRE,
-    PAGE_HEADROOM,
-    Candidate,
-    ClaimedCall,
-    Reads,
-)
+from wardd.daemon.store.attempt_reads import AttemptReads, Candidate, ClaimedCall
+from wardd.daemon.store.reads import ATTEMPT_WIRE, LISTED_ATTEMPT_WIRE, PAGE_HEADROOM, Reads
 from wardd.daemon.store.schema import COLUMNS
 from wardd.daemon.store.writer import Tx, Writer
 from wardd.protocol import AttemptState, Internal, OpState, ProgState
@@ -402,7 +396,7 @@ class TestWireForms:
         assert "next" not in wide.history(NEURON, "op-1", 2, 4)
 
     def test_recovery_reads_name_their_columns(self, store: Store) -> None:
-        reads = reads_of(store)
+        reads = AttemptReads(reads_of(store).conn)
         assert reads.receipt_candidates(["echo"], ("unknown",)) == []  # manual: not guarded
         c = store.conn
         c.execute("BEGIN")
