@@ -14,6 +14,7 @@ stop) is :mod:`~wardd.daemon.life.lifecycle`.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import math
 import os
@@ -21,7 +22,7 @@ import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,7 @@ class Daemon:
         """The socket server (it listens once :meth:`run` hands it the listener)."""
         return Server(
             handle=self.metrics.counting(self.router.handle),
-            hello=self._hello,
+            hello=functools.partial(hello, self.config, self.boot),
             allowed_uids={os.getuid(), *self.config.allowed_uids},
             max_frame=self.config.max_frame,
             max_connections=self.config.max_connections,
@@ -303,7 +304,7 @@ class Daemon:
         """Recover, serve until a stop, then begin the stop (contract §3.6)."""
         async with trio.open_nursery() as services:
             accepting = trio.CancelScope()
-            services.start_soon(self._accept, accepting, listener, requests, conns)
+            services.start_soon(within, accepting, self.server.serve, listener, requests, conns)
             services.start_soon(self.tokens.run)
             await self.recovery.at_start(services)
             self.life.recovered.set()
@@ -321,25 +322,10 @@ class Daemon:
                 busy=life_.busy_calls(self.pool),  # the grace waits for these; a 2nd signal ends it
                 grace_s=self.config.shutdown_grace_s,
             )
-            # contract §3.6, in this order and before any await: stop
-            # accepting, refuse new writes, claim no queued dispatch,
-            # and mark every unconsumed token void (its execute waits
-            # for the void to be durable)
-            accepting.cancel()
-            # contract §4 [2.3]: a stop never waits for a decode
-            self.server.stop_decoding()
-            self.life.stop_begun.set()
-            # a reconcile waiting for a receipt check is refused
-            # (receipt_pending): the check will not finish now
-            self.recovery.stop()
-            queued = self.pool.begin_stop()
-            live = self.tokens.void_all("shutdown")
-            await life_.void_shutdown(self.voids, queued, self.tokens, live)
+            await life_.begin_stop(
+                accepting, self.server, self.life, self.recovery, self.pool, self.tokens, self.voids
+            )
             services.cancel_scope.cancel()
-
-    async def _accept(self, scope: trio.CancelScope, *args: Any) -> None:
-        with scope:
-            await self.server.serve(*args)
 
     def _connection_closed(self, conn: Connection) -> None:
         refs = self.tokens.drop_connection(conn.id)
@@ -348,15 +334,6 @@ class Daemon:
                 self._background.start_soon(self.voids.void, ref.attempt_id, "token_dropped")
 
     # -- what the daemon answers itself ---------------------------------------------------
-
-    def _hello(self) -> dict[str, Any]:
-        return {
-            "protocol": PROTOCOL_VERSION,
-            "daemon": f"wardd {VERSION}",
-            "boot": self.boot,
-            "network": self.config.network,
-            "max_frame": self.config.max_frame,
-        }
 
     def status(self) -> dict[str, Any]:
         """``status``: the daemon's own figures and each component's snapshot."""
@@ -410,6 +387,25 @@ class SizeOnDisk:
         if t - self._at >= self._max_age_s:
             self._size, self._at = db_size(self._database), t
         return self._size
+
+
+def hello(config: Config, boot: str) -> dict[str, Any]:
+    """``hello``'s answer (contract §4): the same for the whole boot."""
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "daemon": f"wardd {VERSION}",
+        "boot": boot,
+        "network": config.network,
+        "max_frame": config.max_frame,
+    }
+
+
+async def within(
+    scope: trio.CancelScope, serve: Callable[..., Awaitable[None]], *args: Any
+) -> None:
+    """``serve(*args)`` inside ``scope`` (the stop cancels it: no more accepting)."""
+    with scope:
+        await serve(*args)
 
 
 def open_store(

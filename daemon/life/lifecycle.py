@@ -23,12 +23,14 @@ from ..observe.sd_notify import Notifier
 from ..store.boots import mark_clean_stop
 from ..store.encoding import now
 from ..store.writer import Tx, Writer
+from ..wire.server import Server
 from .bridge import wait_future
 from .recovery import Recovery
 from .signals import STOP_SIGNALS, signal_name
 
 __all__ = [
     "SignalWatch",
+    "begin_stop",
     "busy_calls",
     "finish",
     "report_status",
@@ -118,6 +120,31 @@ async def report_status(
             notifier.status(text)
             sent = text
         await trio.sleep(STATUS_INTERVAL_S)
+
+
+async def begin_stop(
+    accepting: trio.CancelScope,
+    server: Server,
+    life: Lifecycle,
+    recovery: Recovery,
+    pool: WorkerPool,
+    tokens: Tokens,
+    voids: Voids,
+) -> None:
+    """The stop's first steps (contract §3.6), once ``stopping`` is logged."""
+    # in this order and before any await: stop accepting, refuse new writes,
+    # claim no queued dispatch, and mark every unconsumed token void (its
+    # execute waits for the void to be durable)
+    accepting.cancel()
+    # contract §4 [2.3]: a stop never waits for a decode
+    server.stop_decoding()
+    life.stop_begun.set()
+    # a reconcile waiting for a receipt check is refused
+    # (receipt_pending): the check will not finish now
+    recovery.stop()
+    queued = pool.begin_stop()
+    live = tokens.void_all("shutdown")
+    await void_shutdown(voids, queued, tokens, live)
 
 
 async def void_shutdown(
