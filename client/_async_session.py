@@ -54,7 +54,9 @@ from ._session import (
     NO_VALUE,
     Plan,
     Retry,
+    _ask,
     _claimed,
+    _execute,
     _in_doubt,
     _lost,
     _outcome,
@@ -88,7 +90,7 @@ class AsyncSession(_SessionBase):
         network: str | None = None,
         epoch: int | None = None,
     ) -> None:
-        super().__init__(neuron, network, epoch)
+        super().__init__(neuron, network, epoch, self._boot)
         self.client = client
 
     async def _run(self, plan: Plan[T]) -> T:
@@ -129,16 +131,16 @@ class AsyncSession(_SessionBase):
 
     async def signed(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
         """Sign and send any method (the escape hatch for what has no helper)."""
-        return await self._run(self._plans.one(method, dict(params or {})))
+        return await self._run(_ask(method, dict(params or {})))
 
     # -- reads ----------------------------------------------------------------------
     async def status(self) -> Status:
         """The daemon's `status` (contract §4)."""
-        return await self._run_typed(Status, self._plans.one("status", {}, signed=False))
+        return await self._run_typed(Status, _ask("status", {}, signed=False))
 
     async def workers(self) -> Page[Worker]:
         """`list_workers`: each worker's descriptor and digest."""
-        workers = await self._run(self._plans.one("list_workers", {}, signed=False))
+        workers = await self._run(_ask("list_workers", {}, signed=False))
         return _page(Worker, workers, "workers")
 
     async def get_neuron(self) -> NeuronRoot:
@@ -175,7 +177,7 @@ class AsyncSession(_SessionBase):
 
     async def register(self) -> Registered:
         """`register_neuron` for this neuron (idempotent: ``already: true``)."""
-        return await self._run_typed(Registered, self._plans.one("register_neuron", {}))
+        return await self._run_typed(Registered, _ask("register_neuron", {}))
 
     async def ensure_placement(self, worker: str | None = None) -> PlacementChanged:
         """Make the placement name this boot: bind `worker`'s current descriptor
@@ -186,9 +188,7 @@ class AsyncSession(_SessionBase):
         After every restart each `prepare`/`invoke` is ``placement_stale`` until
         this (or `bind`) runs: a new boot never inherits a placement (contract §3.1).
         """
-        return await self._run_typed(
-            PlacementChanged, self._plans.ensure_placement(worker, self._boot)
-        )
+        return await self._run_typed(PlacementChanged, self._plans.ensure_placement(worker))
 
     async def bind(
         self, worker: str = "w0", *, expected_generation: int | None = None
@@ -223,7 +223,7 @@ class AsyncSession(_SessionBase):
     async def create_prog(self, prog: str, step_limit: int) -> ProgCreated:
         """`create_prog` (the same content again answers ``already: true``)."""
         return await self._run_typed(
-            ProgCreated, self._plans.one("create_prog", {"prog": prog, "step_limit": step_limit})
+            ProgCreated, _ask("create_prog", {"prog": prog, "step_limit": step_limit})
         )
 
     async def set_prog_state(
@@ -262,12 +262,12 @@ class AsyncSession(_SessionBase):
     async def reserve_steps(self, prog: str, reservation: str, steps: int) -> Reservation:
         """`reserve_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
-        return await self._run_typed(Reservation, self._plans.one("reserve_steps", params))
+        return await self._run_typed(Reservation, _ask("reserve_steps", params))
 
     async def settle_steps(self, prog: str, reservation: str, steps: int) -> Reservation:
         """`settle_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
-        return await self._run_typed(Reservation, self._plans.one("settle_steps", params))
+        return await self._run_typed(Reservation, _ask("settle_steps", params))
 
     async def recover_reservations(self, prog: str, *, before: int | None = None) -> Released:
         """`recover_reservations`, always with ``before``: only open reservations
@@ -279,7 +279,7 @@ class AsyncSession(_SessionBase):
     async def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> Submitted:
         """`submit` an op (idempotent for identical content)."""
         params = {"prog": prog, "op": op, "act": act, "args": bytes(args)}
-        return await self._run_typed(Submitted, self._plans.one("submit", params))
+        return await self._run_typed(Submitted, _ask("submit", params))
 
     async def prepare(
         self,
@@ -304,7 +304,6 @@ class AsyncSession(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self._boot,
             ),
         )
         return self._prepared(op, prepared)
@@ -312,7 +311,7 @@ class AsyncSession(_SessionBase):
     async def execute(self, token: bytes) -> Dispatched:
         """`execute` a token prepared on this session's connection (an error that
         leaves it in doubt names the op and attempt the token was prepared for)."""
-        return await self._run_typed(Dispatched, self._plans.execute(token, self._runs(token)))
+        return await self._run_typed(Dispatched, _execute(token, self._runs(token)))
 
     async def invoke(
         self,
@@ -339,7 +338,6 @@ class AsyncSession(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self._boot,
                 retry=retry,
             ),
         )
@@ -379,7 +377,6 @@ class AsyncSession(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self._boot,
             ),
         )
 
@@ -397,15 +394,15 @@ class AsyncSession(_SessionBase):
     ) -> Reconciled:
         """`reconcile` an unknown attempt to succeeded, failed or not_executed."""
         params = {"op": op, "attempt": attempt, "outcome": _outcome(status, value)}
-        return await self._run_typed(Reconciled, self._plans.one("reconcile", params))
+        return await self._run_typed(Reconciled, _ask("reconcile", params))
 
     async def cancel(self, op: str) -> Cancelled:
         """`cancel` an op (never executes anything)."""
-        return await self._run_typed(Cancelled, self._plans.one("cancel", {"op": op}))
+        return await self._run_typed(Cancelled, _ask("cancel", {"op": op}))
 
     async def consume(self, op: str) -> Consumed:
         """`consume` the op's retained result."""
-        return await self._run_typed(Consumed, self._plans.one("consume", {"op": op}))
+        return await self._run_typed(Consumed, _ask("consume", {"op": op}))
 
     async def rebind(self, op: str, *, expected_epoch: int | None = None) -> Rebound:
         """`rebind` a retained result to the current epoch (executes nothing)."""
@@ -413,4 +410,4 @@ class AsyncSession(_SessionBase):
 
     async def check_receipts(self) -> ReceiptsChecked:
         """`check_receipts` for this neuron's unknown guarded attempts."""
-        return await self._run_typed(ReceiptsChecked, self._plans.one("check_receipts", {}))
+        return await self._run_typed(ReceiptsChecked, _ask("check_receipts", {}))

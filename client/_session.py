@@ -192,18 +192,41 @@ def _in_doubt(call: _Call, exc: BaseException) -> None:
         )
 
 
-def _ask(method: str, params: dict[str, Any], signed: bool) -> Plan[dict[str, Any]]:
+def _ask(method: str, params: dict[str, Any], signed: bool = True) -> Plan[dict[str, Any]]:
     """One call whose result is a map (every method's is, contract §4)."""
     result: dict[str, Any] = yield _Call(method, params, signed)
     return result
 
 
-class _Plans:
-    """The plan of every operation, for the neuron `neuron_id`."""
+def _execute(token: bytes, runs: tuple[str, int] | None) -> Plan[dict[str, Any]]:
+    """`execute` (unsigned); `runs`: the op and attempt its token was prepared for."""
+    result: dict[str, Any] = yield _Call("execute", {"token": token}, False, runs)
+    return result
 
-    def __init__(self, neuron_id: str, epoch: int | None) -> None:
+
+def _pages(method: str, params: dict[str, Any], key: str) -> Plan[dict[str, Any]]:
+    """Every item of a paged read (contract §4: pass `next` back as `after`), as
+    one page would carry them: ``{key: items}``, and ``pruned`` if a page says so."""
+    pager = Pager(params, key)
+    pruned = False
+    while not pager.done:
+        page = yield _Call(method, pager.request(), False)
+        try:
+            pager.feed(page)
+        except PagingError as exc:
+            raise RemoteProtocolError(f"{method}: {exc}") from exc
+        pruned = pruned or page.get("pruned") is True
+    return {key: pager.items, "pruned": True} if pruned else {key: pager.items}
+
+
+class _Plans:
+    """The plan of every operation, for the neuron `neuron_id`; `boot` tells
+    the boot of the client's connection (asked when a plan needs it)."""
+
+    def __init__(self, neuron_id: str, epoch: int | None, boot: Callable[[], str]) -> None:
         self.neuron_id = neuron_id
         self.epoch = epoch
+        self.boot = boot
         self.call_epoch: int | None = None  # read by the first `call` when none is pinned
 
     def epoch_for_call(self) -> Plan[int]:
@@ -226,45 +249,31 @@ class _Plans:
     def prog(self, prog: str) -> Plan[dict[str, Any]]:
         return (yield from _ask("get_prog", {"neuron": self.neuron_id, "prog": prog}, False))
 
-    def pages(self, method: str, params: dict[str, Any], key: str) -> Plan[dict[str, Any]]:
-        """Every item of a paged read (contract §4: pass `next` back as `after`), as
-        one page would carry them: ``{key: items}``, and ``pruned`` if a page says so."""
-        pager = Pager(params, key)
-        pruned = False
-        while not pager.done:
-            page = yield _Call(method, pager.request(), False)
-            try:
-                pager.feed(page)
-            except PagingError as exc:
-                raise RemoteProtocolError(f"{method}: {exc}") from exc
-            pruned = pruned or page.get("pruned") is True
-        return {key: pager.items, "pruned": True} if pruned else {key: pager.items}
-
     def operations(self, state: str | None, prog: str | None) -> Plan[dict[str, Any]]:
         params: dict[str, Any] = {"neuron": self.neuron_id}
         if state is not None:
             params["state"] = state
         if prog is not None:
             params["prog"] = prog
-        return (yield from self.pages("list_operations", params, "operations"))
+        return (yield from _pages("list_operations", params, "operations"))
 
     def history(self, op: str) -> Plan[dict[str, Any]]:
-        return (yield from self.pages("history", {"neuron": self.neuron_id, "op": op}, "records"))
+        return (yield from _pages("history", {"neuron": self.neuron_id, "op": op}, "records"))
 
     def attempts(self, state: str) -> Plan[dict[str, Any]]:
-        return (yield from self.pages("list_attempts", {"state": state}, "attempts"))
+        return (yield from _pages("list_attempts", {"state": state}, "attempts"))
 
     # -- placement, epoch, policy (contract §3.1) --------------------------------------
-    def ensure_placement(self, worker: str | None, boot: Callable[[], str]) -> Plan[dict[str, Any]]:
+    def ensure_placement(self, worker: str | None) -> Plan[dict[str, Any]]:
         """Bind `worker`'s descriptor of this boot, by compare-and-set, unless the
         placement already names this boot (contract §3.1: a new boot never
         inherits a placement). `worker` None: the worker the placement names,
-        else ``w0``. Returns ``{placement_generation, bound}``. `boot` is asked
+        else ``w0``. Returns ``{placement_generation, bound}``. The boot is asked
         once the root is read: a client that reconnected meanwhile has a new one."""
         root = yield from self.root()
         placement = root.get("placement")
         executor = placement.get("executor") if isinstance(placement, Mapping) else None
-        if isinstance(executor, Mapping) and executor.get("boot") == boot():
+        if isinstance(executor, Mapping) and executor.get("boot") == self.boot():
             return {"placement_generation": root["placement_generation"], "bound": False}
         if worker is None:
             named = executor.get("worker") if isinstance(executor, Mapping) else None
@@ -418,7 +427,6 @@ class _Plans:
         expected_epoch: int | None,
         *,
         rebind_stale: bool,
-        boot: Callable[[], str],
     ) -> Plan[dict[str, Any]]:
         """`prepare` or `invoke`; with `rebind_stale`, a ``placement_stale``
         refusal (given before any attempt exists, contract §3.2.1) binds this
@@ -432,7 +440,7 @@ class _Plans:
         except PlacementStale:
             if not rebind_stale:
                 raise
-        yield from self.ensure_placement(None, boot)
+        yield from self.ensure_placement(None)
         return (yield from self.attempt(method, op, expected_attempt, None, expected_epoch))
 
     def invoke(
@@ -443,7 +451,6 @@ class _Plans:
         expected_epoch: int | None,
         *,
         rebind_stale: bool,
-        boot: Callable[[], str],
         retry: Retry | None,
     ) -> Plan[dict[str, Any]]:
         """`invoke`, asking again as `retry` allows (see `Retry` for when)."""
@@ -458,7 +465,6 @@ class _Plans:
                     placement_generation,
                     expected_epoch,
                     rebind_stale=rebind_stale,
-                    boot=boot,
                 )
             except (TokenVoid, Overloaded) as exc:
                 if retry is None or asks >= retry.max_attempts:
@@ -485,7 +491,6 @@ class _Plans:
         expected_epoch: int | None,
         *,
         rebind_stale: bool,
-        boot: Callable[[], str],
     ) -> Plan[dict[str, Any]]:
         """`call` in one request, always with ``expected_epoch`` (given,
         pinned, or read once per session: `epoch_for_call`), so that its
@@ -504,7 +509,7 @@ class _Plans:
         except PlacementStale:
             if not rebind_stale or placement_generation is not None:
                 raise
-        yield from self.ensure_placement(None, boot)
+        yield from self.ensure_placement(None)
         return (yield from _ask("call", params, True))
 
     def rebind(self, op: str, expected_epoch: int | None) -> Plan[dict[str, Any]]:
@@ -513,16 +518,6 @@ class _Plans:
         if expected_epoch is None:
             expected_epoch = (yield from self.root())["epoch"]
         return (yield from _ask("rebind", {"op": op, "expected_epoch": expected_epoch}, True))
-
-    @staticmethod
-    def execute(token: bytes, runs: tuple[str, int] | None) -> Plan[dict[str, Any]]:
-        """`execute` (unsigned); `runs`: the op and attempt its token was prepared for."""
-        result: dict[str, Any] = yield _Call("execute", {"token": token}, False, runs)
-        return result
-
-    @staticmethod
-    def one(method: str, params: dict[str, Any], *, signed: bool = True) -> Plan[Any]:
-        return (yield from _ask(method, params, signed))
 
 
 def _outcome(status: str, value: Any) -> dict[str, Any]:
@@ -537,10 +532,12 @@ _TOKENS_KEPT = 1024
 
 
 class _SessionBase:
-    def __init__(self, neuron: Neuron, network: str | None, epoch: int | None) -> None:
+    def __init__(
+        self, neuron: Neuron, network: str | None, epoch: int | None, boot: Callable[[], str]
+    ) -> None:
         self.neuron = neuron
         self._network = network
-        self._plans = _Plans(neuron.id, epoch)
+        self._plans = _Plans(neuron.id, epoch, boot)
         # token -> (op, attempt) of the tokens this session prepared, so that an
         # execute in doubt names its attempt; the newest _TOKENS_KEPT, each
         # forgotten once executed (a handle is never shown: repr(self) has none)

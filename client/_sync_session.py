@@ -56,7 +56,9 @@ from ._session import (
     NO_VALUE,
     Plan,
     Retry,
+    _ask,
     _claimed,
+    _execute,
     _in_doubt,
     _lost,
     _outcome,
@@ -90,7 +92,7 @@ class Session(_SessionBase):
         network: str | None = None,
         epoch: int | None = None,
     ) -> None:
-        super().__init__(neuron, network, epoch)
+        super().__init__(neuron, network, epoch, self._boot)
         self.client = client
 
     def _run(self, plan: Plan[T]) -> T:
@@ -131,16 +133,16 @@ class Session(_SessionBase):
 
     def signed(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
         """Sign and send any method (the escape hatch for what has no helper)."""
-        return self._run(self._plans.one(method, dict(params or {})))
+        return self._run(_ask(method, dict(params or {})))
 
     # -- reads ----------------------------------------------------------------------
     def status(self) -> Status:
         """The daemon's `status` (contract §4)."""
-        return self._run_typed(Status, self._plans.one("status", {}, signed=False))
+        return self._run_typed(Status, _ask("status", {}, signed=False))
 
     def workers(self) -> Page[Worker]:
         """`list_workers`: each worker's descriptor and digest."""
-        workers = self._run(self._plans.one("list_workers", {}, signed=False))
+        workers = self._run(_ask("list_workers", {}, signed=False))
         return _page(Worker, workers, "workers")
 
     def get_neuron(self) -> NeuronRoot:
@@ -177,7 +179,7 @@ class Session(_SessionBase):
 
     def register(self) -> Registered:
         """`register_neuron` for this neuron (idempotent: ``already: true``)."""
-        return self._run_typed(Registered, self._plans.one("register_neuron", {}))
+        return self._run_typed(Registered, _ask("register_neuron", {}))
 
     def ensure_placement(self, worker: str | None = None) -> PlacementChanged:
         """Make the placement name this boot: bind `worker`'s current descriptor
@@ -188,9 +190,7 @@ class Session(_SessionBase):
         After every restart each `prepare`/`invoke` is ``placement_stale`` until
         this (or `bind`) runs: a new boot never inherits a placement (contract §3.1).
         """
-        return self._run_typed(
-            PlacementChanged, self._plans.ensure_placement(worker, self._boot)
-        )
+        return self._run_typed(PlacementChanged, self._plans.ensure_placement(worker))
 
     def bind(
         self, worker: str = "w0", *, expected_generation: int | None = None
@@ -225,7 +225,7 @@ class Session(_SessionBase):
     def create_prog(self, prog: str, step_limit: int) -> ProgCreated:
         """`create_prog` (the same content again answers ``already: true``)."""
         return self._run_typed(
-            ProgCreated, self._plans.one("create_prog", {"prog": prog, "step_limit": step_limit})
+            ProgCreated, _ask("create_prog", {"prog": prog, "step_limit": step_limit})
         )
 
     def set_prog_state(
@@ -264,12 +264,12 @@ class Session(_SessionBase):
     def reserve_steps(self, prog: str, reservation: str, steps: int) -> Reservation:
         """`reserve_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
-        return self._run_typed(Reservation, self._plans.one("reserve_steps", params))
+        return self._run_typed(Reservation, _ask("reserve_steps", params))
 
     def settle_steps(self, prog: str, reservation: str, steps: int) -> Reservation:
         """`settle_steps` (contract §3.4)."""
         params = {"prog": prog, "reservation": reservation, "steps": steps}
-        return self._run_typed(Reservation, self._plans.one("settle_steps", params))
+        return self._run_typed(Reservation, _ask("settle_steps", params))
 
     def recover_reservations(self, prog: str, *, before: int | None = None) -> Released:
         """`recover_reservations`, always with ``before``: only open reservations
@@ -281,7 +281,7 @@ class Session(_SessionBase):
     def submit(self, prog: str, op: str, act: str, args: bytes = b"") -> Submitted:
         """`submit` an op (idempotent for identical content)."""
         params = {"prog": prog, "op": op, "act": act, "args": bytes(args)}
-        return self._run_typed(Submitted, self._plans.one("submit", params))
+        return self._run_typed(Submitted, _ask("submit", params))
 
     def prepare(
         self,
@@ -306,7 +306,6 @@ class Session(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self._boot,
             ),
         )
         return self._prepared(op, prepared)
@@ -314,7 +313,7 @@ class Session(_SessionBase):
     def execute(self, token: bytes) -> Dispatched:
         """`execute` a token prepared on this session's connection (an error that
         leaves it in doubt names the op and attempt the token was prepared for)."""
-        return self._run_typed(Dispatched, self._plans.execute(token, self._runs(token)))
+        return self._run_typed(Dispatched, _execute(token, self._runs(token)))
 
     def invoke(
         self,
@@ -341,7 +340,6 @@ class Session(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self._boot,
                 retry=retry,
             ),
         )
@@ -381,7 +379,6 @@ class Session(_SessionBase):
                 placement_generation,
                 expected_epoch,
                 rebind_stale=rebind_stale,
-                boot=self._boot,
             ),
         )
 
@@ -399,15 +396,15 @@ class Session(_SessionBase):
     ) -> Reconciled:
         """`reconcile` an unknown attempt to succeeded, failed or not_executed."""
         params = {"op": op, "attempt": attempt, "outcome": _outcome(status, value)}
-        return self._run_typed(Reconciled, self._plans.one("reconcile", params))
+        return self._run_typed(Reconciled, _ask("reconcile", params))
 
     def cancel(self, op: str) -> Cancelled:
         """`cancel` an op (never executes anything)."""
-        return self._run_typed(Cancelled, self._plans.one("cancel", {"op": op}))
+        return self._run_typed(Cancelled, _ask("cancel", {"op": op}))
 
     def consume(self, op: str) -> Consumed:
         """`consume` the op's retained result."""
-        return self._run_typed(Consumed, self._plans.one("consume", {"op": op}))
+        return self._run_typed(Consumed, _ask("consume", {"op": op}))
 
     def rebind(self, op: str, *, expected_epoch: int | None = None) -> Rebound:
         """`rebind` a retained result to the current epoch (executes nothing)."""
@@ -415,4 +412,4 @@ class Session(_SessionBase):
 
     def check_receipts(self) -> ReceiptsChecked:
         """`check_receipts` for this neuron's unknown guarded attempts."""
-        return self._run_typed(ReceiptsChecked, self._plans.one("check_receipts", {}))
+        return self._run_typed(ReceiptsChecked, _ask("check_receipts", {}))
