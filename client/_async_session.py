@@ -4,17 +4,18 @@
 the blocking `Session` into `_sync_session.py` from it, as httpcore does with
 unasync (`make unasync`; a unit test fails while the two differ). What each
 method sends, and which compare-and-set values it reads first, is written
-once, as a plan, in `_session.py`.
+once, as a plan, in `_session.py`; `_drive` runs a plan on the client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wardd.protocol import WarddError, may_have_run
 
 from . import _async as _io
+from ._core import HelloResult
 from ._errors import ConnectionClosed
 from ._neuron import Neuron
 from ._results import (
@@ -55,8 +56,10 @@ from ._session import (
     Plan,
     Retry,
     _ask,
+    _Call,
     _claimed,
     _execute,
+    _Fences,
     _in_doubt,
     _lost,
     _outcome,
@@ -94,37 +97,7 @@ class AsyncSession(_SessionBase):
         self.client = client
 
     async def _run(self, plan: Plan[T]) -> T:
-        try:
-            step = next(plan)
-            while True:
-                if isinstance(step, _Sleep):  # a retry's backoff
-                    await _io.pause(step.seconds)
-                    step = plan.send(None)
-                    continue
-                params = self._wire_params(step, self.client.hello_result)
-                deadline = _io.deadline()  # the caller's, before the wait
-                # raising, `send` sent nothing the daemon could apply
-                rid = await self.client.send(step.method, params)
-                try:
-                    result = await self.client.recv(rid)
-                except ConnectionClosed as exc:
-                    raise _lost(step, exc) from exc
-                except WarddError as exc:
-                    if may_have_run(step.method, exc):  # an answer after the claim
-                        raise _claimed(step, exc) from exc
-                    step = plan.throw(exc)  # a refusal: the plan may answer it (retry, rebind)
-                    continue
-                except BaseException as exc:  # cancelled, timed out, interrupted
-                    timed_out = _timed_out(step) if _io.timed_out(exc, deadline) else None
-                    if timed_out is not None:
-                        raise timed_out from exc
-                    _in_doubt(step, exc)
-                    raise
-                step = plan.send(result)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        finally:
-            plan.close()
+        return await _drive(self.client, plan, self._wire_params)
 
     async def _run_typed(self, record: type[R], plan: Plan[Any]) -> R:
         return record.from_wire(await self._run(plan))
@@ -295,17 +268,9 @@ class AsyncSession(_SessionBase):
         `rebind_stale`: on ``placement_stale`` (refused before any attempt
         exists), run `ensure_placement` once and ask again.
         """
-        prepared = await self._run_typed(
-            Prepared,
-            self._plans.placed_attempt(
-                "prepare",
-                op,
-                expected_attempt,
-                placement_generation,
-                expected_epoch,
-                rebind_stale=rebind_stale,
-            ),
-        )
+        fences = _Fences(expected_attempt, placement_generation, expected_epoch)
+        plan = self._plans.placed_attempt("prepare", op, fences, rebind_stale=rebind_stale)
+        prepared = await self._run_typed(Prepared, plan)
         return self._prepared(op, prepared)
 
     async def execute(self, token: bytes) -> Dispatched:
@@ -330,17 +295,9 @@ class AsyncSession(_SessionBase):
         only after answers that prove no effect (see `Retry`); with it, an
         ``unknown`` outcome raises `MayHaveRun` instead of being returned.
         """
-        return await self._run_typed(
-            Dispatched,
-            self._plans.invoke(
-                op,
-                expected_attempt,
-                placement_generation,
-                expected_epoch,
-                rebind_stale=rebind_stale,
-                retry=retry,
-            ),
-        )
+        fences = _Fences(expected_attempt, placement_generation, expected_epoch)
+        plan = self._plans.invoke(op, fences, rebind_stale=rebind_stale, retry=retry)
+        return await self._run_typed(Dispatched, plan)
 
     async def call(
         self,
@@ -386,7 +343,7 @@ class AsyncSession(_SessionBase):
         """`manual_take`: an unfenced, potentially executed attempt (contract §3.5)."""
         return await self._run_typed(
             ManualTaken,
-            self._plans.attempt("manual_take", op, expected_attempt, None, expected_epoch),
+            self._plans.attempt("manual_take", op, _Fences(expected_attempt, None, expected_epoch)),
         )
 
     async def reconcile(
@@ -411,3 +368,49 @@ class AsyncSession(_SessionBase):
     async def check_receipts(self) -> ReceiptsChecked:
         """`check_receipts` for this neuron's unknown guarded attempts."""
         return await self._run_typed(ReceiptsChecked, _ask("check_receipts", {}))
+
+
+async def _drive(
+    client: AsyncClient,
+    plan: Plan[T],
+    wire_params: Callable[[_Call, HelloResult], dict[str, Any]],
+) -> T:
+    """Run `plan` on `client`, the session's one way to the daemon.
+
+    Each call the plan yields is sent with the params `wire_params` makes
+    (signed or not) and its result is sent back into the plan; a refusal is
+    thrown into the plan, which may answer it (retry, rebind). An error that
+    can come after a dispatch's claim, an answer lost after sending, or a
+    wait ended by the caller raises, naming the attempt that may have run.
+    A `_Sleep` is a retry's backoff."""
+    try:
+        step = next(plan)
+        while True:
+            if isinstance(step, _Sleep):  # a retry's backoff
+                await _io.pause(step.seconds)
+                step = plan.send(None)
+                continue
+            params = wire_params(step, client.hello_result)
+            deadline = _io.deadline()  # the caller's, before the wait
+            # raising, `send` sent nothing the daemon could apply
+            rid = await client.send(step.method, params)
+            try:
+                result = await client.recv(rid)
+            except ConnectionClosed as exc:
+                raise _lost(step, exc) from exc
+            except WarddError as exc:
+                if may_have_run(step.method, exc):  # an answer after the claim
+                    raise _claimed(step, exc) from exc
+                step = plan.throw(exc)  # a refusal: the plan may answer it (retry, rebind)
+                continue
+            except BaseException as exc:  # cancelled, timed out, interrupted
+                timed_out = _timed_out(step) if _io.timed_out(exc, deadline) else None
+                if timed_out is not None:
+                    raise timed_out from exc
+                _in_doubt(step, exc)
+                raise
+            step = plan.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    finally:
+        plan.close()

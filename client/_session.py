@@ -100,6 +100,17 @@ Plan = Generator["_Call | _Sleep", Any, T]
 
 
 @attrs.frozen
+class _Fences:
+    """The compare-and-set values an attempt is asked with (contract §3.2):
+    the attempt it makes, the placement generation and the epoch; a value
+    left as None is read from the daemon just before the write."""
+
+    expected_attempt: int | None = None
+    placement_generation: int | None = None
+    expected_epoch: int | None = None
+
+
+@attrs.frozen
 class Retry:
     """When `invoke` asks again: only after an answer that proves no effect.
 
@@ -373,85 +384,47 @@ class _Plans:
         return (yield from _ask("abort", {"op": op, "attempt": attempt}, True))
 
     # -- attempts (contract §3.2, §3.5) ------------------------------------------------
-    def _attempt_params(
-        self,
-        op: str,
-        expected_attempt: int | None,
-        placement_generation: int | None,
-        expected_epoch: int | None,
-        *,
-        placed: bool,
-    ) -> Plan[dict[str, Any]]:
-        if expected_epoch is None:
-            expected_epoch = self.epoch
-        needs_root = expected_epoch is None or (placed and placement_generation is None)
-        if needs_root:
+    def _attempt_params(self, op: str, fences: _Fences, *, placed: bool) -> Plan[dict[str, Any]]:
+        epoch = self.epoch if fences.expected_epoch is None else fences.expected_epoch
+        generation = fences.placement_generation
+        if epoch is None or (placed and generation is None):
             root = yield from self.root()
-            if expected_epoch is None:
-                expected_epoch = root["epoch"]
-            if placed and placement_generation is None:
-                placement_generation = root["placement_generation"]
-        if expected_attempt is None:
+            if epoch is None:
+                epoch = root["epoch"]
+            if placed and generation is None:
+                generation = root["placement_generation"]
+        attempt = fences.expected_attempt
+        if attempt is None:
             # a pruned op has no attempts listed: the daemon answers `terminal`
-            expected_attempt = 1 + len((yield from self.operation(op)).get("attempts") or [])
-        params: dict[str, Any] = {
-            "op": op,
-            "expected_attempt": expected_attempt,
-            "expected_epoch": expected_epoch,
-        }
+            attempt = 1 + len((yield from self.operation(op)).get("attempts") or [])
+        params: dict[str, Any] = {"op": op, "expected_attempt": attempt, "expected_epoch": epoch}
         if placed:
-            params["placement_generation"] = placement_generation
+            params["placement_generation"] = generation
         return params
 
-    def attempt(
-        self,
-        method: str,
-        op: str,
-        expected_attempt: int | None,
-        placement_generation: int | None,
-        expected_epoch: int | None,
-    ) -> Plan[dict[str, Any]]:
+    def attempt(self, method: str, op: str, fences: _Fences) -> Plan[dict[str, Any]]:
         """`prepare`, `invoke` or `manual_take`, always with ``expected_epoch``."""
-        placed = method != "manual_take"
-        params = yield from self._attempt_params(
-            op, expected_attempt, placement_generation, expected_epoch, placed=placed
-        )
+        params = yield from self._attempt_params(op, fences, placed=method != "manual_take")
         return (yield from _ask(method, params, True))
 
     def placed_attempt(
-        self,
-        method: str,
-        op: str,
-        expected_attempt: int | None,
-        placement_generation: int | None,
-        expected_epoch: int | None,
-        *,
-        rebind_stale: bool,
+        self, method: str, op: str, fences: _Fences, *, rebind_stale: bool
     ) -> Plan[dict[str, Any]]:
         """`prepare` or `invoke`; with `rebind_stale`, a ``placement_stale``
         refusal (given before any attempt exists, contract §3.2.1) binds this
         boot's descriptor once (`ensure_placement`) and asks again."""
         try:
-            return (
-                yield from self.attempt(
-                    method, op, expected_attempt, placement_generation, expected_epoch
-                )
-            )
+            return (yield from self.attempt(method, op, fences))
         except PlacementStale:
             if not rebind_stale:
                 raise
         yield from self.ensure_placement(None)
-        return (yield from self.attempt(method, op, expected_attempt, None, expected_epoch))
+        return (
+            yield from self.attempt(method, op, attrs.evolve(fences, placement_generation=None))
+        )
 
     def invoke(
-        self,
-        op: str,
-        expected_attempt: int | None,
-        placement_generation: int | None,
-        expected_epoch: int | None,
-        *,
-        rebind_stale: bool,
-        retry: Retry | None,
+        self, op: str, fences: _Fences, *, rebind_stale: bool, retry: Retry | None
     ) -> Plan[dict[str, Any]]:
         """`invoke`, asking again as `retry` allows (see `Retry` for when)."""
         asks = 0
@@ -459,12 +432,7 @@ class _Plans:
             asks += 1
             try:
                 result = yield from self.placed_attempt(
-                    "invoke",
-                    op,
-                    expected_attempt,
-                    placement_generation,
-                    expected_epoch,
-                    rebind_stale=rebind_stale,
+                    "invoke", op, fences, rebind_stale=rebind_stale
                 )
             except (TokenVoid, Overloaded) as exc:
                 if retry is None or asks >= retry.max_attempts:
@@ -479,7 +447,7 @@ class _Plans:
                     return result
                 answer = result
             if not isinstance(answer, Overloaded):  # an attempt was made: the next one
-                expected_attempt = placement_generation = None
+                fences = _Fences(expected_epoch=fences.expected_epoch)
             if retry.on_retry is not None:
                 retry.on_retry(asks, answer)
             yield _Sleep(retry.pause(asks))
