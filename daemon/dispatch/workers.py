@@ -51,7 +51,7 @@ from .guard import GuardTable
 from .queues import Job, WorkerQueues, WorkerState
 from .voids import shutdown_refusal
 
-__all__ = ["Job", "WorkerPool", "WorkerState", "call_act", "worker_ids"]
+__all__ = ["WorkerPool", "call_act", "worker_ids"]
 
 log = structlog.get_logger("wardd.worker")
 A = AttemptState

@@ -15,10 +15,11 @@ import trio
 from wardd.adapters import Adapter
 from wardd.protocol import WarddError
 
+from ..dispatch.queues import Job
 from ..dispatch.router import Lifecycle
 from ..dispatch.tokens import DispatchToken, Tokens
 from ..dispatch.voids import Voids, shutdown_refusal
-from ..dispatch.workers import Job, WorkerPool
+from ..dispatch.workers import WorkerPool
 from ..observe.sd_notify import Notifier
 from ..store.boots import mark_clean_stop
 from ..store.encoding import now
