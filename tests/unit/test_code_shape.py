@@ -1,7 +1,7 @@
 """The code's shape, read from the source with ``ast``: no import cycle among
 the daemon's modules, and no class over 300 lines nor function over 60 in
-daemon/ and client/ (a line counts when it holds code or a docstring: blank
-and comment-only lines do not).
+daemon/ and client/, counted plainly: from the ``class`` or ``def`` line to
+the last line, blank and comment lines included.
 
 Every import counts, at any depth (inside a function, under
 ``TYPE_CHECKING``), relative ones resolved. Each checker is also run on a
@@ -69,18 +69,14 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _counted(lines: list[str]) -> int:
-    """The lines that hold code or a docstring (not blank, not only a comment)."""
-    return sum(1 for line in lines if line.strip() and not line.lstrip().startswith("#"))
-
-
 def too_long(root: Path) -> list[str]:
     """Each class over ``MAX_CLASS_LINES`` and function over
-    ``MAX_FUNCTION_LINES`` under ``root`` (decorators not counted)."""
+    ``MAX_FUNCTION_LINES`` under ``root``, counted from its ``class`` or
+    ``def`` line to its last (decorators not counted; blank and comment
+    lines within it are)."""
     out = []
     for path in sorted(root.rglob("*.py")):
         source = path.read_text()
-        text = source.splitlines()
         for node in ast.walk(ast.parse(source, str(path))):
             if isinstance(node, ast.ClassDef):
                 limit = MAX_CLASS_LINES
@@ -88,7 +84,8 @@ def too_long(root: Path) -> list[str]:
                 limit = MAX_FUNCTION_LINES
             else:
                 continue
-            lines = _counted(text[node.lineno - 1 : node.end_lineno])
+            assert node.end_lineno is not None
+            lines = node.end_lineno - node.lineno + 1
             if lines > limit:
                 out.append(f"{path.relative_to(root)}:{node.lineno}: {node.name} ({lines} lines)")
     return out
@@ -124,17 +121,25 @@ class TestSizeLimits:
 
     def test_the_checker_counts_a_long_function_and_a_long_class(self, tmp_path: Path) -> None:
         """A 61-line function and a 301-line class are reported; 60 and 300
-        are not, nor are blank and comment lines counted."""
+        are not. The blank and comment lines within them count."""
         body = "    x = 1\n"
+        gap = "\n    # a comment\n"  # a blank line and a comment line, inside the body
         (tmp_path / "m.py").write_text(
             "def ok():\n"
-            + body * 59
-            + "\n    # a comment\n" * 5
+            + body * 29
+            + gap
+            + body * 28
             + "def long():\n"
-            + body * 60
+            + body * 29
+            + gap
+            + body * 29
             + "class Ok:\n"
-            + body * 299
+            + body * 149
+            + gap
+            + body * 148
             + "class Long:\n"
-            + body * 300
+            + body * 149
+            + gap
+            + body * 149
         )
-        assert too_long(tmp_path) == ["m.py:71: long (61 lines)", "m.py:432: Long (301 lines)"]
+        assert too_long(tmp_path) == ["m.py:61: long (61 lines)", "m.py:422: Long (301 lines)"]
