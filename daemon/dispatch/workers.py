@@ -239,6 +239,9 @@ class WorkerPool:
             except BaseException as again:
                 span.ended(None, "fail_stop")
                 self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
+                # answered before the worker ends (the stop joins the workers
+                # before it closes the connections): the attempt may have run
+                reply(None, _lost_outcome(ref))
                 raise
         # an outcome left unrecorded (the stop's grace passed) is unknown at the next start
         span.ended(end.status.value if recorded else None, None if recorded else "shutdown")
@@ -410,6 +413,15 @@ def _text(exc: BaseException) -> str:
         return str(exc)[:ERROR_TEXT_MAX]
     except Exception:  # noqa: BLE001 - an exception whose str() raises
         return type(exc).__name__
+
+
+def _lost_outcome(ref: AttemptRef) -> Internal:
+    """The answer of a call whose outcome cannot be recorded (the daemon
+    fail-stops): after the claim, so it names the attempt that may have run."""
+    return Internal(
+        "the outcome could not be stored",
+        {"reason": "fail_stop", "op": ref.op, "attempt": ref.attempt},
+    )
 
 
 def _fault(exc: BaseException) -> str:

@@ -47,6 +47,7 @@ from wardd.daemon.store.writer import Writer, connect, connect_reader
 from wardd.protocol import (
     AttemptMismatch,
     BadRequest,
+    Internal,
     Overloaded,
     Request,
     TokenVoid,
@@ -322,6 +323,24 @@ class TestWorkerPool:
                 await world.dispatcher.run("w1", world.invoke("queued"))
             world.hold.release.set()  # the call in progress ends within the grace
         assert world.state("busy") == "retained"
+
+    async def test_an_outcome_that_cannot_be_submitted_answers_may_have_run(
+        self, world, monkeypatch
+    ):
+        """contract §3.2.3: the outcome's unit cannot even be made (twice): the
+        daemon fail-stops, and the caller is answered at once with the attempt
+        that may have run (never left to the stop's closed connection)."""
+        world.submit_op("lost")
+
+        def no_unit(ref: Any, end: Any) -> Any:
+            raise MemoryError("injected: the outcome's unit cannot be made")
+
+        monkeypatch.setattr(attempt_units, "outcome", no_unit)
+        with pytest.raises(Internal) as lost:
+            await world.dispatcher.run("w0", world.invoke("lost"))
+        assert lost.value.data == {"reason": "fail_stop", "op": "lost", "attempt": 1}
+        assert world.writer.fatal is not None  # the daemon is told to stop
+        assert world.state("lost") == "running"  # unknown at the next start, never guessed
 
 
 # -- the router ---------------------------------------------------------------------------
