@@ -169,6 +169,7 @@ def end(procs: Iterable[Proc], within: float = 10.0) -> list[Proc]:
             todo.extend(descendants(p.pid))
         for fd in fds.values():
             _send(fd, signal.SIGKILL)
+        # not a poll (tests/_poll.py): select wakes on the exits themselves
         deadline = time.monotonic() + within
         left = dict(fds)
         while left and (wait := deadline - time.monotonic()) > 0:
@@ -197,6 +198,7 @@ def non_daemon_threads() -> list[threading.Thread]:
 def join(threads: Iterable[threading.Thread], within: float) -> list[threading.Thread]:
     """Join ``threads`` for at most ``within`` seconds in all; those still alive."""
     threads = list(threads)
+    # not a poll (tests/_poll.py): each join wakes on its thread's end, in one shared budget
     deadline = time.monotonic() + within
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))

@@ -72,7 +72,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         peer = self.server.peer
         with peer.lock:
             peer.requests.append(got)
-            peer.arrived.notify_all()
         reply = peer.script(got)
         if reply.hold is not None:
             reply.hold.wait(60)
@@ -116,7 +115,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except OSError:
             with self.server.peer.lock:
                 self.server.peer.trickles_cut += 1
-                self.server.peer.arrived.notify_all()
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
@@ -139,7 +137,6 @@ class Peer:
         self.script: Script = script or (lambda r: Reply(200, b"ok"))
         self.requests: list[Received] = []
         self.lock = threading.Lock()
-        self.arrived = threading.Condition(self.lock)
         self.closed = threading.Event()
         self.trickles_cut = 0
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -152,12 +149,6 @@ class Peer:
 
     def url(self, path: str = "/charges") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
-
-    def wait_for(self, pred: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-        """Wait (bounded) until ``pred()`` holds, woken by each request."""
-        with self.arrived:
-            if not self.arrived.wait_for(pred, timeout):
-                raise AssertionError(f"timed out waiting for {what}")
 
     def close(self) -> None:
         self.closed.set()

@@ -13,18 +13,17 @@ import json
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from tests._poll import wait_until
 from tests.daemon.harness import Env, child_env, toml_value
 from wardd.client import Neuron
 
@@ -135,16 +134,17 @@ async def http_host(config: Path, log: Path) -> AsyncIterator[ClientSession]:
 
 async def _listening(proc: subprocess.Popen[bytes], log: Path) -> str:
     """The URL the server logged once it listens (bounded polling of its log)."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
+
+    def url() -> str | None:
         complete = log.read_text(errors="replace").split("\n")[:-1]  # not a line half written
         for line in complete:
             if line.startswith("{") and json.loads(line).get("event") == "mcp_listening":
                 return str(json.loads(line)["url"])
         if proc.poll() is not None:
             raise AssertionError(f"wardd mcp exited {proc.returncode}:\n{log.read_text()}")
-        await anyio.sleep(0.05)
-    raise AssertionError(f"wardd mcp never listened:\n{log.read_text()}")
+        return None
+
+    return await wait_until(url, START_TIMEOUT, "wardd mcp to listen", seen=log.read_text)
 
 
 async def call(

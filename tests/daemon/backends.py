@@ -8,9 +8,7 @@ kind (``anyio.run``). The daemon it talks to is a real process either way.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -29,11 +27,3 @@ def backend(request: pytest.FixtureRequest) -> str:
 def run_on(backend: str, body: Callable[..., Awaitable[T]], *args: Any) -> T:
     """Run ``body(*args)`` in a fresh event loop of `backend` and return its result."""
     return anyio.run(body, *args, backend=backend)
-
-
-async def wait_for_file(path: Path, within: float = 30.0) -> None:
-    """Wait until an outside process made `path` (bounded polling of the real event)."""
-    deadline = time.monotonic() + within
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        await anyio.sleep(0.02)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tests.daemon.backends import backend, run_on, wait_for_file
+from tests._poll import wait_until, wait_until_file
+from tests.daemon.backends import backend, run_on
 from wardd.client import (
     AsyncClient,
     AsyncSession,
@@ -30,6 +31,11 @@ async def ready_session(client: AsyncClient, acts: tuple[str, ...]) -> AsyncSess
     await session.grant("p", acts)
     await session.bind("w0")
     return session
+
+
+async def ended(session: AsyncSession, op: str) -> bool:
+    """``op``'s attempt is no longer running (its gated call ended on its own)."""
+    return (await session.get_operation(op)).state != "running"
 
 
 class TestAsyncSession:
@@ -86,7 +92,7 @@ class TestAsyncSession:
 
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(slow)
-                    await wait_for_file(d.env.started_marker("slow"))
+                    await wait_until_file(d.env.started_marker("slow"))
                     for i in range(5):  # answered while the invoke still waits
                         await session.submit("p", f"later-{i}", "echo", b"x")
                         assert (await session.get_operation("slow")).state == "running"
@@ -139,7 +145,7 @@ class TestAsyncSession:
 
                     async with anyio.create_task_group() as tasks:
                         tasks.start_soon(invoke)
-                        await wait_for_file(d.env.started_marker("op-c"))
+                        await wait_until_file(d.env.started_marker("op-c"))
                         scope.cancel()
                 (cancelled,) = caught
                 assert isinstance(cancelled, anyio.get_cancelled_exc_class())
@@ -147,8 +153,7 @@ class TestAsyncSession:
                 assert "may have run" in notes and "op-c" in notes
                 assert (await session.get_operation("op-c")).state == "running"
                 d.env.open_gate("op-c")
-                while (await session.get_operation("op-c")).state == "running":
-                    await anyio.sleep(0.02)  # the gated call ends on its own
+                await wait_until(lambda: ended(session, "op-c"), what="op-c's gated call to end")
                 op = await session.get_operation("op-c")
                 assert op.state == "retained" and len(op.attempts) == 1
 
@@ -173,7 +178,7 @@ class TestAsyncSession:
                             failed.append(exc)
 
                     tasks.start_soon(invoke)
-                    await wait_for_file(d.env.started_marker("op-k"))
+                    await wait_until_file(d.env.started_marker("op-k"))
                     d.kill()
                 (exc,) = failed
                 assert "may have run" in str(exc) and "wardctl op show op-k" in str(exc)
@@ -209,11 +214,10 @@ class TestTimeouts:
                 assert (timed_out.op, timed_out.attempt, timed_out.method) == ("op-t", 1, "invoke")
                 assert "attempt 1 of op op-t may have run" in str(timed_out)
                 assert "wardctl op show op-t" in str(timed_out)
-                await wait_for_file(d.env.started_marker("op-t"))  # it was sent: it runs
+                await wait_until_file(d.env.started_marker("op-t"))  # it was sent: it runs
                 assert (await session.get_operation("op-t")).state == "running"
                 d.env.open_gate("op-t")
-                while (await session.get_operation("op-t")).state == "running":
-                    await anyio.sleep(0.02)  # the gated call ends on its own
+                await wait_until(lambda: ended(session, "op-t"), what="op-t's gated call to end")
                 op = await session.get_operation("op-t")
                 assert op.state == "retained" and len(op.attempts) == 1
                 assert await client.call("status", {})  # the connection goes on

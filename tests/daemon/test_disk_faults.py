@@ -17,9 +17,10 @@ import sys
 import anyio
 import pytest
 
+from tests._poll import wait_until_file
 from tests.daemon._mcp_host import call, stdio_host, write_mcp_config
 from tests.daemon._wardctl import environ, set_up, wardctl
-from tests.daemon.backends import run_on, wait_for_file
+from tests.daemon.backends import run_on
 from tests.daemon.harness import Actor, Background, code_of, wait_for
 from wardd.client import MayHaveRun, Retry, Session
 from wardd.protocol import Internal, WarddError
@@ -143,7 +144,7 @@ class TestDiskFull:
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(first)
-                    await wait_for_file(env.started_marker("g"))
+                    await wait_until_file(env.started_marker("g"))
                     fill_disk(daemon)
                     env.open_gate("g")
             return results[0]

@@ -207,7 +207,7 @@ class TestOutcomes:
         a.submit("t", "pay", b"{}")
         r = a.invoke("t")
         assert r["status"] == "unknown" and "timed out" in r["error"]
-        peer.wait_for(lambda: peer.trickles_cut == 1, "the server to see the connection shut")
+        wait_for(lambda: peer.trickles_cut == 1, what="the server to see the connection shut")
 
     def test_a_server_killed_in_the_middle_of_the_request_is_unknown(self, make_daemon, tmp_path):
         """The server process read the request and is SIGKILLed before it answers: unknown."""
@@ -260,7 +260,7 @@ class TestAbort:
         a = Actor(d, acts=("pay",))
         a.submit("h", "pay", b"{}")
         call = Background(a.invoke, "h", 1, d.connect())
-        peer.wait_for(lambda: len(peer.requests) == 1, "the request to arrive")
+        wait_for(lambda: len(peer.requests) == 1, what="the request to arrive")
         res = a.call("abort", {"op": "h", "attempt": 1})
         assert res == {"op": "h", "attempt": 1, "status": "unknown", "aborted": True}
         att = a.op("h")["attempts"][0]
@@ -320,7 +320,7 @@ class TestReceipts:
         api, peer, d, a = self.daemon_with_api(
             make_daemon, peers, release, idempotency_format="uuid5"
         )
-        recorded = lambda: peer.wait_for(lambda: len(api.effects) == 1, "the effect")  # noqa: E731
+        recorded = lambda: wait_for(lambda: len(api.effects) == 1, what="the effect")  # noqa: E731
         self.crash_during(d, a, "x", b"held", recorded)
         att = a.op("x")["attempts"][0]
         assert att["state"] == "succeeded" and att["outcome"]["source"] == "receipt"
@@ -336,7 +336,7 @@ class TestReceipts:
         is SIGKILLed; the start's receipt gets 404 (which fences the key at the
         API): not_executed, and the request let go afterwards has no effect."""
         api, peer, d, a = self.daemon_with_api(make_daemon, peers, release)
-        arrived = lambda: peer.wait_for(lambda: len(peer.requests) == 1, "the request")  # noqa: E731
+        arrived = lambda: wait_for(lambda: len(peer.requests) == 1, what="the request")  # noqa: E731
         self.crash_during(d, a, "y", b"held-before", arrived)
         att = a.op("y")["attempts"][0]
         assert att["state"] == "not_executed" and att["outcome"]["source"] == "receipt"
@@ -434,7 +434,7 @@ class TestCutResponses:
             make_daemon, peers, release, calls=False, receipts=True
         )
         op = "r-status-line"
-        recorded = lambda: peer.wait_for(lambda: len(api.effects) == 1, "the effect")  # noqa: E731
+        recorded = lambda: wait_for(lambda: len(api.effects) == 1, what="the effect")  # noqa: E731
         TestReceipts.crash_during(d, a, op, b"held", recorded)
         assert [r.method for r in peer.requests] == ["POST", "GET"]  # the start asked
         att = a.op(op)["attempts"][0]
@@ -626,7 +626,7 @@ class TestSecrets:
         # a crash during a call, then the start's receipt (it sends the header too)
         a.submit("crash", "pay", b"hold")
         Background(a.invoke, "crash", 1, d.connect())
-        peer.wait_for(lambda: len(peer.requests) == 3, "the held request")
+        wait_for(lambda: len(peer.requests) == 3, what="the held request")
         d.kill()
         d.start()
         a.client = d.connect()

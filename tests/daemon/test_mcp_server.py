@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests._poll import wait_until_file
 from tests.daemon._mcp_host import (
     bearer,
     call,
@@ -29,7 +30,7 @@ from tests.daemon._mcp_host import (
     stdio_host,
     write_mcp_config,
 )
-from tests.daemon.backends import run_on, wait_for_file
+from tests.daemon.backends import run_on
 from tests.daemon.harness import NETWORK, Env, child_env, wait_for
 from wardd.client import Neuron
 from wardd.protocol import UnknownNeuron
@@ -218,7 +219,7 @@ class TestToolsCall:
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(first)
-                    await wait_for_file(env.started_marker("twin-1"))
+                    await wait_until_file(env.started_marker("twin-1"))
                     results.append(await call(session, "gated", secret, key="twin-1"))
                     env.open_gate("twin-1")
             return results
@@ -454,7 +455,7 @@ class TestFailures:
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(slow)
-                    await wait_for_file(env.started_marker("deploy-1"))
+                    await wait_until_file(env.started_marker("deploy-1"))
                     daemon.kill()
                 await anyio.to_thread.run_sync(daemon.start)
                 results.append(await call(session, "gated", {}, key="deploy-1"))
@@ -521,7 +522,7 @@ class TestFailures:
                 with anyio.CancelScope() as scope:
 
                     async def cancel_once_started() -> None:
-                        await wait_for_file(env.started_marker("c-1"))
+                        await wait_until_file(env.started_marker("c-1"))
                         scope.cancel()  # the SDK sends notifications/cancelled
 
                     async with anyio.create_task_group() as tg:

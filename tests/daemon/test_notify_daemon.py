@@ -32,6 +32,7 @@ class Notify:
         return lines
 
     def until(self, pred, timeout: float = 30.0) -> str:
+        # not a poll (tests/_poll.py): it reads the datagrams as they come, each recv bounded
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -85,6 +86,7 @@ class TestWatchdog:
             outside.execute("BEGIN IMMEDIATE")  # the writer's next batch now waits (5 s at most)
             try:
                 gap = False
+                # not a poll (tests/_poll.py): a silence of five intervals is what is measured
                 deadline = time.monotonic() + 3.5
                 while not gap and time.monotonic() < deadline:
                     lines = notify.recv(5 * interval)

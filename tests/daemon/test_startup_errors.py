@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon.harness import Env, reap, spawn_activated
 
 EX_DATAERR, EX_TEMPFAIL, EX_CONFIG = 65, 75, 78
@@ -92,13 +92,15 @@ class TestActivationDescriptors:
         with lsock:
             proc = spawn_activated(env, lsock, log)
         try:
-            deadline = time.monotonic() + 30
-            events: list[dict[str, object]] = []
-            while not any(e["event"] == "ready" for e in events):
-                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
-                time.sleep(0.05)
+
+            def ready() -> list[dict[str, object]]:
+                """The log's events once one says ready (the daemon still running)."""
+                assert proc.poll() is None, log.read_text()
                 text = log.read_text()
                 events = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+                return events if any(e["event"] == "ready" for e in events) else []
+
+            events = wait_for(ready, 30, "the daemon to log ready", seen=log.read_text)
             (said,) = [e for e in events if e["event"] == "activated_socket"]
             assert said["socket"] == str(path) and said["configured"] == str(env.socket)
             proc.terminate()

@@ -10,7 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.daemon.backends import backend, run_on, wait_for_file
+from tests._poll import wait_until_file
+from tests.daemon.backends import backend, run_on
 from tests.daemon.harness import Env
 from wardd.client import (
     AsyncClient,
@@ -185,7 +186,7 @@ class TestRetry:
                 }
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(s.invoke, "g")
-                    await wait_for_file(d.env.started_marker("g"))
+                    await wait_until_file(d.env.started_marker("g"))
                     try:
                         with pytest.raises(Overloaded):  # no retry: the refusal itself
                             await s.invoke("e", **fences)
@@ -207,7 +208,7 @@ class TestRetry:
 
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(s.invoke, "g2")
-                    await wait_for_file(d.env.started_marker("g2"))
+                    await wait_until_file(d.env.started_marker("g2"))
                     tasks.start_soon(invoke_e)
                     await retried.wait()
                     d.env.open_gate("g2")
@@ -235,7 +236,7 @@ class TestRetry:
 
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(invoke)
-                    await wait_for_file(d.env.started_marker("k"))
+                    await wait_until_file(d.env.started_marker("k"))
                     d.kill()
                 (exc,) = lost
                 assert "may have run" in str(exc) and "op show k" in str(exc)
@@ -280,7 +281,7 @@ class TestReconnect:
 
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(invoke)
-                    await wait_for_file(d.env.started_marker("k"))
+                    await wait_until_file(d.env.started_marker("k"))
                     d.kill()
                 assert len(lost) == 1 and "op k attempt 1 may have run" in str(lost[0])
                 d.start()

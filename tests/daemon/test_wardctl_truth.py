@@ -12,8 +12,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests._poll import wait_for, wait_for_file
 from tests.daemon._wardctl import environ, set_up, wardctl
-from tests.daemon.harness import Env, wait_for
+from tests.daemon.harness import Env
 from wardd.client import Client
 
 # wardctl as a terminal starts a foreground job: SIGINT at its default, which
@@ -63,10 +64,6 @@ def answered(client: Client) -> float:
     )
 
 
-def wait_for_file(path: Path, within: float = 30.0) -> None:
-    wait_for(path.exists, within, f"{path} to appear")
-
-
 class TestLostAnswers:
     def test_an_invoke_cut_off_by_a_crash_says_the_attempt_may_have_run(self, make_daemon):
         """The daemon dies mid-invoke: wardctl says the attempt may have run and how to look."""
@@ -91,11 +88,14 @@ class TestLostAnswers:
         reader = d.connect()
         with background(d.env, "invoke", "op-g") as busy:
             wait_for_file(d.env.started_marker("op-g"))
-            seen = before = answered(reader)
+            before = answered(reader)
             with background(d.env, "invoke", "op-h") as queued:
-                while seen == before:  # op-h's wardctl has its first answer: it is under way
+
+                def under_way() -> bool:  # op-h's wardctl has its first answer
                     assert queued.poll() is None, queued.communicate()
-                    seen = answered(reader)
+                    return answered(reader) != before
+
+                wait_for(under_way, 30, "op-h's wardctl to have its first answer")
                 d.kill()
                 _, err = queued.communicate(timeout=60)
             busy.communicate(timeout=60)

@@ -203,6 +203,7 @@ class TestASlowReaderNeverGetsACutFrameOnAnOpenConnection:
 def _read_frame(s: socket.socket) -> bytes:
     """One whole frame's bytes (the hello reply)."""
     data = b""
+    # not a poll (tests/_poll.py): it reads the socket's stream, chunk by chunk
     deadline = time.monotonic() + 30
     while len(data) < 4 or len(data) < 4 + struct.unpack_from(">I", data)[0]:
         assert time.monotonic() < deadline, "no hello reply"

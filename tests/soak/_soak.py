@@ -54,6 +54,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests._poll import wait_for
 from tests.daemon._http_peer import KeyLedger, Peer, SavedByKey
 from tests.daemon.harness import NETWORK, Daemon, Env
 from tests.soak._invariants import (
@@ -383,19 +384,19 @@ class Cluster:
         self.api_ledger.wait_idle(ORPHAN_TIMEOUT)
         self.replay_api.wait_idle(ORPHAN_TIMEOUT)
         marker = str(self.env.root).encode()
-        deadline = time.monotonic() + ORPHAN_TIMEOUT
-        while True:
-            alive = [pid for pid in _pids() if marker in _cmdline(pid)]
-            if not alive:
-                return
-            if time.monotonic() > deadline:
-                for pid in alive:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                raise AssertionError(f"act processes still running: {alive}")
-            time.sleep(0.01)  # bounded polling of outside processes
+
+        def alive() -> list[int]:
+            return [pid for pid in _pids() if marker in _cmdline(pid)]
+
+        try:
+            wait_for(lambda: not alive(), ORPHAN_TIMEOUT, "the act processes to end", seen=alive)
+        except AssertionError:
+            for pid in alive():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            raise
 
     # -- checks --------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests._poll import file_written
+from tests._poll import pid_written, wait_for
 from wardd.adapters import (
     ActRequest,
     AdapterConfigError,
@@ -63,23 +63,18 @@ def appender(path: Path, **table: Any) -> FileAppendAdapter:
     return adapter
 
 
-def wait_dead(pid: int, within: float = 10.0) -> bool:
-    """Poll /proc (bounded) until ``pid`` is gone or a zombie."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.01)
-    return False
+def dead(pid: int) -> bool:
+    """``pid`` is gone or a zombie (/proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
 
 
-def wait_for_file(path: Path, within: float = 30.0) -> str:
-    """Poll (bounded) until a child process has written ``path``, a whole line."""
-    return file_written(path, within, line=True)
+def wait_dead(pid: int, within: float = 10.0) -> None:
+    """Until ``pid`` has ended (bounded polling of /proc)."""
+    wait_for(lambda: dead(pid), within, f"pid {pid} to end")
 
 
 class TestEcho:
@@ -552,7 +547,7 @@ class TestCli:
         with pytest.raises(OutcomeUnknown, match="timed out"):
             adapter.call(request())
         assert time.monotonic() - started < 30
-        assert wait_dead(int(wait_for_file(pidfile)))
+        wait_dead(pid_written(pidfile))
 
     def test_leftover_children_are_killed_when_the_call_ends(self, tmp_path: Path) -> None:
         """A background child left by a successful program cannot outlive the call."""
@@ -561,7 +556,7 @@ class TestCli:
         result = cli(f"sleep 1000 & echo $! > {pidfile}; echo done").call(request())
         assert result["stdout"] == b"done\n"
         assert time.monotonic() - started < 30  # not held by the child's open stdout
-        assert wait_dead(int(wait_for_file(pidfile)))
+        wait_dead(pid_written(pidfile))
 
     def test_flood_is_truncated_and_drained(self) -> None:
         """stdout keeps at most max_frame - 64 KiB; the rest is drained so the child ends."""
@@ -725,12 +720,12 @@ class TestCli:
                 errors.append(exc)
 
         worker = start_thread(run, stop=adapter.kill_all)
-        background = int(wait_for_file(pidfile))
+        background = pid_written(pidfile)
         adapter.kill_all()
         worker.join(timeout=30)
         assert not worker.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], OutcomeUnknown)
-        assert wait_dead(background)
+        wait_dead(background)
         with pytest.raises(DefiniteFailure):
             adapter.call(request())
 
@@ -806,7 +801,7 @@ class TestCli:
         )
         assert (done.returncode, done.stdout_head, done.stderr_tail) == (5, b"in", b"err\n")
         assert not done.timed_out and done.stdin_unread == 0
-        assert wait_dead(int(wait_for_file(pidfile)))
+        wait_dead(pid_written(pidfile))
         slow = _process.run(
             groups,
             [SH, "-c", "exec sleep 1000"],
@@ -846,12 +841,13 @@ class TestCli:
         t = start_thread(hung, stop=groups.kill_all)
         # registered, not only started: the abort below must find the call by its key
         assert groups.registered.wait(30), "the call's program was never registered"
-        pid = int(wait_for_file(pidfile))
+        pid = pid_written(pidfile)
         groups.abort("n/op/2")  # another call's key: nothing happens to this one
         assert groups.live == 1
         groups.abort("n/op/1")
         t.join(30)
-        assert box["done"].returncode == -9 and wait_dead(pid)
+        assert box["done"].returncode == -9
+        wait_dead(pid)
         assert groups.live == 0
         marker = tmp_path / "ran"
         with pytest.raises(OutcomeUnknown, match="aborted by the operator before"):

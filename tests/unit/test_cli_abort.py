@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._poll import file_written
+from tests._poll import pid_written
 from wardd.adapters import ActRequest, CallAborted, CliAdapter, OutcomeUnknown, build_adapter
 from wardd.adapters._process import ProcessGroups
 
@@ -29,11 +29,6 @@ def cli(script: str) -> CliAdapter:
     )
     assert isinstance(adapter, CliAdapter)
     return adapter
-
-
-def wait_for_file(path: Path, timeout: float = 20.0) -> str:
-    """Bounded polling of a file the child writes (the real event)."""
-    return file_written(path, timeout).strip()
 
 
 class TestCliAbort:
@@ -54,7 +49,7 @@ class TestCliAbort:
         t = threading.Thread(target=run)
         t.start()
         try:
-            wait_for_file(pidfile)
+            pid_written(pidfile)  # the program runs
             adapter.abort(KEY)
         finally:
             t.join(30)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon._http_peer import Peer, Received, Reply
 from wardd.adapters import (
     ActRequest,
@@ -280,9 +281,7 @@ class TestCalls:
         accepted: list[socket.socket] = []
         try:
             caller.start()
-            deadline = time.monotonic() + 10
-            while a.live == 0 and time.monotonic() < deadline:
-                threading.Event().wait(0.005)  # until the call has begun (then it is connecting)
+            wait_for(lambda: a.live != 0, 10, "the call to begin (then it is connecting)")
             assert a.live == 1
             a.kill_all()
             accepted.append(listener.accept()[0])  # the filler: room for the call's SYN

@@ -9,14 +9,9 @@ import sys
 from pathlib import Path
 
 from tests import _leftovers
-from tests._poll import file_written
+from tests._poll import pid_written
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for_pid(path: Path, within: float = 30.0) -> int:
-    """The pid a child wrote to ``path`` (bounded polling of the child's effect)."""
-    return int(file_written(path, within, line=True))
 
 
 class TestEnd:
@@ -26,7 +21,7 @@ class TestEnd:
         pidfile = tmp_path / "sleep.pid"
         sh = subprocess.Popen(["/bin/sh", "-c", f"sleep 1000 & echo $! > {pidfile}; wait"])
         try:
-            sleeper = wait_for_pid(pidfile)
+            sleeper = pid_written(pidfile)
             tree = _leftovers.descendants()
             assert {p.pid for p in tree} >= {sh.pid, sleeper}
             orphan = [p for p in tree if p.pid == sleeper]
