@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.daemon.harness import Actor, Background, Daemon, key, wait_for
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Background, Daemon, key
 
 
 def crash_with_a_blocked_call_and_a_landed_write(

@@ -12,16 +12,9 @@ import shlex
 import anyio
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon.backends import backend, run_on
-from tests.daemon.harness import (
-    Actor,
-    Background,
-    Env,
-    code_of,
-    key,
-    run_wardctl,
-    wait_for,
-)
+from tests.daemon.harness import Actor, Background, Env, code_of, key, run_wardctl
 from wardd.client import (
     ActFailed,
     AsyncClient,

@@ -17,11 +17,11 @@ import sys
 import anyio
 import pytest
 
-from tests._poll import wait_until_file
+from tests._poll import wait_for, wait_until_file
 from tests.daemon._mcp_host import call, stdio_host, write_mcp_config
 from tests.daemon._wardctl import environ, set_up, wardctl
 from tests.daemon.backends import run_on
-from tests.daemon.harness import Actor, Background, code_of, wait_for
+from tests.daemon.harness import Actor, Background, code_of
 from wardd.client import MayHaveRun, Retry, Session
 from wardd.protocol import Internal, WarddError
 

@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Background, code_of, key, wait_for
+from tests._poll import wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, code_of, key
 from wardd.client import Neuron
 from wardd.protocol import WarddError
 

@@ -13,14 +13,8 @@ import resource
 
 import pytest
 
-from tests.daemon.harness import (
-    Actor,
-    Background,
-    Env,
-    code_of,
-    entry_point_plugin,
-    wait_for,
-)
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Background, Env, code_of, entry_point_plugin
 
 PLUGIN = '''
 from wardd.adapters import DefiniteFailure

@@ -402,7 +402,7 @@ class TestSystemd:
 
 class TestLimits:
     def test_connections_over_the_limit_are_overloaded(self, make_daemon):
-        from tests.daemon.harness import wait_for
+        from tests._poll import wait_for
 
         d = make_daemon(Env(max_connections=2))
         c1 = d.connect()
@@ -427,7 +427,8 @@ class TestLimits:
                 assert c.call("status")["boot"] == d.boot
 
     def test_requests_in_flight_over_the_limit_are_overloaded(self, make_daemon):
-        from tests.daemon.harness import Actor, wait_for
+        from tests._poll import wait_for
+        from tests.daemon.harness import Actor
 
         env = Env(max_in_flight=1)
         d = make_daemon(env)

@@ -43,9 +43,10 @@ from pathlib import Path
 
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon._audit import Audit, all_reads, forms, pieces
 from tests.daemon._http_peer import KeyLedger, Peer, Received, Reply, SavedByKey, Script
-from tests.daemon.harness import Actor, Background, Env, code_of, key, wait_for
+from tests.daemon.harness import Actor, Background, Env, code_of, key
 
 REPO = Path(__file__).resolve().parents[2]
 

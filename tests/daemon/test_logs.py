@@ -7,8 +7,9 @@ import os
 import re
 from typing import Any
 
+from tests._poll import wait_for
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
-from tests.daemon.harness import Actor, Daemon, Env, wait_for
+from tests.daemon.harness import Actor, Daemon, Env
 from tests.doc_tables import documented_fields
 from wardd.daemon.observe.logs import PRIORITY
 

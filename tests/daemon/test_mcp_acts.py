@@ -36,8 +36,9 @@ from typing import Any
 import cbor2
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon._audit import Audit, all_reads, forms, pieces
-from tests.daemon.harness import Actor, Background, Env, key, wait_for
+from tests.daemon.harness import Actor, Background, Env, key
 
 PEER = Path(__file__).resolve().parent / "_mcp_peer.py"
 

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests._poll import wait_until_file
+from tests._poll import wait_for, wait_until_file
 from tests.daemon._mcp_host import (
     bearer,
     call,
@@ -31,7 +31,7 @@ from tests.daemon._mcp_host import (
     write_mcp_config,
 )
 from tests.daemon.backends import run_on
-from tests.daemon.harness import NETWORK, Env, child_env, wait_for
+from tests.daemon.harness import NETWORK, Env, child_env
 from wardd.client import Neuron
 from wardd.protocol import UnknownNeuron
 

@@ -14,8 +14,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests._poll import wait_for
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
-from tests.daemon.harness import Actor, Env, run_wardctl, wait_for
+from tests.daemon.harness import Actor, Env, run_wardctl
 from wardd.daemon.observe.metrics import CONTENT_TYPE, SERIES
 from wardd.daemon.observe.metrics_http import BUSY_LOG_INTERVAL_S, MAX_SCRAPERS
 

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests._poll import wait_for
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
-from tests.daemon.harness import Actor, Env, wait_for
+from tests.daemon.harness import Actor, Env
 
 # the recorder: each event's stdin, whole, as one file (written, then renamed)
 RECORDER = """\

@@ -16,15 +16,8 @@ import sys
 
 import pytest
 
-from tests.daemon.harness import (
-    Actor,
-    Background,
-    Env,
-    code_of,
-    entry_point_plugin,
-    run_wardctl,
-    wait_for,
-)
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Background, Env, code_of, entry_point_plugin, run_wardctl
 from wardd.protocol import WarddError
 
 GATED_PLUGIN = '''

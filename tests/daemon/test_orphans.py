@@ -19,16 +19,8 @@ from typing import Any
 import pytest
 
 from tests import _leftovers
-from tests.daemon.harness import (
-    DATA,
-    Actor,
-    Background,
-    Daemon,
-    Env,
-    Hold,
-    on_fixture,
-    wait_for,
-)
+from tests._poll import wait_for
+from tests.daemon.harness import DATA, Actor, Background, Daemon, Env, Hold, on_fixture
 from wardd.client import Neuron
 from wardd.daemon.life.orphan_kill import HOLD_ENV
 from wardd.daemon.life.orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone

@@ -21,8 +21,9 @@ from typing import Any
 import anyio
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon._wardctl import set_up, wardctl
-from tests.daemon.harness import Actor, Background, Daemon, Env, code_of, key, wait_for
+from tests.daemon.harness import Actor, Background, Daemon, Env, code_of, key
 from wardd.client import AsyncClient, AsyncSession, Neuron, Retry, Session
 from wardd.protocol import WarddError, encode_item
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import Actor, Background, Daemon, Env, run_wardctl, wait_for
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Background, Daemon, Env, run_wardctl
 from wardd.protocol import WarddError
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
+from tests._poll import wait_for
 from tests._recipes import recipe_block, recipe_section
-from tests.daemon.harness import Actor, Background, Env, key, wait_for
+from tests.daemon.harness import Actor, Background, Env, key
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE_PORT = "8081"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, key, wait_for
+from tests._poll import wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, key
 from wardd.client import Neuron
 from wardd.daemon.store.schema import SCHEMA_VERSION
 from wardd.protocol import WarddError

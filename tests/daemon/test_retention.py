@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, wait_for
+from tests._poll import wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of
 from wardd.client import Client, Neuron, Session
 from wardd.daemon.store.counters import Counters
 from wardd.daemon.store.schema import SCHEMA_VERSION

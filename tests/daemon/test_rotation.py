@@ -21,16 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.harness import (
-    Actor,
-    Background,
-    Daemon,
-    Env,
-    ReadLease,
-    code_of,
-    key,
-    wait_for,
-)
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Background, Daemon, Env, ReadLease, code_of, key
 
 DATA = Path(__file__).parent.parent / "data"
 

@@ -29,8 +29,9 @@ from typing import Any
 
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon._audit import Audit, all_reads, forms, pieces
-from tests.daemon.harness import NETWORK, Actor, Background, Daemon, Env, code_of, wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Daemon, Env, code_of
 from wardd.client import Neuron, Session
 
 # -- replay ---------------------------------------------------------------------------------

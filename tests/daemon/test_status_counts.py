@@ -14,7 +14,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tests.daemon.harness import Actor, Background, Daemon, counts_left, wait_for
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Background, Daemon, counts_left
 from wardd.daemon.store.counters import count_afresh
 
 FAST = {"retention_s": 1, "prune_interval_s": 1}

@@ -22,15 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.harness import (
-    Actor,
-    Background,
-    Daemon,
-    Env,
-    boot_row,
-    child_env,
-    wait_for,
-)
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Background, Daemon, Env, boot_row, child_env
 from wardd.protocol import WarddError
 
 pytestmark = pytest.mark.timeout(120)

@@ -37,8 +37,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from tests._poll import wait_for
 from tests.daemon._http_peer import KeyLedger, Peer, Reply
-from tests.daemon.harness import NETWORK, Actor, Background, Env, key, wait_for
+from tests.daemon.harness import NETWORK, Actor, Background, Env, key
 from wardd.client import Session
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -7,8 +7,9 @@ Statuses 3 (an answer lost after sending, by a SIGKILLed daemon) and 130
 
 from __future__ import annotations
 
+from tests._poll import wait_for
 from tests.daemon._wardctl import set_up, wardctl
-from tests.daemon.harness import Env, wait_for
+from tests.daemon.harness import Env
 
 RETAIN_1S = {"retention_s": 1, "prune_interval_s": 1}
 

@@ -23,7 +23,8 @@ from typing import Any
 import cbor2
 import pytest
 
-from tests.daemon.harness import Actor, Daemon, boot_row, wait_for
+from tests._poll import wait_for
+from tests.daemon.harness import Actor, Daemon, boot_row
 from wardd.protocol import ProtocolError, decode_item, parse_reply
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"

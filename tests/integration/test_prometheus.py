@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from tests._poll import wait_for
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
-from tests.daemon.harness import Actor, Env, wait_for
+from tests.daemon.harness import Actor, Env
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 
