@@ -14,6 +14,8 @@ after every test with these helpers, and ends what is left.
   listed, then all are SIGKILLed: a parent cannot start a child after the
   walk has passed it, and a child whose parent died first is still ended
   (it is known by its name, not found through its parent).
+- `alive` is the suite's one "is this process still there" check: a zombie
+  nobody has reaped yet counts as gone.
 
 Linux only, like the daemon's orphan search (``daemon/life/orphans.py``).
 """
@@ -32,6 +34,8 @@ from collections.abc import Collection, Iterable
 import attrs
 
 _SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+#: The states of /proc/PID/stat of a process that has exited: a zombie, or dead.
+_EXITED = ("Z", "X")
 
 
 @attrs.frozen
@@ -75,6 +79,25 @@ def identify(pid: int) -> Proc | None:
     return None if st is None else Proc(pid, st.start)
 
 
+def alive(pid: int) -> bool:
+    """``pid`` names a process that has not exited. A zombie (exited, not yet
+    reaped by its parent or init) counts as gone: it can do nothing more.
+
+    The one check of the suite for "is this process still there" (wait on it
+    with ``tests/_poll.py``: ``wait_for(lambda: not alive(pid), ...)``). By pid
+    alone, as a test names a program by the pid it wrote: a pid reused since
+    names the new process (``Proc`` and `running` tell the two apart).
+    """
+    st = _stat(pid)
+    return st is not None and st.state not in _EXITED
+
+
+def stopped(pid: int) -> bool:
+    """``pid`` is stopped by a signal (SIGSTOP): it runs no further until continued or killed."""
+    st = _stat(pid)
+    return st is not None and st.state == "T"
+
+
 def _children_by_parent() -> dict[int, list[Proc]]:
     """Every process's live children (one pass over /proc; no zombies)."""
     found: dict[int, list[Proc]] = {}
@@ -82,7 +105,7 @@ def _children_by_parent() -> dict[int, list[Proc]]:
         if not name.isdigit():
             continue
         st = _stat(int(name))
-        if st is not None and st.state not in ("Z", "X"):
+        if st is not None and st.state not in _EXITED:
             found.setdefault(st.ppid, []).append(Proc(int(name), st.start))
     return found
 
@@ -135,7 +158,7 @@ def running(procs: Iterable[Proc]) -> list[Proc]:
     out = []
     for p in procs:
         st = _stat(p.pid)
-        if st is not None and st.start == p.start and st.state not in ("Z", "X"):
+        if st is not None and st.start == p.start and st.state not in _EXITED:
             if not _dying(p.pid):
                 out.append(p)
     return out

@@ -36,6 +36,7 @@ from typing import Any
 import cbor2
 import pytest
 
+from tests._leftovers import alive
 from tests._poll import wait_for
 from tests.daemon._audit import Audit, all_reads, forms, pieces
 from tests.daemon.harness import Actor, Background, Env, key
@@ -77,14 +78,6 @@ class Server:
 
 def stdio_act(server: Server, tool: str, **table: Any) -> dict[str, Any]:
     return {"adapter": "mcp", "command": server.argv(), "tool": tool, **table}
-
-
-def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][:1] in ("Z", "X")
-    except OSError:
-        return True
 
 
 @pytest.fixture
@@ -136,7 +129,7 @@ class TestOutcomes:
         assert server.effects() == [key(a, "c1"), key(a, "c2")]
         (pid,) = {c["pid"] for c in server.calls()}  # one long-lived server
         assert d.terminate() == 0
-        assert gone(pid)  # stopped with the daemon
+        assert not alive(pid)  # stopped with the daemon
 
     def test_the_key_as_an_argument(self, make_daemon, tmp_path):
         """idempotency = "argument:key": the key also goes as the argument ``key``;
@@ -338,7 +331,7 @@ class TestAbort:
         assert res == {"op": "h", "attempt": 1, "status": "unknown", "aborted": True}
         own = call.result()
         assert own["status"] == "unknown" and "abort" in own["error"]
-        wait_for(lambda: gone(pid), what="the server to be killed")
+        wait_for(lambda: not alive(pid), what="the server to be killed")
         (server.marks / "go").touch()
         assert server.effects() == []
 
@@ -388,7 +381,7 @@ class TestReceipts:
         not_executed, and the effect never happens."""
         server, d, a = self.daemon(make_daemon, tmp_path)
         pid = self.crash_during(d, a, server, "y", "before")
-        assert gone(pid)
+        assert not alive(pid)
         att = a.op("y")["attempts"][0]
         assert att["state"] == "not_executed" and att["outcome"]["source"] == "receipt"
         assert att["evidence"]["orphan_killed"] is True, att["evidence"]

@@ -4,12 +4,12 @@ one recording what it got, one that hangs, one that exits non-zero."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
+from tests._leftovers import alive
 from tests._poll import wait_for
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
 from tests.daemon.harness import Actor, Env
@@ -126,14 +126,6 @@ def _gated_hook_env(script: str, **top: Any) -> tuple[Env, Path]:
     return env, runs
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 class TestFailingHooks:
     def test_a_hook_that_hangs_delays_nothing_and_is_killed_at_its_timeout(self, make_daemon):
         """While the hook hangs, attempts are answered and served as usual;
@@ -156,7 +148,7 @@ class TestFailingHooks:
         (failed, *_) = logged(d, "notify_failed")
         assert (failed["hook_event"], failed["op"]) == ("attempt_unknown", "b1")
         assert "timed out" in failed["error"] and failed["level"] == "warning"
-        wait_for(lambda: not _alive(pid), what="the hung hook to be killed")
+        wait_for(lambda: not alive(pid), what="the hung hook to be killed")
         wait_for(lambda: (runs / "1").exists(), what="the next event's hook run")
 
     def test_a_hook_that_exits_non_zero_is_logged_and_changes_nothing(self, make_daemon):

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from tests._leftovers import alive
 from tests._poll import wait_for
 from tests.daemon.harness import Actor, Background, Env, code_of, entry_point_plugin, run_wardctl
 from wardd.protocol import WarddError
@@ -63,14 +64,6 @@ def hang_act(env: Env) -> dict[str, object]:
     """A `cli` act that records its pid, then hangs (no timeout_s)."""
     pidfile = shlex.quote(str(env.root / "hang.pid"))
     return {"adapter": "cli", "argv": ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 1000"]}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def plugin_env(root) -> dict[str, str]:

@@ -19,23 +19,12 @@ from typing import Any
 import pytest
 
 from tests import _leftovers
+from tests._leftovers import alive, stopped
 from tests._poll import wait_for
 from tests.daemon.harness import DATA, Actor, Background, Daemon, Env, Hold, on_fixture
 from wardd.client import Neuron
 from wardd.daemon.life.orphan_kill import HOLD_ENV
 from wardd.daemon.life.orphans import any_marked, find_orphans, find_servers, kill_groups, wait_gone
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie waiting for init to reap it is dead for our purpose
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 class TestOrphans:
@@ -258,12 +247,6 @@ class TestAnEarlierReleasesOrphans:
             assert not (env.root / "effects").exists()
         finally:
             shutil.rmtree(other, ignore_errors=True)
-
-
-def stopped(pid: int) -> bool:
-    """The process is stopped (SIGSTOP): it runs no further until continued or killed."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(") ", 1)[1][0] == "T"
 
 
 def attempt_row(env: Env, op: str) -> tuple[str, dict[str, Any] | None]:

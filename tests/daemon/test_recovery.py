@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._leftovers import alive
 from tests._poll import wait_for
 from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, key
 from wardd.client import Neuron
@@ -427,7 +428,7 @@ class TestShutdown:
         wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="child pid")
         child = int(pidfile.read_text())
         assert d.terminate() == 0
-        wait_for(lambda: _gone(child), what="the act's background child to be killed")
+        wait_for(lambda: not alive(child), what="the act's background child to be killed")
         d.start()
         a.client = d.connect()
         att = a.op("op")["attempts"][0]
@@ -443,15 +444,6 @@ class TestShutdown:
         a.client = d.connect()
         att = a.op("op")["attempts"][0]
         assert (att["state"], att["reason"]) == ("void", "shutdown")
-
-
-def _gone(pid: int) -> bool:
-    """The process no longer runs (absent, or a zombie awaiting its reaper)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _fixture(make_daemon, version):

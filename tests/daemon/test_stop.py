@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests._leftovers import alive
 from tests._poll import wait_for
 from tests.daemon.harness import Actor, Background, Daemon, Env, boot_row, child_env
 from wardd.protocol import WarddError
@@ -55,15 +56,6 @@ def text_logged(d: Daemon, event: str) -> bool:
         not line.startswith("{") and re.search(rf"\b{event}\b.*\bboot=", line)
         for line in plain.splitlines()
     )
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie (a reaper may be slow)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def sh(script: str) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
+from tests._leftovers import alive
 from tests._poll import pid_written, wait_for
 from wardd.adapters import (
     ActRequest,
@@ -63,18 +64,9 @@ def appender(path: Path, **table: Any) -> FileAppendAdapter:
     return adapter
 
 
-def dead(pid: int) -> bool:
-    """``pid`` is gone or a zombie (/proc)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")
-
-
 def wait_dead(pid: int, within: float = 10.0) -> None:
     """Until ``pid`` has ended (bounded polling of /proc)."""
-    wait_for(lambda: dead(pid), within, f"pid {pid} to end")
+    wait_for(lambda: not alive(pid), within, f"pid {pid} to end")
 
 
 class TestEcho:

@@ -4,12 +4,14 @@ starts outlives it, and nothing it did not start is ever signalled."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from tests import _leftovers
-from tests._poll import pid_written
+from tests._poll import pid_written, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +52,29 @@ class TestEnd:
         finally:
             child.kill()
             child.wait()
+
+
+class TestAlive:
+    def test_a_zombie_is_gone_and_a_name_with_parentheses_is_read_right(self, tmp_path):
+        """alive() is true while the process runs, also stopped, and false once
+        it has exited, before its parent reaps it; a program named ``x) Z (y``
+        (its name stands between parentheses in /proc/PID/stat) is read by its
+        own state, not by a letter of its name."""
+        prog = tmp_path / "x) Z (y"
+        prog.symlink_to(shutil.which("sleep") or "/bin/sleep")
+        child = subprocess.Popen([str(prog), "1000"])
+        try:
+            assert _leftovers.alive(child.pid) and not _leftovers.stopped(child.pid)
+            child.send_signal(signal.SIGSTOP)
+            wait_for(lambda: _leftovers.stopped(child.pid), what="the program to stop")
+            assert _leftovers.alive(child.pid)
+            child.kill()
+            os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+            assert not _leftovers.alive(child.pid) and not _leftovers.stopped(child.pid)
+        finally:
+            child.kill()
+            child.wait()
+        assert not _leftovers.alive(child.pid)
 
 
 LEAKY = """
