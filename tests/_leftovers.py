@@ -92,6 +92,13 @@ def alive(pid: int) -> bool:
     return st is not None and st.state not in _EXITED
 
 
+def reaped(pid: int) -> bool:
+    """``pid`` is gone for good: exited and reaped (no zombie left). Stricter
+    than ``not alive(pid)``, for a process the daemon must wait for itself
+    (its own child: a daemon that never reaps fills the process table)."""
+    return _stat(pid) is None
+
+
 def stopped(pid: int) -> bool:
     """``pid`` is stopped by a signal (SIGSTOP): it runs no further until continued or killed."""
     st = _stat(pid)

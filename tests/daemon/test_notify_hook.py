@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests._leftovers import alive
+from tests._leftovers import reaped
 from tests._poll import wait_for
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
 from tests.daemon.harness import Actor, Env
@@ -148,7 +148,7 @@ class TestFailingHooks:
         (failed, *_) = logged(d, "notify_failed")
         assert (failed["hook_event"], failed["op"]) == ("attempt_unknown", "b1")
         assert "timed out" in failed["error"] and failed["level"] == "warning"
-        wait_for(lambda: not alive(pid), what="the hung hook to be killed")
+        wait_for(lambda: reaped(pid), what="the hung hook to be killed and reaped")
         wait_for(lambda: (runs / "1").exists(), what="the next event's hook run")
 
     def test_a_hook_that_exits_non_zero_is_logged_and_changes_nothing(self, make_daemon):

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from tests._leftovers import alive
+from tests._leftovers import reaped
 from tests._poll import wait_for
 from tests.daemon.harness import Actor, Background, Env, code_of, entry_point_plugin, run_wardctl
 from wardd.protocol import WarddError
@@ -104,7 +104,7 @@ class TestAbort:
         own = call.result()
         assert own["status"] == "unknown" and "aborted by the operator" in own["error"]
         assert revoke.result()["policy_version"] >= 1
-        wait_for(lambda: not alive(pid), what="the aborted process to be gone")
+        wait_for(lambda: reaped(pid), what="the aborted process to be killed and reaped")
         assert "abort" in d.log_text()
         # in-doubt, not guessed: the operator resolves it
         out = {"status": "not_executed"}

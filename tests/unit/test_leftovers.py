@@ -57,7 +57,7 @@ class TestEnd:
 class TestAlive:
     def test_a_zombie_is_gone_and_a_name_with_parentheses_is_read_right(self, tmp_path):
         """alive() is true while the process runs, also stopped, and false once
-        it has exited, before its parent reaps it; a program named ``x) Z (y``
+        it has exited, before its parent reaps it (reaped() only after); a program named ``x) Z (y``
         (its name stands between parentheses in /proc/PID/stat) is read by its
         own state, not by a letter of its name."""
         prog = tmp_path / "x) Z (y"
@@ -71,10 +71,11 @@ class TestAlive:
             child.kill()
             os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
             assert not _leftovers.alive(child.pid) and not _leftovers.stopped(child.pid)
+            assert not _leftovers.reaped(child.pid)  # a zombie is still in the table
         finally:
             child.kill()
             child.wait()
-        assert not _leftovers.alive(child.pid)
+        assert not _leftovers.alive(child.pid) and _leftovers.reaped(child.pid)
 
 
 LEAKY = """
