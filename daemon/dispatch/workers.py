@@ -240,8 +240,11 @@ class WorkerPool:
                 span.ended(None, "fail_stop")
                 self._writer.fail_stop(f"an outcome could not be recorded: {again!r}")
                 # answered before the worker ends (the stop joins the workers
-                # before it closes the connections): the attempt may have run
-                reply(None, _lost_outcome(ref))
+                # before it closes the connections): the attempt may have run;
+                # an abort taken on it is answered the same
+                lost = _lost_outcome(ref)
+                self.calls.settle(ref.attempt_id, lost)
+                reply(None, lost)
                 raise
         # an outcome left unrecorded (the stop's grace passed) is unknown at the next start
         span.ended(end.status.value if recorded else None, None if recorded else "shutdown")

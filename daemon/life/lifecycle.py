@@ -175,8 +175,10 @@ async def shut_down(
     `cli` process groups so no orphan can have its effect later."""
     finished = await _join_workers(pool, grace_s, grace_cut)
     # outcomes the workers submitted are answered once committed: a unit
-    # queued behind them returns only after they are (the queue is FIFO)
-    if life.fatal is None:
+    # queued behind them returns only after they are (the queue is FIFO).
+    # The writer's own mark, not life.fatal: the daemon hears of a fail-stop
+    # only once the writer has answered what was queued before it
+    if writer.fatal is None:
         try:
             await writer.run(_noop)
         except WarddError:
@@ -219,16 +221,18 @@ async def finish(
     writer: Writer, life: Lifecycle, boot: str, stoppers: Iterable[Callable[[], None] | None]
 ) -> bool:
     """After the last request: record a clean stop (unless a fail-stop),
-    stop the threads; True if the stop was clean."""
-    clean = life.fatal is None
+    stop the threads; True if the stop was clean (recorded, and no fail-stop)."""
+    clean = life.fatal is None and writer.fatal is None
     if clean:
         try:
             await writer.run(mark_clean_stop(boot, now()))
         except WarddError as err:
             log.error("stop_record_failed", error=err.message)
+            clean = False  # the next start recovers this boot as an unclean one
     for stop in stoppers:
         if stop is not None:
             stop()
+    clean = clean and writer.fatal is None  # a fail-stop marked meanwhile
     # contract §3.6: the owner lock stays held until the process is gone (a
     # call may still be in progress in it); the kernel drops it at exit
     log.info("stopped", boot=boot, clean=clean)

@@ -147,6 +147,11 @@ class _Stop:
     pass
 
 
+class _Tell:
+    """A fail-stop marked off the writer's thread: the writer tells the
+    daemon when it reaches this, once what was queued before is answered."""
+
+
 @attrs.define
 class WriterStats:
     batches: int = 0
@@ -165,7 +170,7 @@ class Writer:
         on_batch: BatchObserver | None = None,
     ) -> None:
         self._conn = conn
-        self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job | _Stop | _Tell] = queue.SimpleQueue()
         self._on_fatal = on_fatal
         self._thread = threading.Thread(target=self._run, name="wardd-writer", daemon=True)
         self.stats = WriterStats()
@@ -187,6 +192,7 @@ class Writer:
     def stop(self) -> None:
         self._queue.put(_Stop())
         self._thread.join()
+        self._tell_fatal()  # a fail-stop marked while the thread was ending
 
     # -- submitting -----------------------------------------------------------
 
@@ -198,12 +204,12 @@ class Writer:
     def _put(
         self, unit: Unit, critical: bool, answer: concurrent.futures.Future[Any] | _Answer
     ) -> None:
-        if self.fatal is not None:
-            answer.set_exception(_stopped())
-            return
-        with self._lock:
-            self._backlog += 1
-        self._queue.put(_Job(unit, critical, answer))
+        with self._lock:  # nothing is queued once a fail-stop is marked
+            if self.fatal is None:
+                self._backlog += 1
+                self._queue.put(_Job(unit, critical, answer))
+                return
+        answer.set_exception(_stopped())
 
     def call(self, unit: Unit, *, critical: bool = False) -> Any:
         """Run ``unit`` and wait for its COMMIT (from a worker thread)."""
@@ -227,7 +233,12 @@ class Writer:
         while True:
             first = self._queue.get()
             if isinstance(first, _Stop):
+                self._settle_fatal()
                 return
+            if isinstance(first, _Tell):
+                if self._settle_fatal():
+                    return
+                continue
             batch = [first]
             stop = False
             while len(batch) < MAX_BATCH:
@@ -238,19 +249,41 @@ class Writer:
                 if isinstance(nxt, _Stop):
                     stop = True
                     break
-                batch.append(nxt)
-            self._run_batch(batch)
-            if stop:
+                if not isinstance(nxt, _Tell):  # told at the batch's end
+                    batch.append(nxt)
+            if self._run_batch(batch) or stop:
                 return
 
-    def _run_batch(self, batch: list[_Job]) -> None:
+    def _run_batch(self, batch: list[_Job]) -> bool:
+        """Run one batch; True if a stop was met while settling a fail-stop."""
         try:
             self._try_batch(batch)
         except BaseException as exc:
             log.critical("writer_failed", error=repr(exc), exc_info=True)
             self._fail_batch(batch, exc, fatal=True)
-        finally:
-            self._tell_fatal()  # once the batch's callers are answered
+        return self._settle_fatal()
+
+    def _settle_fatal(self) -> bool:
+        """After a fail-stop is marked: answer every unit still queued (each was
+        queued before the mark) with the refusal, then tell the daemon. So each
+        caller's answer is on its way before the stop that closes the
+        connections. True if the queue held a stop."""
+        if self.fatal is None:
+            return False
+        stop = False
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Stop):
+                stop = True
+            elif isinstance(item, _Job):
+                with self._lock:
+                    self._backlog -= 1
+                item.future.set_exception(_stopped())
+        self._tell_fatal()
+        return stop
 
     def _rollback_unit(self, whole: bool) -> bool:
         """Undo one unit (``whole``: the unit is the batch's only one, and its
@@ -351,9 +384,11 @@ class Writer:
 
     def fail_stop(self, why: str) -> None:
         """Stop taking writes and tell the daemon to stop (contract §3.2.3):
-        something the daemon must record could not be recorded."""
+        something the daemon must record could not be recorded. From any
+        thread: the writer tells the daemon once the units queued before are
+        answered."""
         self._go_fatal(why)
-        self._tell_fatal()
+        self._queue.put(_Tell())
 
     def _go_fatal(self, why: str) -> None:
         """Refuse every later unit from now; the daemon hears of it from

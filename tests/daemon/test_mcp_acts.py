@@ -36,7 +36,7 @@ from typing import Any
 import cbor2
 import pytest
 
-from tests._leftovers import alive
+from tests._leftovers import alive, reaped
 from tests._poll import wait_for
 from tests.daemon._audit import Audit, all_reads, forms, pieces
 from tests.daemon.harness import Actor, Background, Env, key
@@ -331,7 +331,7 @@ class TestAbort:
         assert res == {"op": "h", "attempt": 1, "status": "unknown", "aborted": True}
         own = call.result()
         assert own["status"] == "unknown" and "abort" in own["error"]
-        wait_for(lambda: not alive(pid), what="the server to be killed")
+        wait_for(lambda: reaped(pid), what="the server to be killed and reaped")
         (server.marks / "go").touch()
         assert server.effects() == []
 

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import attrs
 import pytest
@@ -330,6 +331,79 @@ class TestWriter:
         assert sqlite3.connect(tmp_path / "t.db").execute("SELECT count(*) FROM c").fetchone() == (
             0,
         )
+
+    def test_units_queued_behind_a_fail_stop_are_answered_before_the_daemon_hears(self, tmp_path):
+        """A later batch's outcome, queued while the failing batch ran, is
+        refused (fail_stop: may have run) before on_fatal: its answer leaves
+        before the stop that closes the connections."""
+        conn = _db_failing_at_commit(tmp_path)
+        seen: list[bool] = []
+        told = threading.Event()
+        later: list[concurrent.futures.Future[object]] = []
+
+        def on_fatal(why: str) -> None:
+            seen.append(later[0].done())
+            told.set()
+
+        w = Writer(conn, on_fatal=on_fatal)
+        w.start()
+        try:
+            running, go = threading.Event(), threading.Event()
+
+            def failing(tx: Any) -> None:
+                running.set()
+                go.wait(10)
+                tx.conn.execute("INSERT INTO c VALUES (42)")  # fails at COMMIT
+
+            first = w.submit(failing, critical=True)
+            assert running.wait(10)  # its batch is running: the next unit waits
+            later.append(w.submit(lambda tx: tx.conn.execute("INSERT INTO t VALUES (1)")))
+            go.set()
+            with pytest.raises(Internal):
+                first.result(10)
+            with pytest.raises(Internal) as refused:
+                later[0].result(10)
+            assert refused.value.data == {"reason": "fail_stop"}
+            assert told.wait(10) and seen == [True]
+            assert w.backlog == 0
+        finally:
+            w.stop()
+
+    def test_a_fail_stop_from_another_thread_waits_for_the_batch_in_hand(self, tmp_path):
+        """fail_stop from a worker while the writer commits a batch: the batch
+        is answered (committed: it came before the stop) before on_fatal."""
+        seen: list[bool] = []
+        told = threading.Event()
+        held: list[concurrent.futures.Future[object]] = []
+
+        def on_fatal(why: str) -> None:
+            seen.append(held[0].done())
+            told.set()
+
+        w = Writer(_db(tmp_path), on_fatal=on_fatal)
+        w.start()
+        try:
+            running, go = threading.Event(), threading.Event()
+
+            def slow(tx: Any) -> None:
+                running.set()
+                go.wait(10)
+                tx.conn.execute("INSERT INTO t VALUES (1)")
+
+            held.append(w.submit(slow))
+            assert running.wait(10)
+            w.fail_stop("a void could not be written")
+            with pytest.raises(Internal) as after:  # refused at once, never queued
+                w.call(lambda tx: tx.conn.execute("INSERT INTO t VALUES (2)"))
+            assert after.value.data == {"reason": "fail_stop"}
+            assert not told.is_set()  # the batch in hand is not answered yet
+            go.set()
+            held[0].result(10)
+            assert told.wait(10) and seen == [True]
+        finally:
+            w.stop()
+        rows = sqlite3.connect(tmp_path / "t.db").execute("SELECT x FROM t").fetchall()
+        assert rows == [(1,)]
 
     def test_failed_commit_of_an_ordinary_unit_keeps_the_writer(self, tmp_path):
         conn = _db_failing_at_commit(tmp_path)

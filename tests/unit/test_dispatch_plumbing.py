@@ -342,6 +342,40 @@ class TestWorkerPool:
         assert world.writer.fatal is not None  # the daemon is told to stop
         assert world.state("lost") == "running"  # unknown at the next start, never guessed
 
+    async def test_an_abort_of_a_call_whose_outcome_is_lost_is_answered_too(
+        self, world, monkeypatch
+    ):
+        """The abort's caller waits on the same outcome: it is answered the
+        same "may have run", not left waiting until the stop drops it."""
+        world.submit_op("held", act="hold")
+
+        def no_unit(ref: Any, end: Any) -> Any:
+            raise MemoryError("injected: the outcome's unit cannot be made")
+
+        async with trio.open_nursery() as nursery:
+            answers: list[BaseException] = []
+
+            async def dispatch() -> None:
+                with pytest.raises(Internal) as lost:
+                    await world.dispatcher.run("w0", world.invoke("held", "hold"))
+                answers.append(lost.value)
+
+            nursery.start_soon(dispatch)
+            await wait_entered(world.hold)
+            monkeypatch.setattr(attempt_units, "outcome", no_unit)
+            with world.reads.snapshot() as rconn:
+                attempt_id, _act = attempt_units.abort_target(rconn, NEURON, "held", 1)
+            abort_reply = ThreadReply()
+            assert world.pool.abort(attempt_id, abort_reply)
+            with trio.fail_after(10):  # unshielded, unlike the dispatcher's own wait
+                await abort_reply.done.wait()
+            with pytest.raises(Internal) as aborted:
+                abort_reply.result()
+        claimed = {"reason": "fail_stop", "op": "held", "attempt": 1}
+        assert aborted.value.data == claimed
+        assert [a.data for a in answers] == [claimed]
+        assert len(world.pool.calls) == 0  # the call left the table
+
 
 # -- the router ---------------------------------------------------------------------------
 
