@@ -176,13 +176,12 @@ async def shut_down(
     finished = await _join_workers(pool, grace_s, grace_cut)
     # outcomes the workers submitted are answered once committed: a unit
     # queued behind them returns only after they are (the queue is FIFO).
-    # The writer's own mark, not life.fatal: the daemon hears of a fail-stop
-    # only once the writer has answered what was queued before it
-    if writer.fatal is None:
-        try:
-            await writer.run(_noop)
-        except WarddError:
-            pass
+    # Also through a fail-stop: the writer answers (refuses) this unit only
+    # after the outcomes queued before it, lost or not, are answered
+    try:
+        await writer.run(_noop)
+    except WarddError:
+        pass
     if not finished:
         log.warning(
             "shutdown_grace_passed",

@@ -176,6 +176,7 @@ class Writer:
         self.stats = WriterStats()
         self.fatal: str | None = None
         self._untold: str | None = None  # a fail-stop the daemon has not heard of yet
+        self._settled = False  # the fail-stop's queue is drained: refuse at once
         self._backlog = 0
         self._lock = threading.Lock()
         self._on_batch = on_batch  # told each batch committed (the daemon's metrics)
@@ -192,7 +193,7 @@ class Writer:
     def stop(self) -> None:
         self._queue.put(_Stop())
         self._thread.join()
-        self._tell_fatal()  # a fail-stop marked while the thread was ending
+        self._settle_fatal()  # a fail-stop marked while the thread was ending
 
     # -- submitting -----------------------------------------------------------
 
@@ -204,8 +205,11 @@ class Writer:
     def _put(
         self, unit: Unit, critical: bool, answer: concurrent.futures.Future[Any] | _Answer
     ) -> None:
-        with self._lock:  # nothing is queued once a fail-stop is marked
-            if self.fatal is None:
+        # Until a fail-stop is settled a unit is queued, even after its mark:
+        # the writer answers it (refused) after the batch in hand, so no
+        # refusal overtakes an answer owed before it (the stop's barrier)
+        with self._lock:
+            if not self._settled:
                 self._backlog += 1
                 self._queue.put(_Job(unit, critical, answer))
                 return
@@ -264,18 +268,20 @@ class Writer:
         return self._settle_fatal()
 
     def _settle_fatal(self) -> bool:
-        """After a fail-stop is marked: answer every unit still queued (each was
-        queued before the mark) with the refusal, then tell the daemon. So each
-        caller's answer is on its way before the stop that closes the
-        connections. True if the queue held a stop."""
+        """After a fail-stop is marked: answer every unit still queued with the
+        refusal, settle (later units are refused at once), then tell the
+        daemon. So each caller's answer is on its way before the stop that
+        closes the connections. True if the queue held a stop."""
         if self.fatal is None:
             return False
         stop = False
         while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
+            with self._lock:  # the last look and the settling are one step for _put
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    self._settled = True
+                    break
             if isinstance(item, _Stop):
                 stop = True
             elif isinstance(item, _Job):

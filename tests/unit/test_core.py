@@ -377,7 +377,7 @@ class TestWriter:
         held: list[concurrent.futures.Future[object]] = []
 
         def on_fatal(why: str) -> None:
-            seen.append(held[0].done())
+            seen.append(all(f.done() for f in held))
             told.set()
 
         w = Writer(_db(tmp_path), on_fatal=on_fatal)
@@ -393,13 +393,19 @@ class TestWriter:
             held.append(w.submit(slow))
             assert running.wait(10)
             w.fail_stop("a void could not be written")
-            with pytest.raises(Internal) as after:  # refused at once, never queued
-                w.call(lambda tx: tx.conn.execute("INSERT INTO t VALUES (2)"))
-            assert after.value.data == {"reason": "fail_stop"}
-            assert not told.is_set()  # the batch in hand is not answered yet
+            # a unit after the mark is refused in turn, never ahead of the
+            # batch in hand (the stop's barrier must not overtake an answer)
+            held.append(w.submit(lambda tx: tx.conn.execute("INSERT INTO t VALUES (2)")))
+            assert not told.is_set() and not held[1].done()
             go.set()
             held[0].result(10)
+            with pytest.raises(Internal) as after:
+                held[1].result(10)
+            assert after.value.data == {"reason": "fail_stop"}
             assert told.wait(10) and seen == [True]
+            with pytest.raises(Internal):  # settled: refused at once from now on
+                w.call(lambda tx: tx.conn.execute("INSERT INTO t VALUES (3)"))
+            assert w.backlog == 0
         finally:
             w.stop()
         rows = sqlite3.connect(tmp_path / "t.db").execute("SELECT x FROM t").fetchall()
