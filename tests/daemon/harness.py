@@ -233,6 +233,31 @@ class Daemon:
     def log_text(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
 
+    def events(self, run: int | None = None) -> list[dict[str, Any]]:
+        """The daemon's JSON log lines: of every run (``None``), or of run
+        ``run`` (``-1``: the last). The suite's one reader of the log."""
+        paths = self.logs if run is None else [self.logs[run]]
+        out = []
+        for path in paths:
+            if not path.exists():
+                continue
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(item, dict):
+                    out.append(item)
+        return out
+
+    def logged(self, event: str, *, run: int | None = None, **fields: Any) -> list[dict[str, Any]]:
+        """The log lines of ``event`` whose fields have these values (see `events`)."""
+        return [
+            e
+            for e in self.events(run)
+            if e.get("event") == event and all(e.get(k) == v for k, v in fields.items())
+        ]
+
     def terminate(self, timeout: float = 20.0) -> int:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)

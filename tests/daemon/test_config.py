@@ -155,8 +155,7 @@ class TestCheckConfig:
 
 
 def events(d: Daemon) -> list[dict[str, object]]:
-    lines = d.log_text().splitlines()
-    return [json.loads(x) for x in lines if x.startswith("{")]
+    return d.events()
 
 
 class TestLogLevel:

@@ -143,8 +143,7 @@ class TestDiskFull:
         assert isinstance(lost, Internal), lost
         assert lost.data == {"reason": "fail_stop", "op": "g", "attempt": 1}
         assert daemon.proc.wait(30) == 70
-        events = [json.loads(line) for line in daemon.log_text().splitlines() if line]
-        (stopped,) = [e for e in events if e.get("event") == "stopped"]
+        (stopped,) = daemon.logged("stopped")
         assert stopped["clean"] is False
         daemon.start()
         a.client = daemon.connect()

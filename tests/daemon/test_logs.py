@@ -15,8 +15,7 @@ from wardd.daemon.observe.logs import PRIORITY
 
 
 def events(d: Daemon, name: str) -> list[dict[str, Any]]:
-    lines = [json.loads(x) for x in d.log_text().splitlines() if x.startswith("{")]
-    return [e for e in lines if e["event"] == name]
+    return d.logged(name)
 
 
 class TestOutcomeLines:

@@ -5,7 +5,6 @@ SIGKILL during a blocked call, then a restart), receipts and prunes."""
 from __future__ import annotations
 
 import http.client
-import json
 import socket
 import subprocess
 import sys
@@ -174,10 +173,7 @@ class TestMetrics:
 
 def _listening_port(d: Any) -> int:
     def line() -> dict[str, Any] | None:
-        for x in d.logs[-1].read_text().splitlines():
-            if x.startswith("{") and json.loads(x)["event"] == "metrics_listening":
-                return json.loads(x)
-        return None
+        return next(iter(d.logged("metrics_listening", run=-1)), None)
 
     wait_for(lambda: line() is not None, what="the metrics_listening line")
     found = line()
@@ -258,9 +254,7 @@ class TestMetricsListen:
             elapsed = time.monotonic() - t0
 
             def busy() -> list[dict[str, Any]]:
-                lines = d.logs[-1].read_text().splitlines()
-                events = [json.loads(x) for x in lines if x.startswith("{")]
-                return [e for e in events if e["event"] == "metrics_busy"]
+                return d.logged("metrics_busy", run=-1)
 
             wait_for(lambda: busy(), what="metrics_busy")
             if elapsed < BUSY_LOG_INTERVAL_S:  # the rest are counted for the next line

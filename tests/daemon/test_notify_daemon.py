@@ -3,7 +3,6 @@ withholds its pings while the writer thread is stuck."""
 
 from __future__ import annotations
 
-import json
 import socket
 import sqlite3
 import time
@@ -102,6 +101,5 @@ class TestWatchdog:
             assert d.proc.wait(30) == 0
         finally:
             notify.close()
-        lines = [json.loads(x) for x in d.log_text().splitlines() if x.startswith("{")]
-        withheld = [e for e in lines if e["event"] == "watchdog_withheld"]
+        withheld = d.logged("watchdog_withheld")
         assert withheld and withheld[0]["reason"] == "writer"

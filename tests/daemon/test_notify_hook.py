@@ -53,8 +53,7 @@ def recorded(out: Path) -> list[dict[str, Any]]:
 
 
 def logged(d: Any, event: str) -> list[dict[str, Any]]:
-    lines = [json.loads(x) for x in d.log_text().splitlines() if x.startswith("{")]
-    return [e for e in lines if e["event"] == event]
+    return list(d.logged(event))
 
 
 class TestRecordingHook:

@@ -164,8 +164,7 @@ def crash_in_a_held_call(d: Daemon, a: Actor, tools: Tools, op: str) -> None:
 
 
 def log_events(d: Daemon, event: str) -> list[dict[str, Any]]:
-    lines = (json.loads(x) for x in d.log_text().splitlines() if x.startswith("{"))
-    return [x for x in lines if x.get("event") == event]
+    return d.logged(event)
 
 
 class TestOutcomes:

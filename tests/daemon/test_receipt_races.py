@@ -19,7 +19,6 @@ real event.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shlex
 import signal
@@ -38,15 +37,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def logged(d: Daemon, event: str, **fields: Any) -> list[dict[str, Any]]:
     """The JSON log lines of the daemon's last run with this event and fields."""
-    found = []
-    for line in d.logs[-1].read_text(errors="replace").splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if item.get("event") == event and all(item.get(k) == v for k, v in fields.items()):
-            found.append(item)
-    return found
+    return d.logged(event, run=-1, **fields)
 
 
 class HeldReceipt:

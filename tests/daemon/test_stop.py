@@ -8,7 +8,6 @@ second SIGTERM or a SIGHUP that killed the daemon without its stop.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import select
@@ -32,15 +31,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def events(d: Daemon, index: int = -1) -> list[dict[str, Any]]:
     """The JSON log lines of one run of the daemon (the last by default)."""
-    out = []
-    for line in d.logs[index].read_text(errors="replace").splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(item, dict):
-            out.append(item)
-    return out
+    return d.events(index)
 
 
 def logged(d: Daemon, event: str, **fields: Any) -> bool:
