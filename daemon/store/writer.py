@@ -175,7 +175,6 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="wardd-writer", daemon=True)
         self.stats = WriterStats()
         self.fatal: str | None = None
-        self._untold: str | None = None  # a fail-stop the daemon has not heard of yet
         self._settled = False  # the fail-stop's queue is drained: refuse at once
         self._backlog = 0
         self._lock = threading.Lock()
@@ -272,7 +271,7 @@ class Writer:
         refusal, settle (later units are refused at once), then tell the
         daemon. So each caller's answer is on its way before the stop that
         closes the connections. True if the queue held a stop."""
-        if self.fatal is None:
+        if self.fatal is None or self._settled:  # settled once, and told then
             return False
         stop = False
         while True:
@@ -288,7 +287,7 @@ class Writer:
                 with self._lock:
                     self._backlog -= 1
                 item.future.set_exception(_stopped())
-        self._tell_fatal()
+        self._on_fatal(self.fatal)
         return stop
 
     def _rollback_unit(self, whole: bool) -> bool:
@@ -397,18 +396,11 @@ class Writer:
         self._queue.put(_Tell())
 
     def _go_fatal(self, why: str) -> None:
-        """Refuse every later unit from now; the daemon hears of it from
-        :meth:`_tell_fatal` (after the batch in hand is answered)."""
+        """Run no unit from now; the daemon hears of it when the writer
+        settles the fail-stop (:meth:`_settle_fatal`), after the batch in hand."""
         with self._lock:
-            if self.fatal is not None:
-                return
-            self.fatal = self._untold = why
-
-    def _tell_fatal(self) -> None:
-        with self._lock:
-            why, self._untold = self._untold, None
-        if why is not None:
-            self._on_fatal(why)
+            if self.fatal is None:
+                self.fatal = why
 
     def _fail_batch(self, batch: list[_Job], exc: BaseException, *, fatal: bool = False) -> None:
         """The batch's transaction is lost: every unit of it fails."""
