@@ -42,6 +42,17 @@ def free_disk(daemon) -> None:
     resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, UNLIMITED)
 
 
+def invoke_then_fill_disk(daemon) -> tuple[Actor, Background]:
+    """Op g of the gated act invoked in the background; once its call has
+    begun (claimed), the disk is full: its outcome cannot be stored."""
+    a = Actor(daemon, acts=("gated",))
+    a.submit("g", "gated")
+    call = Background(a.invoke, "g", 1, daemon.connect())
+    wait_for(daemon.env.started_marker("g").exists, what="the gated act to start")
+    fill_disk(daemon)
+    return a, call
+
+
 @pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="needs prlimit(2)")
 class TestDiskFull:
     def test_a_failed_write_is_a_clear_error_changes_nothing_and_recovers(self, daemon):
@@ -70,11 +81,7 @@ class TestDiskFull:
         """contract §3.2.3: the call answers internal, the daemon exits non-zero,
         and the next start marks the attempt unknown."""
         env = daemon.env
-        a = Actor(daemon, acts=("gated",))
-        a.submit("g", "gated")
-        call = Background(a.invoke, "g", 1, daemon.connect())
-        wait_for(env.started_marker("g").exists, what="the gated act to start")
-        fill_disk(daemon)
+        a, call = invoke_then_fill_disk(daemon)
         env.open_gate("g")
         with pytest.raises(WarddError) as ei:
             call.result()
@@ -131,11 +138,7 @@ class TestDiskFull:
         be stored: the caller hears the attempt may have run, and the stop is a
         fail-stop (exit 70, ``stopped`` with clean false), never a clean one."""
         env = daemon.env
-        a = Actor(daemon, acts=("gated",))
-        a.submit("g", "gated")
-        call = Background(a.invoke, "g", 1, daemon.connect())
-        wait_for(env.started_marker("g").exists, what="the gated act to start")
-        fill_disk(daemon)
+        a, call = invoke_then_fill_disk(daemon)
         daemon.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: '"stopping"' in daemon.log_text(), what="the stop to begin")
         env.open_gate("g")
