@@ -27,7 +27,7 @@ from ..observe.tracing import NO_TRACER, Tracer
 from .calls import Calls
 from .dispatches import Dispatch, Recorded
 from .voids import Voids
-from .workers import WorkerPool
+from .workers import WorkerPool, lost_outcome
 
 __all__ = ["Dispatcher", "Settler"]
 
@@ -123,9 +123,7 @@ class Settler:
         status, error = end.status.value, end.error
         calls = self._calls
         if rec.future.exception() is not None:
-            lost = Internal(
-                "the outcome could not be stored", {"reason": "fail_stop", **_claimed(ref)}
-            )
+            lost = lost_outcome(ref)
             calls.settle(ref.attempt_id, lost)
             raise lost
         calls.settle(ref.attempt_id, None, end)

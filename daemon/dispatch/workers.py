@@ -51,7 +51,7 @@ from .guard import GuardTable
 from .queues import Job, WorkerQueues, WorkerState
 from .voids import shutdown_refusal
 
-__all__ = ["WorkerPool", "call_act", "worker_ids"]
+__all__ = ["WorkerPool", "call_act", "lost_outcome", "worker_ids"]
 
 log = structlog.get_logger("wardd.worker")
 A = AttemptState
@@ -242,7 +242,7 @@ class WorkerPool:
                 # answered before the worker ends (the stop joins the workers
                 # before it closes the connections): the attempt may have run;
                 # an abort taken on it is answered the same
-                lost = _lost_outcome(ref)
+                lost = lost_outcome(ref)
                 self.calls.settle(ref.attempt_id, lost)
                 reply(None, lost)
                 raise
@@ -418,7 +418,7 @@ def _text(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-def _lost_outcome(ref: AttemptRef) -> Internal:
+def lost_outcome(ref: AttemptRef) -> Internal:
     """The answer of a call whose outcome cannot be recorded (the daemon
     fail-stops): after the claim, so it names the attempt that may have run."""
     return Internal(
