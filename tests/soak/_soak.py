@@ -203,6 +203,8 @@ class Cluster:
         self.fences_seen: set[str] = set()
         self.rotated: list[Path] = []  # the file.append ledger's rotated files, still ledgers
         self.swapped = False  # ledger and quick serve with each other's adapter
+        # logrotate's three ways, each done for sure once the ledger exists (in this order)
+        self.owed_rotations = ["rename", "copytruncate", "create"]
 
     # -- requests ------------------------------------------------------------------------
 
@@ -342,11 +344,12 @@ class Cluster:
         self.kill()
         self.stats.add("kills_during_start")
 
-    def rotate(self, how: str) -> None:
-        """While the daemon is dead: rotate the file.append ledger (logrotate's ways)."""
+    def rotate(self, how: str) -> bool:
+        """While the daemon is dead: rotate the file.append ledger (logrotate's ways).
+        False when there is no ledger yet to rotate (no file.append has run)."""
         ledger = self.env.ledger
         if not ledger.exists():
-            return
+            return False
         rotated = ledger.with_name(f"{ledger.name}.{len(self.rotated) + 1}")
         if how == "copytruncate":
             shutil.copyfile(ledger, rotated)
@@ -358,6 +361,9 @@ class Cluster:
                 ledger.touch(mode=0o600)
         self.rotated.append(rotated)
         self.stats.add(f"rotations.{how}")
+        if how in self.owed_rotations:
+            self.owed_rotations.remove(how)
+        return True
 
     def reconfigure(self) -> None:
         """While the daemon is dead: swap the adapters of ``ledger`` and ``quick``."""
@@ -367,14 +373,16 @@ class Cluster:
 
     def between_lives(self, rotate: float, reconf: float) -> None:
         """The operator's actions while the daemon is down: a rotation, a reconfiguration.
-        The first kills do one of each for sure; later ones draw them."""
+        The first kills reconfigure twice for sure, and each of logrotate's three ways is
+        done for sure at the first kills after the ledger exists (a rotation of a ledger
+        that is not there yet is owed, not skipped); later kills draw them."""
         kills = self.stats.c["kills"]
-        forced = {2: "rename", 3: "reconfigure", 4: "copytruncate", 5: "create", 7: "reconfigure"}
+        forced = {3: "reconfigure", 7: "reconfigure"}
         step = forced.get(kills)
-        if step is None and self.rng.random() < rotate:
-            step = self.rng.choice(["rename", "create", "copytruncate"])
-        if step is not None and step != "reconfigure":
-            self.rotate(step)
+        if step is None and kills >= 2 and self.owed_rotations:
+            self.rotate(self.owed_rotations[0])
+        elif step is None and self.rng.random() < rotate:
+            self.rotate(self.rng.choice(["rename", "create", "copytruncate"]))
         if step == "reconfigure" or (kills not in forced and self.rng.random() < reconf):
             self.reconfigure()
 
