@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._leftovers import reaped
-from tests._poll import wait_for
+from tests._poll import pid_written, wait_for
 from tests.daemon.crashes import crash_with_a_blocked_call_and_a_landed_write
 from tests.daemon.harness import Actor, Env
 
@@ -135,8 +135,8 @@ class TestFailingHooks:
         a = Actor(d, acts=("boom", "echo"))
         a.submit("b1", "boom")
         assert a.invoke("b1")["status"] == "unknown"
-        wait_for(lambda: (runs / "0").exists(), what="the hook to start")
-        pid = int((runs / "0").read_text())
+        # the file exists from the shell's redirection on, its pid line a moment later
+        pid = pid_written(runs / "0")
         # the hook is hanging: an act, another unknown outcome, and reads go on
         a.submit("e1")
         assert a.invoke("e1")["status"] == "succeeded"
