@@ -136,7 +136,8 @@ class TestBlockingClient:
             go.wait(5)
             conn.sendall(ok(req["id"], "late"))
 
-        with Client(peer(script), timeout=0.05) as client:
+        with Client(peer(script), timeout=5) as client:  # hello is answered at once
+            client.timeout = 0.05  # only the recv that must time out is this short
             rid = client.send("status")
             with pytest.raises(TimeoutError):
                 client.recv(rid)
