@@ -81,7 +81,9 @@ class TestWatchdog:
         notify = start(d, WATCHDOG_USEC=str(int(2 * interval * 1_000_000)))
         try:
             notify.until(lambda x: x == "WATCHDOG=1")
-            outside = sqlite3.connect(str(env.database), isolation_level=None, timeout=0.1)
+            # the writer commits a probe every interval: BEGIN IMMEDIATE may wait for
+            # one to end (under load, a thread holding the lock can be descheduled)
+            outside = sqlite3.connect(str(env.database), isolation_level=None, timeout=10)
             outside.execute("BEGIN IMMEDIATE")  # the writer's next batch now waits (5 s at most)
             try:
                 gap = False
