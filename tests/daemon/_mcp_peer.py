@@ -144,13 +144,19 @@ def main() -> None:
     if args.port_file is None:
         server.run("stdio")
         return
-    with socket.socket() as s:  # a free port, then written for the test once listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    import uvicorn  # here only: a stdio server starts without it, as the SDK's run does
+
+    # the socket is ours from the bind to the end: a port freed and bound again
+    # later could be taken meanwhile by another process of a shared machine
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)  # connections queue from now on, until uvicorn accepts them
     tmp = args.port_file.with_suffix(".tmp")
-    tmp.write_text(str(port))
+    tmp.write_text(str(sock.getsockname()[1]))
     os.replace(tmp, args.port_file)
-    server.run("streamable-http", host="127.0.0.1", port=port)
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level=server.settings.log_level.lower())
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":
