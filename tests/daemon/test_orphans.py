@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -184,15 +185,23 @@ def programs() -> Iterator[Callable[..., list[int]]]:
 
 
 def v5_claim(env: Env) -> tuple[str, str]:
-    """The key of schema-v5.db's claimed call (op ``running``, attempt 1, left
-    running when that daemon was killed) and the boot that claimed it."""
+    """The key of schema-v5.db's claimed call (attempt 1, left running when
+    that daemon was killed) and the boot that claimed it. Its op, ``running``
+    in the fixture, is renamed in this copy to a name of this test's own: a
+    program of an earlier release is found by its key alone, and every daemon
+    started on a v5 copy looks for the fixture's key, so with the same key a
+    test's daemon on the other xdist worker (or in another run on the machine)
+    could take this test's program for its own orphan and kill it."""
     neuron = (DATA / "schema-v5.neuron").read_text().strip()
+    op = f"running-{uuid.uuid4().hex[:12]}"
     db = sqlite3.connect(env.database)
     try:
+        with db:
+            db.execute("UPDATE operations SET op = ? WHERE op = 'running'", (op,))
         (boot,) = db.execute("SELECT boot FROM claims").fetchone()
     finally:
         db.close()
-    return f"{neuron}/running/1", boot
+    return f"{neuron}/{op}/1", boot
 
 
 class TestAnEarlierReleasesOrphans:
@@ -212,12 +221,12 @@ class TestAnEarlierReleasesOrphans:
         assert not any(alive(p) for p in pids)
         (env.root / "gate").touch()
         with d.connect() as c:
-            neuron = key.split("/")[0]
-            att = c.call("get_operation", {"neuron": neuron, "op": "running"})["attempts"][0]
+            neuron, op, _attempt = key.split("/")
+            att = c.call("get_operation", {"neuron": neuron, "op": op})["attempts"][0]
         assert att["state"] == "unknown"
         assert att["evidence"] == {"claimed": True, "boot": old_boot, "orphan_killed": True}
         (killed,) = [e for e in log_events(d) if e.get("event") == "orphan_killed"]
-        assert set(pids) <= set(killed["pids"]) and killed["op"] == "running"
+        assert set(pids) <= set(killed["pids"]) and killed["op"] == op
         assert not (env.root / "effects").exists()
 
     @pytest.mark.skipif(os.geteuid() != 0, reason="another user's process needs root")
@@ -363,7 +372,8 @@ class TestAnOrphanOfAnAttemptAlreadyUnknown:
         d.start()
         assert not any(alive(p) for p in pids)
         with d.connect() as c:
-            where = {"neuron": key.split("/")[0], "op": "running"}
+            neuron, op, _attempt = key.split("/")
+            where = {"neuron": neuron, "op": op}
             att = c.call("get_operation", where)["attempts"][0]
             records = c.call("history", where)["records"]
         assert att["state"] == "unknown"
