@@ -100,6 +100,9 @@ CHARGE_MODES = {
 }
 WORKERS = ("w0", "w1")
 ORPHAN_TIMEOUT = 30.0
+#: logrotate's ways of rotating the file.append ledger: the first kills do each
+#: once the ledger exists, later kills draw them
+ROTATIONS = ("rename", "create", "copytruncate")
 
 
 def soak_env(api: Peer) -> Env:
@@ -203,8 +206,6 @@ class Cluster:
         self.fences_seen: set[str] = set()
         self.rotated: list[Path] = []  # the file.append ledger's rotated files, still ledgers
         self.swapped = False  # ledger and quick serve with each other's adapter
-        # logrotate's three ways, each done for sure once the ledger exists (in this order)
-        self.owed_rotations = ["rename", "copytruncate", "create"]
 
     # -- requests ------------------------------------------------------------------------
 
@@ -344,12 +345,12 @@ class Cluster:
         self.kill()
         self.stats.add("kills_during_start")
 
-    def rotate(self, how: str) -> bool:
-        """While the daemon is dead: rotate the file.append ledger (logrotate's ways).
-        False when there is no ledger yet to rotate (no file.append has run)."""
+    def rotate(self, how: str) -> None:
+        """While the daemon is dead: rotate the file.append ledger (logrotate's ways);
+        nothing while there is no ledger yet (no file.append has run)."""
         ledger = self.env.ledger
         if not ledger.exists():
-            return False
+            return
         rotated = ledger.with_name(f"{ledger.name}.{len(self.rotated) + 1}")
         if how == "copytruncate":
             shutil.copyfile(ledger, rotated)
@@ -361,9 +362,6 @@ class Cluster:
                 ledger.touch(mode=0o600)
         self.rotated.append(rotated)
         self.stats.add(f"rotations.{how}")
-        if how in self.owed_rotations:
-            self.owed_rotations.remove(how)
-        return True
 
     def reconfigure(self) -> None:
         """While the daemon is dead: swap the adapters of ``ledger`` and ``quick``."""
@@ -379,10 +377,11 @@ class Cluster:
         kills = self.stats.c["kills"]
         forced = {3: "reconfigure", 7: "reconfigure"}
         step = forced.get(kills)
-        if step is None and kills >= 2 and self.owed_rotations:
-            self.rotate(self.owed_rotations[0])
+        owed = [how for how in ROTATIONS if not self.stats.c[f"rotations.{how}"]]
+        if step is None and kills >= 2 and owed:
+            self.rotate(owed[0])
         elif step is None and self.rng.random() < rotate:
-            self.rotate(self.rng.choice(["rename", "create", "copytruncate"]))
+            self.rotate(self.rng.choice(ROTATIONS))
         if step == "reconfigure" or (kills not in forced and self.rng.random() < reconf):
             self.reconfigure()
 
