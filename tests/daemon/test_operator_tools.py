@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from tests._leftovers import reaped
-from tests._poll import wait_for
+from tests._poll import pid_written, wait_for
 from tests.daemon.harness import Actor, Background, Env, code_of, entry_point_plugin, run_wardctl
 from wardd.protocol import WarddError
 
@@ -84,9 +84,7 @@ class TestAbort:
         a = Actor(d, acts=("hang", "echo"))
         a.submit("h", "hang")
         call = Background(a.invoke, "h", 1, d.connect())
-        pidfile = env.root / "hang.pid"
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the hung call")
-        pid = int(pidfile.read_text())
+        pid = pid_written(env.root / "hang.pid")
         revocation = {
             "prog": a.prog,
             "acts": ["echo"],
@@ -225,8 +223,7 @@ class TestAbort:
         a.neuron.save(env.root / "neuron.key")
         a.submit("h", "hang")
         call = Background(a.invoke, "h", 1, d.connect())
-        pidfile = env.root / "hang.pid"
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the hung call")
+        pid_written(env.root / "hang.pid")  # the call hangs
         out = run_wardctl(env, "abort", "h").stdout
         assert "aborted, now unknown" in out and "wardctl reconcile h 1" in out
         assert call.result()["status"] == "unknown"

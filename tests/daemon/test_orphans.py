@@ -20,7 +20,7 @@ import pytest
 
 from tests import _leftovers
 from tests._leftovers import alive, stopped
-from tests._poll import wait_for
+from tests._poll import pid_written, wait_for
 from tests.daemon.harness import DATA, Actor, Background, Daemon, Env, Hold, on_fixture
 from wardd.client import Neuron
 from wardd.daemon.life.orphan_kill import HOLD_ENV
@@ -50,9 +50,7 @@ class TestOrphans:
         a = Actor(d, acts=("slow",))
         a.submit("s", "slow")
         Background(a.invoke, "s", 1, d.connect())
-        sleep_pid = env.root / "sleep.pid"
-        wait_for(lambda: sleep_pid.exists() and sleep_pid.read_text().strip(), what="the program")
-        pids = [int((env.root / n).read_text()) for n in ("sh.pid", "sleep.pid")]
+        pids = [pid_written(env.root / n) for n in ("sh.pid", "sleep.pid")]
         d.kill()  # the daemon only: its program lives on
         assert all(alive(p) for p in pids)
         d.start()
@@ -63,11 +61,6 @@ class TestOrphans:
         assert att["evidence"]["orphan_killed"] is True and att["evidence"]["claimed"] is True
         assert "orphan_killed" in d.log_text()
         assert not (env.root / "effects").exists()
-
-
-def log_events(d: Daemon) -> list[dict[str, Any]]:
-    """The daemon's JSON log lines."""
-    return d.events()
 
 
 def gated_act(env: Env) -> dict[str, object]:
@@ -105,9 +98,7 @@ class TestAnotherDaemonsPrograms:
             daemons.append(d)
             actors.append(a)
         pidfiles = [env.root / "prog.pid" for env in envs]
-        for pidfile in pidfiles:
-            wait_for(lambda p=pidfile: p.exists() and p.read_text().strip(), what="the program")
-        mine, theirs = (int(p.read_text()) for p in pidfiles)
+        mine, theirs = (pid_written(p) for p in pidfiles)
         ours, other = daemons
         ours.kill()  # the daemon only: its program lives on
         assert alive(mine) and alive(theirs)
@@ -117,7 +108,7 @@ class TestAnotherDaemonsPrograms:
         actors[0].client = ours.connect()
         ev = actors[0].op("same")["attempts"][0]["evidence"]
         assert ev["orphan_killed"] is True
-        killed = [e for e in log_events(ours) if e.get("event") == "orphan_killed"]
+        killed = ours.logged("orphan_killed")
         assert len(killed) == 1 and mine in killed[0]["pids"] and theirs not in killed[0]["pids"]
         assert actors[1].op("same")["attempts"][0]["state"] == "running"
         (envs[1].root / "gate").touch()
@@ -170,8 +161,7 @@ def programs() -> Iterator[Callable[..., list[int]]]:
         prog, pidfile = earlier_release_program(root, key, user)
         procs: list[_leftovers.Proc] = []
         started.append((prog, procs))
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="its child")
-        pids = [prog.pid, int(pidfile.read_text())]
+        pids = [prog.pid, pid_written(pidfile)]
         procs.extend(p for p in map(_leftovers.identify, pids) if p is not None)
         return pids
 
@@ -225,7 +215,7 @@ class TestAnEarlierReleasesOrphans:
             att = c.call("get_operation", {"neuron": neuron, "op": op})["attempts"][0]
         assert att["state"] == "unknown"
         assert att["evidence"] == {"claimed": True, "boot": old_boot, "orphan_killed": True}
-        (killed,) = [e for e in log_events(d) if e.get("event") == "orphan_killed"]
+        (killed,) = d.logged("orphan_killed")
         assert set(pids) <= set(killed["pids"]) and killed["op"] == op
         assert not (env.root / "effects").exists()
 
@@ -247,7 +237,7 @@ class TestAnEarlierReleasesOrphans:
             d = make_daemon(env)
             assert not any(alive(p) for p in mine)
             assert all(alive(p) for p in theirs)
-            (killed,) = [e for e in log_events(d) if e.get("event") == "orphan_killed"]
+            (killed,) = d.logged("orphan_killed")
             assert not set(theirs) & set(killed["pids"])
             (env.root / "gate").touch()
             (other / "gate").touch()
@@ -283,9 +273,7 @@ def crash_mid_call(env: Env, d: Daemon) -> tuple[Actor, int]:
     a.prepare("p")
     a.submit("s", "gated")
     Background(a.invoke, "s", 1, d.connect())
-    pidfile = env.root / "prog.pid"
-    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the program")
-    pid = int(pidfile.read_text())
+    pid = pid_written(env.root / "prog.pid")
     d.kill()
     assert alive(pid)
     return a, pid
@@ -353,7 +341,7 @@ class TestAStartKilledWhileItKillsOrphans:
         att = a.op("s")["attempts"][0]
         assert att["evidence"]["orphan_killed"] is True
         assert [r["kind"] for r in a.history("s")].count("marked_unknown") == 1
-        (killed,) = [e for e in log_events(d) if e.get("event") == "orphan_killed"]
+        (killed,) = d.logged("orphan_killed")
         assert pid in killed["pids"]
         assert not (env.root / "effects").exists()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests._leftovers import alive
-from tests._poll import wait_for
+from tests._poll import pid_written, wait_for
 from tests.daemon.harness import NETWORK, Actor, Background, Env, code_of, key
 from wardd.client import Neuron
 from wardd.daemon.store.schema import SCHEMA_VERSION
@@ -425,8 +425,7 @@ class TestShutdown:
         a = Actor(d, acts=("lingering",))
         a.submit("op", "lingering")
         Background(a.invoke, "op", 1, d.connect())
-        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="child pid")
-        child = int(pidfile.read_text())
+        child = pid_written(pidfile)
         assert d.terminate() == 0
         wait_for(lambda: not alive(child), what="the act's background child to be killed")
         d.start()
