@@ -21,13 +21,12 @@ import trio
 
 from wardd.protocol import Internal, WarddError
 
-from ..core.records import AttemptRef
 from ..life.bridge import ThreadReply
 from ..observe.tracing import NO_TRACER, Tracer
 from .calls import Calls
 from .dispatches import Dispatch, Recorded
 from .voids import Voids
-from .workers import WorkerPool, lost_outcome
+from .workers import WorkerPool, after_claim, lost_outcome
 
 __all__ = ["Dispatcher", "Settler"]
 
@@ -111,7 +110,7 @@ class Settler:
             reply(None, err)
         except BaseException as exc:  # noqa: BLE001 - a reply must always leave
             log.error("reply_failed", op=rec.ref.op, attempt=rec.ref.attempt, error=repr(exc))
-            reply(None, Internal("the outcome's reply failed", _claimed(rec.ref)))
+            reply(None, Internal("the outcome's reply failed", after_claim(rec.ref)))
         else:
             reply(result, None)
 
@@ -153,9 +152,3 @@ class Settler:
         else:
             result["error"] = error
         return result
-
-
-def _claimed(ref: AttemptRef) -> dict[str, Any]:
-    """The ``data`` of an error answered after the claim: the attempt that may
-    have run (the caller of an ``execute`` knows only its token)."""
-    return {"op": ref.op, "attempt": ref.attempt}

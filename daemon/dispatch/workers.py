@@ -51,7 +51,7 @@ from .guard import GuardTable
 from .queues import Job, WorkerQueues, WorkerState
 from .voids import shutdown_refusal
 
-__all__ = ["WorkerPool", "call_act", "lost_outcome", "worker_ids"]
+__all__ = ["WorkerPool", "after_claim", "call_act", "lost_outcome", "worker_ids"]
 
 log = structlog.get_logger("wardd.worker")
 A = AttemptState
@@ -418,13 +418,16 @@ def _text(exc: BaseException) -> str:
         return type(exc).__name__
 
 
+def after_claim(ref: AttemptRef) -> dict[str, Any]:
+    """The ``data`` of an error answered after the claim: the attempt that may
+    have run (the caller of an ``execute`` knows only its token)."""
+    return {"op": ref.op, "attempt": ref.attempt}
+
+
 def lost_outcome(ref: AttemptRef) -> Internal:
     """The answer of a call whose outcome cannot be recorded (the daemon
     fail-stops): after the claim, so it names the attempt that may have run."""
-    return Internal(
-        "the outcome could not be stored",
-        {"reason": "fail_stop", "op": ref.op, "attempt": ref.attempt},
-    )
+    return Internal("the outcome could not be stored", {"reason": "fail_stop", **after_claim(ref)})
 
 
 def _fault(exc: BaseException) -> str:
