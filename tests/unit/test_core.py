@@ -205,6 +205,22 @@ def _db_failing_at_commit(tmp_path):
     return conn
 
 
+@attrs.frozen
+class _HeldUnit:
+    """A writer unit that says it runs (``running``), waits for ``go``, then
+    executes ``sql``: the batch it is in stays in the writer's hand until the
+    test lets it go."""
+
+    sql: str
+    running: threading.Event = attrs.field(factory=threading.Event)
+    go: threading.Event = attrs.field(factory=threading.Event)
+
+    def __call__(self, tx: Any) -> None:
+        self.running.set()
+        self.go.wait(10)
+        tx.conn.execute(self.sql)
+
+
 class TestWriter:
     def test_refused_unit_changes_nothing_and_others_commit(self, tmp_path):
         w = Writer(_db(tmp_path), on_fatal=lambda why: None)
@@ -348,17 +364,11 @@ class TestWriter:
         w = Writer(conn, on_fatal=on_fatal)
         w.start()
         try:
-            running, go = threading.Event(), threading.Event()
-
-            def failing(tx: Any) -> None:
-                running.set()
-                go.wait(10)
-                tx.conn.execute("INSERT INTO c VALUES (42)")  # fails at COMMIT
-
+            failing = _HeldUnit("INSERT INTO c VALUES (42)")  # fails at COMMIT
             first = w.submit(failing, critical=True)
-            assert running.wait(10)  # its batch is running: the next unit waits
+            assert failing.running.wait(10)  # its batch is running: the next unit waits
             later.append(w.submit(lambda tx: tx.conn.execute("INSERT INTO t VALUES (1)")))
-            go.set()
+            failing.go.set()
             with pytest.raises(Internal):
                 first.result(10)
             with pytest.raises(Internal) as refused:
@@ -383,21 +393,15 @@ class TestWriter:
         w = Writer(_db(tmp_path), on_fatal=on_fatal)
         w.start()
         try:
-            running, go = threading.Event(), threading.Event()
-
-            def slow(tx: Any) -> None:
-                running.set()
-                go.wait(10)
-                tx.conn.execute("INSERT INTO t VALUES (1)")
-
+            slow = _HeldUnit("INSERT INTO t VALUES (1)")
             held.append(w.submit(slow))
-            assert running.wait(10)
+            assert slow.running.wait(10)
             w.fail_stop("a void could not be written")
             # a unit after the mark is refused in turn, never ahead of the
             # batch in hand (the stop's barrier must not overtake an answer)
             held.append(w.submit(lambda tx: tx.conn.execute("INSERT INTO t VALUES (2)")))
             assert not told.is_set() and not held[1].done()
-            go.set()
+            slow.go.set()
             held[0].result(10)
             with pytest.raises(Internal) as after:
                 held[1].result(10)
