@@ -29,15 +29,9 @@ from wardd.protocol import WarddError
 pytestmark = pytest.mark.timeout(120)
 
 
-def events(d: Daemon, index: int = -1) -> list[dict[str, Any]]:
-    """The JSON log lines of one run of the daemon (the last by default)."""
-    return d.events(index)
-
-
 def logged(d: Daemon, event: str, **fields: Any) -> bool:
-    return any(
-        e.get("event") == event and all(e.get(k) == v for k, v in fields.items()) for e in events(d)
-    )
+    """The daemon's last run logged ``event`` with these fields."""
+    return bool(d.logged(event, run=-1, **fields))
 
 
 def text_logged(d: Daemon, event: str) -> bool:

@@ -209,6 +209,11 @@ async def wait_entered(hold: HoldAdapter) -> None:
     assert await trio.to_thread.run_sync(hold.entered.wait, 10)
 
 
+def _no_outcome_unit(ref: Any, end: Any) -> Any:
+    """In place of ``attempt_units.outcome``: the outcome's unit cannot be made."""
+    raise MemoryError("injected: the outcome's unit cannot be made")
+
+
 class TestWorkerPool:
     async def test_an_invoke_is_claimed_called_recorded_and_answered(self, world):
         """submit → claim unit → adapter → outcome unit → the reply, once durable."""
@@ -332,10 +337,7 @@ class TestWorkerPool:
         that may have run (never left to the stop's closed connection)."""
         world.submit_op("lost")
 
-        def no_unit(ref: Any, end: Any) -> Any:
-            raise MemoryError("injected: the outcome's unit cannot be made")
-
-        monkeypatch.setattr(attempt_units, "outcome", no_unit)
+        monkeypatch.setattr(attempt_units, "outcome", _no_outcome_unit)
         with pytest.raises(Internal) as lost:
             await world.dispatcher.run("w0", world.invoke("lost"))
         assert lost.value.data == {"reason": "fail_stop", "op": "lost", "attempt": 1}
@@ -349,9 +351,6 @@ class TestWorkerPool:
         same "may have run", not left waiting until the stop drops it."""
         world.submit_op("held", act="hold")
 
-        def no_unit(ref: Any, end: Any) -> Any:
-            raise MemoryError("injected: the outcome's unit cannot be made")
-
         async with trio.open_nursery() as nursery:
             answers: list[BaseException] = []
 
@@ -362,7 +361,7 @@ class TestWorkerPool:
 
             nursery.start_soon(dispatch)
             await wait_entered(world.hold)
-            monkeypatch.setattr(attempt_units, "outcome", no_unit)
+            monkeypatch.setattr(attempt_units, "outcome", _no_outcome_unit)
             with world.reads.snapshot() as rconn:
                 attempt_id, _act = attempt_units.abort_target(rconn, NEURON, "held", 1)
             abort_reply = ThreadReply()
